@@ -1,0 +1,1 @@
+"""Streamlit dashboard over the MLflow store (see issue 5)."""

@@ -1,0 +1,64 @@
+"""Metric names: the contract between trainer, tracker, dashboard and report (GUIDE §3).
+
+Every module that logs or reads a metric takes its name from here.
+"""
+
+# rollouts
+REWARD_MEAN = "train/reward_mean"
+ACCURACY = "train/accuracy"
+LENGTH_MEAN = "train/length_mean"
+LENGTH_CORRECT_MEAN = "train/length_correct_mean"  # not logged when a step has no correct response
+LENGTH_INCORRECT_MEAN = "train/length_incorrect_mean"  # not logged when a step has no incorrect one
+TRUNCATED_FRAC = "train/truncated_frac"
+
+# groups
+GROUPS_ALL_CORRECT_FRAC = "train/groups_all_correct_frac"
+GROUPS_ALL_WRONG_FRAC = "train/groups_all_wrong_frac"
+GROUPS_MIXED_FRAC = "train/groups_mixed_frac"
+GEN_ROUNDS = "train/gen_rounds"
+GROUPS_DROPPED = "train/groups_dropped"
+
+# policy (computed with the loss, see trainer.objective)
+ENTROPY = "policy/entropy"
+CLIP_FRAC_LOW = "policy/clip_frac_low"
+CLIP_FRAC_HIGH = "policy/clip_frac_high"
+CLIP_FRAC = "policy/clip_frac"
+DUAL_CLIP_FRAC = "policy/dual_clip_frac"
+KL = "policy/kl"
+LOSS = "policy/loss"
+GRAD_NORM = "policy/grad_norm"
+LR = "policy/lr"
+RATIO_MEAN = "policy/ratio_mean"
+RATIO_MIN = "policy/ratio_min"
+RATIO_MAX = "policy/ratio_max"
+
+# advantages
+ADV_MEAN = "adv/mean"
+ADV_ABS_MEAN = "adv/abs_mean"
+ADV_ZERO_FRAC = "adv/zero_frac"
+
+# cost
+GENERATE_S = "time/generate_s"
+UPDATE_S = "time/update_s"
+STEP_S = "time/step_s"
+TOKENS_PER_S = "throughput/tokens_per_s"
+
+
+def eval_metric(benchmark: str, what: str) -> str:
+    """`eval/<benchmark>/<what>`, e.g. eval_metric("math500", "accuracy")."""
+    return f"eval/{benchmark}/{what}"
+
+
+def task_metric(what: str) -> str:
+    """`task/<what>`: metrics a task adds on top of the common ones."""
+    return f"task/{what}"
+
+
+# Logged at every training step (the length splits only when defined).
+TRAINING = (
+    REWARD_MEAN, ACCURACY, LENGTH_MEAN, LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN, TRUNCATED_FRAC,
+    GROUPS_ALL_CORRECT_FRAC, GROUPS_ALL_WRONG_FRAC, GROUPS_MIXED_FRAC, GEN_ROUNDS, GROUPS_DROPPED,
+    ENTROPY, CLIP_FRAC_LOW, CLIP_FRAC_HIGH, CLIP_FRAC, KL, LOSS, GRAD_NORM, LR,
+    ADV_MEAN, ADV_ABS_MEAN, ADV_ZERO_FRAC,
+    GENERATE_S, UPDATE_S, STEP_S, TOKENS_PER_S,
+)
