@@ -1,0 +1,58 @@
+"""What a task is: groups of prompts with a gold answer, and a grader.
+
+A group is one problem answered G times. Most tasks show every sample the same
+prompt; the toy task shows each sample its own noisy copy of the problem, so
+prompts are per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Group:
+    """One problem and the G prompts its samples see."""
+
+    problem_id: str
+    """Stable id of the problem (the same problem gets the same id in every run)."""
+    answer: str
+    """Gold answer, as the grader expects it."""
+    prompts: tuple[str, ...]
+    """Prompt text of each sample (length G)."""
+    meta: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    """Per-sample task facts (e.g. which digit was hidden); empty or length G."""
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one completion."""
+
+    reward: float
+    """Task reward before any shaping (overlong punishment is added by the trainer)."""
+    correct: bool
+    """Whether the final answer is right."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Task-specific facts for metrics (e.g. filler tokens written); JSON-serialisable scalars."""
+
+
+class Task(Protocol):
+    """A source of training groups and a grader for their completions."""
+
+    name: str
+
+    def sample_groups(self, rng: np.random.Generator, num_groups: int, group_size: int) -> list[Group]:
+        """Draw `num_groups` problems, each with `group_size` prompts, from `rng` only."""
+        ...
+
+    def grade(self, group: Group, index: int, completion: str) -> Grade:
+        """Grade the completion of sample `index` of `group` (text after the prompt, special tokens removed)."""
+        ...
+
+    def step_metrics(self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]],
+                     lengths: Sequence[Sequence[int]]) -> dict[str, float]:
+        """Task metrics for one step (names from `trainer.metric_names.task_metric`); may be empty."""
+        ...
