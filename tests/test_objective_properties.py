@@ -1,0 +1,143 @@
+"""Properties the papers rely on: the length bias, micro-batch invariance, GSPO's ratio."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.objective import (ADVANTAGES, AGGREGATIONS, RATIOS, Normaliser, ObjectiveSettings,
+                               compute_advantages, merge_metrics, policy_loss, token_entropy, token_logprobs)
+
+torch.set_default_dtype(torch.float64)
+advantage_values = st.floats(min_value=0.01, max_value=5.0).flatmap(lambda a: st.sampled_from([a, -a]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(adv=advantage_values, extra_budget=st.integers(min_value=0, max_value=400))
+def test_length_bias_of_per_response_normalisation(adv, extra_budget):
+    """Same advantage, lengths 10 and 100, at ratio 1: GRPO's 1/T_i gives each token of the long
+    response a 10× smaller gradient; token-mean and the constant normaliser treat tokens alike."""
+    mask = torch.zeros(2, 100)
+    mask[0, :10] = 1
+    mask[1, :] = 1
+    for mode, expected_ratio in [("seq_mean_token_mean", 10.0), ("token_mean", 1.0), ("constant", 1.0)]:
+        s = ObjectiveSettings.preset("grpo", aggregation=mode, max_len=100 + extra_budget)
+        logp = torch.zeros(2, 100, requires_grad=True)
+        policy_loss(logp, torch.zeros(2, 100), torch.tensor([adv, adv]), mask, s).loss.backward()
+        short, long = logp.grad[0, :10], logp.grad[1, :]
+        assert torch.allclose(short, short[0].expand_as(short)) and torch.allclose(long, long[0].expand_as(long))
+        assert (short[0] / long[0]).item() == pytest.approx(expected_ratio, rel=1e-12)
+        # the sign: a negative advantage pushes the tokens' log-probs down (positive gradient of the loss)
+        assert math.copysign(1, short[0].item()) == -math.copysign(1, adv)
+
+
+def _batch(seed: int, b: int = 8, t: int = 12, v: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(b, t, v, generator=g).requires_grad_(True)
+    tokens = torch.randint(0, v, (b, t), generator=g)
+    lengths = torch.tensor([12, 3, 7, 1, 12, 5, 0, 9])[:b]  # one response fully masked (e.g. filtered)
+    mask = (torch.arange(t) < lengths[:, None]).long()
+    old_logp = token_logprobs(logits.detach(), tokens) + 0.3 * torch.randn(b, t, generator=g)
+    ref_logp = old_logp + 0.2 * torch.randn(b, t, generator=g)
+    adv = torch.tensor([1.2, -0.7, 0.0, 0.4, -1.5, 0.9, 0.3, -0.2])[:b]
+    return logits, tokens, mask, old_logp, ref_logp, adv
+
+
+def _run(s, logits, tokens, mask, old_logp, ref_logp, adv, splits):
+    """Loss, metrics and gradient accumulated over `splits` micro-batches with batch-wide counts."""
+    logits.grad = None
+    norm = Normaliser.from_mask(mask, s.max_len)
+    total, parts = 0.0, []
+    for rows in torch.arange(mask.shape[0]).chunk(splits):
+        lg = logits[rows]
+        out = policy_loss(token_logprobs(lg, tokens[rows]), old_logp[rows], adv[rows], mask[rows], s,
+                          ref_logp=ref_logp[rows], entropy=token_entropy(lg), norm=norm)
+        out.loss.backward()
+        total += out.loss.item()
+        parts.append(out.metrics)
+    return total, merge_metrics(parts), logits.grad.clone()
+
+
+@pytest.mark.parametrize("mode, ratio", list(itertools.product(AGGREGATIONS.names(), RATIOS.names())))
+def test_micro_batch_invariance(mode, ratio):
+    s = ObjectiveSettings.preset("grpo", aggregation=mode, ratio=ratio, max_len=16, kl_coef=0.05,
+                                 clip_low=0.05, clip_high=0.06, dual_clip=1.2)
+    batch = _batch(0)
+    loss1, metrics1, grad1 = _run(s, *batch, splits=1)
+    assert metrics1["policy/clip_frac"] > 0  # the check covers clipped tokens too
+    assert ratio != "token" or metrics1["policy/dual_clip_frac"] > 0
+    for splits in (2, 4):
+        loss_k, metrics_k, grad_k = _run(s, *batch, splits=splits)
+        assert abs(loss_k - loss1) < 1e-6
+        assert (grad_k - grad1).abs().max().item() < 1e-6
+        assert metrics_k == pytest.approx(metrics1, abs=1e-6)
+
+
+def test_micro_batch_counts_are_the_pitfall():
+    """Dividing by each micro-batch's own token count (GUIDE §2 pitfall) changes the loss,
+    so the invariance test above can fail."""
+    s = ObjectiveSettings.preset("dapo", max_len=16, overlong_cache_len=4)
+    logits, tokens, mask, old_logp, ref_logp, adv = _batch(1)
+    right = _run(s, logits, tokens, mask, old_logp, ref_logp, adv, splits=1)[0]
+    naive = 0.0
+    for rows in torch.arange(8).chunk(4):
+        out = policy_loss(token_logprobs(logits[rows], tokens[rows]), old_logp[rows], adv[rows], mask[rows], s)
+        naive += out.loss.item() / 4  # mean of micro-batch means
+    assert abs(naive - right) > 1e-3
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(min_value=-2.0, max_value=2.0), min_size=1, max_size=20))
+def test_sequence_ratio_equals_geometric_mean_of_token_ratios(log_ratios):
+    lr = torch.tensor([log_ratios + [9.0]])  # trailing padding
+    mask = torch.tensor([[1] * len(log_ratios) + [0]])
+    s_i = RATIOS["sequence"](lr, torch.zeros_like(lr), mask).exp()[0, 0].item()
+    geo = math.prod(math.exp(x) for x in log_ratios) ** (1 / len(log_ratios))
+    assert s_i == pytest.approx(geo, rel=1e-9)
+    s_tok = RATIOS["sequence_token"](lr, torch.zeros_like(lr), mask).exp()[0, : len(log_ratios)]
+    assert torch.allclose(s_tok, torch.full_like(s_tok, s_i))
+
+
+def test_gspo_token_has_sequence_value_with_per_token_gradients():
+    g = torch.Generator().manual_seed(3)
+    logp = (0.01 * torch.randn(3, 6, generator=g)).requires_grad_(True)
+    old = torch.zeros(3, 6)
+    mask = torch.ones(3, 6)
+    seq = ObjectiveSettings.preset("gspo", clip_low=0.5, clip_high=0.5)  # wide: nothing clips
+    tok = ObjectiveSettings.preset("gspo", ratio="sequence_token", clip_low=0.5, clip_high=0.5)
+    adv = torch.tensor([1.0, -0.5, 2.0])
+    out_seq, out_tok = policy_loss(logp, old, adv, mask, seq), policy_loss(logp, old, adv, mask, tok)
+    assert out_seq.loss.item() == pytest.approx(out_tok.loss.item(), rel=1e-12)
+    g_seq, = torch.autograd.grad(out_seq.loss, logp)
+    g_tok, = torch.autograd.grad(out_tok.loss, logp)
+    # GSPO: every token of response i gets −A_i s_i/(B T_i); GSPO-token: −A_i s_i/(B T_i) too when the
+    # advantage is shared by the tokens (GSPO paper, eq. 14), so the gradients agree here ...
+    assert torch.allclose(g_seq, g_tok, atol=1e-12)
+    # ... yet in GSPO-token a token's gradient depends only on its own log-prob: perturbing one token's
+    # log-prob moves every gradient of its response under GSPO (shared s_i), likewise under GSPO-token
+    # (s_i is its value), but the Jacobian of GSPO-token's ratio is diagonal.
+    j_tok = torch.autograd.functional.jacobian(lambda x: RATIOS["sequence_token"](x, old, mask).exp(), logp)
+    j_seq = torch.autograd.functional.jacobian(lambda x: RATIOS["sequence"](x, old, mask).exp(), logp)
+    off_diag = j_tok[0, :, 0, :] - torch.diag(torch.diagonal(j_tok[0, :, 0, :]))
+    assert off_diag.abs().max().item() == 0.0
+    assert (j_seq[0, :, 0, :] != 0).all()
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "dapo", "gspo"])
+@pytest.mark.parametrize("advantage", ADVANTAGES.names())
+@pytest.mark.parametrize("mode", AGGREGATIONS.names())
+def test_all_equal_groups_give_zero_advantage_and_finite_loss(preset, advantage, mode):
+    s = ObjectiveSettings.preset(preset, advantage=advantage, aggregation=mode, adv_eps=0.0,
+                                 max_len=8, overlong_cache_len=2)
+    rewards = torch.tensor([[1.0] * 4, [0.0] * 4])
+    adv = compute_advantages(rewards, s)
+    assert torch.equal(adv, torch.zeros_like(adv))
+    logp = torch.randn(8, 8, requires_grad=True)
+    out = policy_loss(logp, logp.detach() + 0.1, adv.flatten(), torch.ones(8, 8), s,
+                      entropy=torch.ones(8, 8))
+    out.loss.backward()
+    assert out.loss.item() == 0.0 and torch.isfinite(logp.grad).all()
+    assert all(math.isfinite(v.item()) for v in out.metrics.values())

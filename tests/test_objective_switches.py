@@ -1,0 +1,246 @@
+"""Every switch against numbers worked out by hand (written here as literals)."""
+
+import math
+
+import pytest
+import torch
+
+from trainer import metric_names as M
+from trainer.objective import (ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS, Normaliser, ObjectiveSettings,
+                               advantage_metrics, clipped_surrogate, dynamic_sampling_filter,
+                               group_outcome_metrics, overlong_filter, policy_loss, soft_overlong_penalty,
+                               token_entropy, token_logprobs)
+
+T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
+REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
+
+
+# ---- advantages -------------------------------------------------------------------------
+@pytest.mark.parametrize("name, eps, expected", [
+    # std of [1,0,0,1] with Bessel = sqrt(1/3); of [0,0,0,1] = 0.5
+    ("group_std", 0.0, [[0.8660254037844387, -0.8660254037844387, -0.8660254037844387, 0.8660254037844387],
+                        [0, 0, 0, 0], [-0.5, -0.5, -0.5, 1.5]]),
+    ("group_std", 0.1, [[0.7381705193654007, -0.7381705193654007, -0.7381705193654007, 0.7381705193654007],
+                        [0, 0, 0, 0], [-0.4166666666666667, -0.4166666666666667, -0.4166666666666667, 1.25]]),
+    ("group_mean", 0.1, [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.25, -0.25, -0.25, 0.75]]),
+    # one std over all 12 rewards (7 ones, 5 zeros): sqrt(420/1584) = 0.5149286505444373
+    ("batch_std", 0.0, [[0.9710083124552245, -0.9710083124552245, -0.9710083124552245, 0.9710083124552245],
+                        [0, 0, 0, 0], [-0.4855041562276122, -0.4855041562276122, -0.4855041562276122,
+                                       1.4565124686828366]]),
+    # median of [1,0,0,1] is 0.5; of [0,0,0,1] is 0
+    ("group_median", 0.0, [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0], [0, 0, 0, 1]]),
+])
+def test_advantages_binary(name, eps, expected):
+    torch.testing.assert_close(ADVANTAGES[name](REWARDS, eps), T(*expected), rtol=0, atol=1e-12)
+
+
+def test_advantages_real_valued_rewards():
+    r = T([0.2, 0.5, 1.1])  # mean 0.6, Bessel std 0.45825756949558405
+    torch.testing.assert_close(ADVANTAGES["group_std"](r, 0.1),
+                               T([-0.7165151389911679, -0.17912878474779195, 0.8956439237389602]))
+    torch.testing.assert_close(ADVANTAGES["group_median"](r, 0.0), T([-0.3, 0.0, 0.6]))
+    torch.testing.assert_close(ADVANTAGES["group_median"](T([0, 1, 1]), 0.0), T([-1.0, 0.0, 0.0]))
+
+
+@pytest.mark.parametrize("name", ADVANTAGES.names())
+@pytest.mark.parametrize("rewards", [T([0.3, 0.3, 0.3]), T([1.0]), T([0.1] * 7), T([0, 0], [0, 0])])
+def test_flat_groups_get_exactly_zero(name, rewards):
+    adv = ADVANTAGES[name](rewards, 0.0)  # eps 0: the worst case for 0/0
+    assert torch.equal(adv, torch.zeros_like(rewards))
+
+
+def test_advantage_metrics():
+    got = advantage_metrics(T([0.5, -0.5, 0.0, 0.0], [1.5, 0.0, -1.0, 0.0]))
+    assert got == pytest.approx({M.ADV_MEAN: 0.0625, M.ADV_ABS_MEAN: 0.4375, M.ADV_ZERO_FRAC: 0.5})
+
+
+# ---- importance ratios ------------------------------------------------------------------
+LOGP_DIFF = T([math.log(2), math.log(8), 5.0])  # last position is padding
+MASK = torch.tensor([[1, 1, 0]])
+
+
+def test_token_ratio():
+    got = RATIOS["token"](LOGP_DIFF, torch.zeros_like(LOGP_DIFF), MASK).exp()
+    torch.testing.assert_close(got, T([2.0, 8.0, 1.0]))  # padding → log-ratio 0
+
+
+@pytest.mark.parametrize("level", ["sequence", "sequence_token"])
+def test_sequence_ratio_is_geometric_mean(level):
+    got = RATIOS[level](LOGP_DIFF, torch.zeros_like(LOGP_DIFF), MASK).exp()
+    assert got[0, 0].item() == pytest.approx(4.0) and got[0, 1].item() == pytest.approx(4.0)  # sqrt(2·8)
+
+
+def test_sequence_vs_sequence_token_gradients():
+    # d s_i/d logp_it = s_i/T_i for GSPO; s_i for GSPO-token (its value is still s_i).
+    grads = {}
+    for level in ("sequence", "sequence_token", "token"):
+        logp = LOGP_DIFF.clone().requires_grad_(True)
+        RATIOS[level](logp, torch.zeros_like(logp), MASK).exp()[0, :2].sum().backward()
+        grads[level] = logp.grad[0].tolist()
+    # sequence: both entries equal 4 and each depends on both tokens with weight 4/2
+    assert grads["sequence"] == pytest.approx([4.0, 4.0, 0.0])
+    assert grads["sequence_token"] == pytest.approx([4.0, 4.0, 0.0])
+    assert grads["token"] == pytest.approx([2.0, 8.0, 0.0])
+    logp = LOGP_DIFF.clone().requires_grad_(True)
+    RATIOS["sequence"](logp, torch.zeros_like(logp), MASK).exp()[0, 0].backward()
+    assert logp.grad[0].tolist() == pytest.approx([2.0, 2.0, 0.0])  # one s_i: 4/T_i per token
+    logp = LOGP_DIFF.clone().requires_grad_(True)
+    RATIOS["sequence_token"](logp, torch.zeros_like(logp), MASK).exp()[0, 0].backward()
+    assert logp.grad[0].tolist() == pytest.approx([4.0, 0.0, 0.0])  # per-token: only its own token
+
+
+# ---- clipping ---------------------------------------------------------------------------
+R = T([0.5, 0.9, 1.0, 1.1, 1.25, 1.5])
+
+
+@pytest.mark.parametrize("adv, lo, hi, loss, low, high", [
+    (1.0, 0.2, 0.28, [-0.5, -0.9, -1.0, -1.1, -1.25, -1.28], [0] * 6, [0, 0, 0, 0, 0, 1]),
+    (1.0, 0.2, 0.2, [-0.5, -0.9, -1.0, -1.1, -1.2, -1.2], [0] * 6, [0, 0, 0, 0, 1, 1]),
+    (-1.0, 0.2, 0.28, [0.8, 0.9, 1.0, 1.1, 1.25, 1.5], [1, 0, 0, 0, 0, 0], [0] * 6),
+    (-2.0, 0.1, 0.28, [1.8, 1.8, 2.0, 2.2, 2.5, 3.0], [1, 0, 0, 0, 0, 0], [0] * 6),
+    (0.0, 0.2, 0.2, [0.0] * 6, [0] * 6, [0] * 6),
+])
+def test_clipped_surrogate(adv, lo, hi, loss, low, high):
+    log_r = R.log().requires_grad_(True)
+    out = clipped_surrogate(log_r, torch.full((1,), adv, dtype=torch.float64), lo, hi)
+    torch.testing.assert_close(out.loss, T(loss))
+    assert out.clipped_low.int().tolist() == [low] and out.clipped_high.int().tolist() == [high]
+    out.loss.sum().backward()
+    # clipped tokens get no gradient; the others get dℓ/dlog r = −r·A
+    expected = [0.0 if (l or h) else -r * adv for r, l, h in zip(R[0].tolist(), low, high)]
+    assert log_r.grad[0].tolist() == pytest.approx(expected)
+
+
+def test_dual_clip_caps_negative_advantage_loss():
+    log_r = T([0.5, 2.0, 5.0], [0.5, 2.0, 5.0]).log().requires_grad_(True)
+    adv = torch.tensor([-1.0, 2.0], dtype=torch.float64)
+    out = clipped_surrogate(log_r, adv, 0.2, 0.2, dual_clip=3.0)
+    # A=−1: max(r, clip r) = 0.8, 2, 5 → capped at 3; A=+2 is never dual-clipped
+    torch.testing.assert_close(out.loss, T([0.8, 2.0, 3.0], [-1.0, -2.4, -2.4]))
+    assert out.dual_clipped.int().tolist() == [[0, 0, 1], [0, 0, 0]]
+    out.loss.sum().backward()
+    torch.testing.assert_close(log_r.grad, T([0.0, 2.0, 0.0], [-1.0, 0.0, 0.0]))
+
+
+def test_gspo_sequence_clipping_with_tiny_epsilon():
+    s = ObjectiveSettings.preset("gspo")
+    old = torch.zeros(4, 2, dtype=torch.float64)
+    logp = T(
+        [math.log(1.5), math.log(1 / 1.5)],   # token ratios 1.5, 0.67 but s = 1: not clipped
+        [math.log(1.0005), math.log(1.0005)],  # s = 1.0005 > 1 + 4e-4 with A > 0: clipped high
+        [math.log(0.9996), math.log(0.9996)],  # s = 0.9996 < 1 − 3e-4 with A < 0: clipped low
+        [math.log(0.9996), math.log(0.9996)],  # same ratio with A > 0: not clipped
+    ).requires_grad_(True)
+    adv = torch.tensor([1.0, 1.0, -1.0, 1.0], dtype=torch.float64)
+    out = policy_loss(logp, old, adv, torch.ones(4, 2), s)
+    assert out.metrics[M.CLIP_FRAC_HIGH].item() == pytest.approx(0.25)
+    assert out.metrics[M.CLIP_FRAC_LOW].item() == pytest.approx(0.25)
+    assert out.metrics[M.CLIP_FRAC].item() == pytest.approx(0.5)
+    out.loss.backward()
+    # loss = mean over 4 sequences of −s_i·A_i (or the clipped constant); ∂s_i/∂logp_it = s_i/2
+    g = logp.grad
+    assert g[0].tolist() == pytest.approx([-1 / 8, -1 / 8])
+    assert g[1].tolist() == [0.0, 0.0] and g[2].tolist() == [0.0, 0.0]
+    assert g[3].tolist() == pytest.approx([-0.9996 / 8, -0.9996 / 8])
+    assert out.loss.item() == pytest.approx(-(1.0 + 1.0004 - 0.9997 + 0.9996) / 4)
+    # the same tokens under token-level GRPO clipping: the 1.5 ratio clips
+    tok = policy_loss(logp.detach(), old, adv, torch.ones(4, 2), ObjectiveSettings.preset("grpo"))
+    assert tok.metrics[M.CLIP_FRAC_HIGH].item() == pytest.approx(1 / 8)
+
+
+# ---- aggregation ------------------------------------------------------------------------
+LOSS = T([1.0, 2.0, 3.0, float("nan")], [4.0, 5.0, 99.0, 99.0], [7.0, 7.0, 7.0, 7.0])
+AGG_MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])  # third response fully masked
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("seq_mean_token_mean", (6 / 3 + 9 / 2) / 2),  # 3.25
+    ("token_mean", 15 / 5),                        # 3.0
+    ("constant", 15 / (2 * 4)),                    # 1.875 with L_max = 4
+    ("seq_mean_token_sum", 15 / 2),                # 7.5
+])
+def test_aggregation_modes(mode, expected):
+    norm = Normaliser.from_mask(AGG_MASK, max_len=4)
+    assert (norm.num_sequences, norm.num_tokens) == (2, 5)
+    assert AGGREGATIONS[mode](LOSS, AGG_MASK, norm).item() == pytest.approx(expected)
+
+
+def test_constant_normaliser_needs_max_len():
+    with pytest.raises(ValueError, match="max_len"):
+        AGGREGATIONS["constant"](LOSS, AGG_MASK, Normaliser.from_mask(AGG_MASK))
+
+
+def test_all_masked_batch_gives_zero_not_nan():
+    mask = torch.zeros(2, 3)
+    for mode in AGGREGATIONS.names():
+        assert AGGREGATIONS[mode](torch.ones(2, 3), mask, Normaliser.from_mask(mask, 3)).item() == 0.0
+
+
+# ---- KL and entropy ---------------------------------------------------------------------
+LOG_R = T([math.log(2), 0.0, -math.log(2)])
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("k1", [0.6931471805599453, 0.0, -0.6931471805599453]),
+    ("k2", [0.2402265069591007, 0.0, 0.2402265069591007]),
+    ("k3", [0.1931471805599453, 0.0, 0.3068528194400547]),  # 1/2 − 1 + ln 2; 2 − 1 − ln 2
+])
+def test_kl_estimators(name, expected):
+    torch.testing.assert_close(KL_ESTIMATORS[name](LOG_R, torch.zeros_like(LOG_R)), T(expected))
+
+
+def test_token_entropy_and_logprobs():
+    logits = T([0.0, 0.0, -50, -50], [0.0, 0.0, 0.0, 0.0], [math.log(3), 0.0, float("-inf"), float("-inf")])
+    h = token_entropy(logits[:, :2].unsqueeze(0)).squeeze(0)
+    torch.testing.assert_close(h, torch.tensor([0.6931471805599453, 0.6931471805599453, 0.5623351446188083],
+                                               dtype=torch.float64))
+    assert token_entropy(logits[1:2].unsqueeze(0)).item() == pytest.approx(1.3862943611198906)  # ln 4
+    lp = token_logprobs(logits[2:3, :2].unsqueeze(0), torch.tensor([[0]]))
+    assert lp.item() == pytest.approx(-0.2876820724517809)  # ln 0.75
+
+
+def test_policy_loss_entropy_is_token_mean_whatever_the_aggregation():
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    entropy = T([1.0, 1.0, 1.0], [3.0, 9.0, 9.0])
+    zeros = torch.zeros(2, 3, dtype=torch.float64)
+    for preset in ("grpo", "gspo"):
+        out = policy_loss(zeros, zeros, torch.ones(2, dtype=torch.float64), mask,
+                          ObjectiveSettings.preset(preset), entropy=entropy)
+        assert out.metrics[M.ENTROPY].item() == pytest.approx(6 / 4)  # not (1 + 3)/2
+
+
+def test_policy_loss_kl_term_and_metric():
+    mask = torch.tensor([[1, 1, 0]])
+    logp = T([math.log(2), -math.log(2), 7.0])
+    zeros = torch.zeros_like(logp)
+    s = ObjectiveSettings.preset("grpo", kl_coef=0.5, kl_estimator="k3")
+    out = policy_loss(logp, zeros, torch.zeros(1, dtype=torch.float64), mask, s, ref_logp=zeros)
+    # A = 0 so the surrogate is 0; loss = β · mean_t k3 = 0.5 · (0.19314718 + 0.30685282)/2
+    assert out.loss.item() == pytest.approx(0.125)
+    assert out.metrics[M.KL].item() == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="ref_logp"):
+        policy_loss(logp, zeros, torch.zeros(1), mask, s)
+
+
+# ---- overlong and dynamic sampling ------------------------------------------------------
+def test_soft_overlong_penalty():
+    # L_max = 20, L_cache = 5: free up to 15, then −1/5 per token, −1 beyond 20
+    got = soft_overlong_penalty(torch.tensor([10, 15, 16, 18, 20, 21]), max_len=20, cache_len=5)
+    torch.testing.assert_close(got, torch.tensor([0.0, 0.0, -0.2, -0.6, -1.0, -1.0], dtype=torch.float64))
+    with pytest.raises(ValueError):
+        soft_overlong_penalty(torch.tensor([1]), max_len=4, cache_len=5)
+
+
+def test_overlong_filter():
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    got = overlong_filter(mask, torch.tensor([True, False]))
+    assert got.tolist() == [[0, 0, 0], [1, 1, 0]]
+
+
+def test_dynamic_sampling_filter_and_group_outcomes():
+    values = T([1, 0, 1], [1, 1, 1], [0, 0, 0], [0.5, 0.5, 0.5])
+    f = dynamic_sampling_filter(values)
+    assert f.keep.tolist() == [True, False, False, False]
+    assert (f.dropped, f.dropped_all_max) == (3, 1)
+    got = group_outcome_metrics(torch.tensor([[1, 0, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0]]))
+    assert got == {M.GROUPS_ALL_CORRECT_FRAC: 0.25, M.GROUPS_ALL_WRONG_FRAC: 0.5, M.GROUPS_MIXED_FRAC: 0.25}

@@ -1,0 +1,81 @@
+"""Loss aggregation (the length-normalisation switch).
+
+Every mode divides by counts taken over the whole optimisation batch
+(`Normaliser`), and returns one micro-batch's *contribution*: summing the
+contributions of any split of the batch gives exactly the full-batch loss and
+gradient. Dividing by micro-batch counts instead is the pitfall GUIDE §2 names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainer.objective.registry import Registry
+
+AGGREGATIONS: Registry = Registry("loss aggregation")
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """Counts over the whole optimisation batch."""
+
+    num_sequences: int
+    """B: responses with at least one loss token (a fully masked response counts for nothing)."""
+    num_tokens: int
+    """Σ_i T_i: loss tokens in the batch."""
+    max_len: int | None = None
+    """L_max, the generation budget (constant normaliser only)."""
+
+    @classmethod
+    def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> "Normaliser":
+        lengths = mask.sum(-1)
+        return cls(int((lengths > 0).sum()), int(lengths.sum()), max_len)
+
+
+def masked(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """loss where mask is set, 0 elsewhere (a `where`, so NaN on padding cannot leak)."""
+    return torch.where(mask.bool(), loss, torch.zeros_like(loss))
+
+
+@AGGREGATIONS.register("seq_mean_token_mean")
+def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, norm: Normaliser) -> torch.Tensor:
+    """L = (1/B) Σ_i (1/T_i) Σ_t m_it ℓ_it.
+
+    GRPO: Shao et al. 2024 (arXiv 2402.03300), eq. 3. The 1/T_i makes each token of a long
+    response count less, so long wrong answers are penalised less per token (Dr. GRPO,
+    arXiv 2503.20783, §3.1). With a sequence-level ratio this is GSPO's mean over sequences.
+    """
+    lengths = mask.sum(-1).to(loss.dtype).clamp(min=1)
+    return (masked(loss, mask).sum(-1) / lengths).sum() / max(norm.num_sequences, 1)
+
+
+@AGGREGATIONS.register("token_mean")
+def token_mean(loss: torch.Tensor, mask: torch.Tensor, norm: Normaliser) -> torch.Tensor:
+    """L = Σ_i Σ_t m_it ℓ_it / Σ_i Σ_t m_it: every token of the batch weighs the same.
+
+    DAPO's token-level loss: Yu et al. 2025 (arXiv 2503.14476), eq. 12.
+    """
+    return masked(loss, mask).sum() / max(norm.num_tokens, 1)
+
+
+@AGGREGATIONS.register("constant")
+def constant(loss: torch.Tensor, mask: torch.Tensor, norm: Normaliser) -> torch.Tensor:
+    """L = Σ_i Σ_t m_it ℓ_it / (B · L_max), L_max the generation budget (a constant).
+
+    Dr. GRPO: Liu et al. 2025 (arXiv 2503.20783), §3.2 and eq. 4 (oat's `constant_normalizer`).
+    """
+    if norm.max_len is None:
+        raise ValueError("aggregation 'constant' needs max_len (L_max)")
+    return masked(loss, mask).sum() / (max(norm.num_sequences, 1) * norm.max_len)
+
+
+@AGGREGATIONS.register("seq_mean_token_sum")
+def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, norm: Normaliser) -> torch.Tensor:
+    """L = (1/B) Σ_i Σ_t m_it ℓ_it: per-response sums, averaged over responses.
+
+    verl's `seq-mean-token-sum` (Sheng et al. 2024, HybridFlow, arXiv 2409.19256); longer
+    responses weigh proportionally more.
+    """
+    return masked(loss, mask).sum() / max(norm.num_sequences, 1)

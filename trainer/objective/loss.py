@@ -1,0 +1,117 @@
+"""The composed objective: what the training loop calls, and a public API of its own.
+
+`policy_loss` returns one micro-batch's contribution to the batch loss and to each
+metric; `merge_metrics` combines the contributions of all micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainer import metric_names as M
+from trainer.objective.advantages import ADVANTAGES
+from trainer.objective.aggregation import AGGREGATIONS, Normaliser, masked
+from trainer.objective.clipping import clipped_surrogate
+from trainer.objective.kl import KL_ESTIMATORS
+from trainer.objective.overlong import overlong_filter, soft_overlong_penalty
+from trainer.objective.ratios import RATIOS
+from trainer.objective.settings import ObjectiveSettings
+
+_MIN_METRICS = (M.RATIO_MIN,)
+_MAX_METRICS = (M.RATIO_MAX,)
+
+
+@dataclass
+class ObjectiveOutput:
+    loss: torch.Tensor
+    """Scalar with graph: this micro-batch's share of the batch loss."""
+    metrics: dict[str, torch.Tensor]
+    """Detached scalars: this micro-batch's share of each metric (see `merge_metrics`)."""
+
+
+def shape_rewards(rewards: torch.Tensor, lengths: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
+    """R'_i = R_i + R_length(T_i) when overlong_penalty is on (DAPO, arXiv 2503.14476, eq. 13), else R_i."""
+    if not s.overlong_penalty:
+        return rewards
+    return rewards + soft_overlong_penalty(lengths, s.max_len, s.overlong_cache_len).to(rewards.dtype)
+
+
+def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
+    """m_it ← m_it · 1[response i not truncated] when overlong_filter is on (DAPO, arXiv 2503.14476), else m."""
+    return overlong_filter(mask, truncated) if s.overlong_filter else mask
+
+
+def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
+    """A = estimator(R) for grouped rewards R [groups, G], the estimator named by `s.advantage`."""
+    return ADVANTAGES[s.advantage](rewards, s.adv_eps)
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                settings: ObjectiveSettings, *, ref_logp: torch.Tensor | None = None,
+                entropy: torch.Tensor | None = None, norm: Normaliser | None = None) -> ObjectiveOutput:
+    """L = agg_{i,t}( ℓ_it + β·KL_it ), ℓ_it the clipped surrogate at the configured ratio level.
+
+    logp, old_logp, ref_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
+    `norm` holds the counts of the whole optimisation batch; leave it None when the tensors
+    are the whole batch. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO
+    (arXiv 2503.20783), DAPO (arXiv 2503.14476) and GSPO (arXiv 2507.18071).
+    """
+    s = settings
+    norm = norm or Normaliser.from_mask(mask, s.max_len)
+    if norm.max_len is None and s.max_len is not None:
+        norm = Normaliser(norm.num_sequences, norm.num_tokens, s.max_len)
+    sur = clipped_surrogate(RATIOS[s.ratio](logp, old_logp, mask), advantages, s.clip_low, s.clip_high, s.dual_clip)
+    per_token = sur.loss
+    kl = None
+    if ref_logp is not None:
+        kl = KL_ESTIMATORS[s.kl_estimator](logp, ref_logp)
+        if s.kl_coef > 0:
+            per_token = per_token + s.kl_coef * kl
+    elif s.kl_coef > 0:
+        raise ValueError("kl_coef > 0 needs ref_logp (log-probs of the reference policy)")
+    loss = AGGREGATIONS[s.aggregation](per_token, mask, norm)
+
+    with torch.no_grad():
+        metrics = {M.LOSS: loss.detach()}
+        m = mask.bool()
+        n_tok = max(norm.num_tokens, 1)
+        if s.per_sequence_ratio:  # clipping decides per sequence: count sequences (GSPO)
+            def share(ind: torch.Tensor) -> torch.Tensor:
+                return (ind & m).any(-1).sum().double() / max(norm.num_sequences, 1)
+            has_tokens = m.any(-1)
+            values = sur.ratio[:, 0][has_tokens] if sur.ratio.shape[1] else sur.ratio.new_zeros(0)
+            metrics[M.RATIO_MEAN] = values.double().sum() / max(norm.num_sequences, 1)
+        else:
+            def share(ind: torch.Tensor) -> torch.Tensor:
+                return (ind & m).sum().double() / n_tok
+            values = sur.ratio[m]
+            metrics[M.RATIO_MEAN] = values.double().sum() / n_tok
+        metrics[M.RATIO_MIN] = values.min() if values.numel() else torch.tensor(float("inf"))
+        metrics[M.RATIO_MAX] = values.max() if values.numel() else torch.tensor(float("-inf"))
+        metrics[M.CLIP_FRAC_LOW] = share(sur.clipped_low)
+        metrics[M.CLIP_FRAC_HIGH] = share(sur.clipped_high)
+        metrics[M.CLIP_FRAC] = metrics[M.CLIP_FRAC_LOW] + metrics[M.CLIP_FRAC_HIGH]
+        if s.dual_clip is not None:
+            metrics[M.DUAL_CLIP_FRAC] = share(sur.dual_clipped)
+        if entropy is not None:  # always a token mean, whatever the aggregation (GUIDE §3)
+            metrics[M.ENTROPY] = masked(entropy.detach(), m).sum().double() / n_tok
+        if kl is not None:
+            metrics[M.KL] = masked(kl.detach(), m).sum().double() / n_tok
+    return ObjectiveOutput(loss=loss, metrics=metrics)
+
+
+def merge_metrics(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """metric = Σ_k contribution_k over micro-batches k (each already divided by batch-wide counts);
+    policy/ratio_min = min_k, policy/ratio_max = max_k."""
+    out: dict[str, float] = {}
+    for key in parts[0]:
+        vals = torch.stack([torch.as_tensor(p[key], dtype=torch.float64) for p in parts])
+        if key in _MIN_METRICS:
+            out[key] = vals.min().item()
+        elif key in _MAX_METRICS:
+            out[key] = vals.max().item()
+        else:
+            out[key] = vals.sum().item()
+    return out
