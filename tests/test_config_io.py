@@ -1,0 +1,194 @@
+"""config_io: every error is one line naming the file and key; overrides parse YAML types."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.config_io import ConfigError, apply_overrides, load_yaml, validate
+
+
+class Objective(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    clip_low: float = Field(0.2, gt=0)
+    clip_high: float = Field(0.28, gt=0)
+
+
+class Trainer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lr: float = 1e-6
+    steps: int = 100
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    objective: Objective = Objective()
+    trainer: Trainer | None = None
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_load_yaml_reads_mapping(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text("name: x\ntrainer:\n  lr: 1.0e-5\n")
+    assert load_yaml(path) == {"name": "x", "trainer": {"lr": 1e-5}}
+
+
+def test_load_yaml_empty_file_is_empty_mapping(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_yaml(path) == {}
+
+
+def test_load_yaml_missing_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as exc:
+        load_yaml(path)
+    assert _one_line(exc) == f"{path}: file not found"
+
+
+def test_load_yaml_unreadable(tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        load_yaml(tmp_path)  # a directory
+    assert _one_line(exc).startswith(f"{tmp_path}: cannot read")
+
+
+def test_load_yaml_syntax_error_names_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ntrainer:\n  lr: [1, 2\n  steps: 3\n")
+    with pytest.raises(ConfigError) as exc:
+        load_yaml(path)
+    message = _one_line(exc)
+    assert message.startswith(f"{path}: line ")
+    assert "invalid YAML" in message
+
+
+def test_load_yaml_rejects_non_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError) as exc:
+        load_yaml(path)
+    assert _one_line(exc) == f"{path}: top level must be a mapping of keys, got list"
+
+
+def test_load_yaml_does_not_construct_python_objects(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("x: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("3", 3),
+        ("1e-4", 1e-4),
+        ("-2.5E+3", -2500.0),
+        ("0.5", 0.5),
+        ("true", True),
+        ("[1,2]", [1, 2]),
+        ("null", None),
+        ("grpo", "grpo"),
+        ("'3'", "3"),
+        ("{a: 1}", {"a": 1}),
+    ],
+)
+def test_override_value_types(raw, expected):
+    result = apply_overrides({}, [f"x={raw}"])
+    assert result == {"x": expected}
+    assert type(result["x"]) is type(expected)
+
+
+def test_nested_overrides_create_and_replace_without_mutating_input():
+    data = {"trainer": {"lr": 1e-6, "steps": 10}, "name": "a"}
+    result = apply_overrides(data, ["trainer.lr=3e-6", "objective.clip_high=0.28", "a.b.c=1", "name=b"])
+    assert result == {
+        "trainer": {"lr": 3e-6, "steps": 10},
+        "objective": {"clip_high": 0.28},
+        "a": {"b": {"c": 1}},
+        "name": "b",
+    }
+    assert data == {"trainer": {"lr": 1e-6, "steps": 10}, "name": "a"}
+
+
+def test_later_override_wins_and_value_may_contain_equals():
+    assert apply_overrides({}, ["k=1", "k=2"]) == {"k": 2}
+    assert apply_overrides({}, ["k=a=b"]) == {"k": "a=b"}
+
+
+@pytest.mark.parametrize("item", ["trainer.lr", "=3", ".lr=3", "trainer..lr=3", " =1"])
+def test_malformed_override_names_item(item):
+    with pytest.raises(ConfigError) as exc:
+        apply_overrides({}, [item])
+    assert repr(item) in _one_line(exc)
+
+
+def test_override_below_scalar_is_an_error():
+    with pytest.raises(ConfigError) as exc:
+        apply_overrides({"trainer": {"lr": 1e-6}}, ["trainer.lr.x=1"])
+    assert "trainer.lr is 1e-06, not a mapping" in _one_line(exc)
+
+
+def test_override_with_bad_yaml_value():
+    with pytest.raises(ConfigError) as exc:
+        apply_overrides({}, ["k=[1, 2"])
+    assert "'k=[1, 2'" in _one_line(exc)
+
+
+def test_validate_returns_model():
+    cfg = validate(RunConfig, {"name": "a", "trainer": {"lr": "1e-4"}}, "x.yaml")
+    assert cfg.trainer.lr == 1e-4
+
+
+def test_validate_constraint_error():
+    with pytest.raises(ConfigError) as exc:
+        validate(RunConfig, {"name": "a", "objective": {"clip_high": -0.1}}, "ablations/x.yaml")
+    assert _one_line(exc) == "ablations/x.yaml: objective.clip_high: Input should be greater than 0 (got -0.1)"
+
+
+def test_validate_unknown_key_suggests_spelling():
+    with pytest.raises(ConfigError) as exc:
+        validate(RunConfig, {"name": "a", "trainer": {"lrr": 1}}, "ablations/x.yaml")
+    assert _one_line(exc) == "ablations/x.yaml: trainer.lrr: unknown key (did you mean 'lr'?)"
+
+
+def test_validate_missing_key():
+    with pytest.raises(ConfigError) as exc:
+        validate(RunConfig, {}, "x.yaml")
+    assert _one_line(exc) == "x.yaml: name: required key is missing"
+
+
+def test_validate_several_problems_on_one_line():
+    data = {"objective": {"clip_low": 0, "clip_high": 0}, "zzz": 1, "trainer": {"steps": "many"}}
+    with pytest.raises(ConfigError) as exc:
+        validate(RunConfig, data, "x.yaml")
+    message = _one_line(exc)
+    problems = message.split("; ")
+    assert len(problems) == 5
+    assert all(p.startswith("x.yaml: ") for p in problems)
+    assert "x.yaml: zzz: unknown key" in problems
+    assert "x.yaml: name: required key is missing" in problems
+
+
+def test_validate_caps_the_number_of_problems():
+    class Many(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    with pytest.raises(ConfigError) as exc:
+        validate(Many, {f"k{i}": i for i in range(8)}, "m.yaml")
+    message = _one_line(exc)
+    assert message.count("unknown key") == 5
+    assert message.endswith("; (+3 more)")
+
+
+def test_load_override_validate_pipeline(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("name: base\ntrainer:\n  lr: 1.0e-6\n")
+    data = apply_overrides(load_yaml(path), ["trainer.steps=5", "objective.clip_high=0.3"])
+    cfg = validate(RunConfig, data, str(path))
+    assert (cfg.trainer.steps, cfg.trainer.lr, cfg.objective.clip_high) == (5, 1e-6, 0.3)
