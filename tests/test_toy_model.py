@@ -1,0 +1,163 @@
+"""The toy model build: a real SFT build (few steps), cache reuse, determinism, loading as a hub model."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import trainer.models.toy as toy
+from trainer.models.char_tokenizer import build_char_tokenizer
+from trainer.tasks.toy_addition import CHARS, ToyAdditionTask, target_trace
+
+TINY = toy.ToyModelConfig(sft_steps=4, batch_size=8, warmup_steps=1, eval_samples=8)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return toy.ensure_toy_model(TINY, tmp_path_factory.mktemp("cache"))
+
+
+def _weights(path):
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_build_loads_back_as_an_ordinary_checkpoint(built):
+    assert built.name == f"toy-{toy.config_hash(TINY)}"
+    model = AutoModelForCausalLM.from_pretrained(built)
+    tokenizer = AutoTokenizer.from_pretrained(built)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 3
+    assert model.config.intermediate_size == 192 and model.config.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert model.config.vocab_size == len(tokenizer) == len(CHARS) + 4
+    assert model.config.eos_token_id == tokenizer.eos_token_id
+    assert 150_000 < sum(p.numel() for p in model.parameters()) < 170_000
+    report = json.loads((built / toy.COMPLETE_MARKER).read_text())
+    assert report["hash"] == toy.config_hash(TINY) and report["config"] == TINY.model_dump(mode="json")
+    assert report["eval"]["n"] == 8
+    reloaded_weights = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    assert all(torch.equal(reloaded_weights[k], v) for k, v in _weights(built).items())
+
+
+def test_second_call_reuses_the_cache(built, monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("retrained although a complete build exists")
+
+    monkeypatch.setattr(toy, "_train", no_training)
+    assert toy.ensure_toy_model(TINY, built.parent) == built
+
+
+def test_same_config_gives_identical_weights_and_seed_changes_them(built, tmp_path):
+    again = toy.build_toy_model(TINY, tmp_path / "a")
+    first, second = _weights(built), _weights(again)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    other = _weights(toy.build_toy_model(TINY.model_copy(update={"seed": 1}), tmp_path / "b"))
+    assert not all(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_hash_follows_the_config():
+    assert toy.config_hash(TINY) == toy.config_hash(toy.ToyModelConfig(**TINY.model_dump()))
+    assert toy.config_hash(TINY) != toy.config_hash(TINY.model_copy(update={"lr": 1e-3}))
+    nested = TINY.model_copy(update={"task": TINY.task.model_copy(update={"hide_prob": 0.3})})
+    assert toy.config_hash(TINY) != toy.config_hash(nested)
+
+
+def test_incomplete_build_is_rebuilt_and_concurrent_callers_build_once(tmp_path, monkeypatch):
+    config = TINY.model_copy(update={"sft_steps": 1, "eval_samples": 0})
+    leftover = toy.toy_model_dir(config, tmp_path)
+    leftover.mkdir(parents=True)
+    (leftover / "junk").write_text("crashed build")
+    calls = []
+    real_train = toy._train
+
+    def counted(*args):
+        calls.append(1)
+        return real_train(*args)
+
+    monkeypatch.setattr(toy, "_train", counted)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(toy.ensure_toy_model(config, tmp_path)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [leftover] * 3 and len(calls) == 1
+    assert not (leftover / "junk").exists() and (leftover / toy.COMPLETE_MARKER).exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp dirs left
+
+
+def test_sft_batch_trains_on_the_response_only():
+    tokenizer = build_char_tokenizer(CHARS)
+    task = ToyAdditionTask(TINY.task)
+    ids, mask, labels = toy._sft_batch(task, tokenizer, np.random.default_rng(0), 4)
+    for row_ids, row_mask, row_labels in zip(ids.tolist(), mask.tolist(), labels.tolist()):
+        n = sum(row_mask)
+        text = tokenizer.decode(row_ids[:n])
+        prompt_len = text.index("=") + 1 - len("<s>") + 1  # BOS + prompt
+        assert row_ids[0] == tokenizer.bos_token_id and row_ids[n - 1] == tokenizer.eos_token_id
+        assert row_labels[:prompt_len] == [-100] * prompt_len
+        assert row_labels[prompt_len:n] == row_ids[prompt_len:n]
+        assert row_labels[n:] == [-100] * (len(row_ids) - n)
+
+
+def test_short_sft_lowers_the_loss(tmp_path):
+    config = TINY.model_copy(update={"sft_steps": 40, "batch_size": 16, "warmup_steps": 5, "eval_samples": 0})
+    report = json.loads((toy.build_toy_model(config, tmp_path) / toy.COMPLETE_MARKER).read_text())
+    assert report["final_loss"] < 2.0  # uniform guessing over the vocabulary is ln(46) = 3.8
+
+
+class _ScriptedModel:
+    """Stands in for a model: answers prompt i with the i-th scripted response (ids, EOS where scripted)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, responses: list[list[int]]):
+        self.responses = responses
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, pad_token_id, **kwargs):
+        width = max(len(r) for r in self.responses)
+        assert width <= max_new_tokens
+        rows = [r + [pad_token_id] * (width - len(r)) for r in self.responses]
+        return torch.cat([input_ids, torch.tensor(rows)], dim=1)
+
+
+def test_sampled_accuracy_counts_by_hand():
+    tokenizer = build_char_tokenizer(CHARS)
+    task = ToyAdditionTask(TINY.task.model_copy(update={"hide_prob": 0.0}))
+    groups = task.sample_groups(np.random.default_rng(3), 3, 1)  # sampled_accuracy draws the same prompts
+    trace = [toy_trace(task, g) for g in groups]
+    ids = [tokenizer.convert_tokens_to_ids(list(t)) for t in trace]
+    eos = tokenizer.eos_token_id
+    wrong = trace[1].replace(">", ">9")  # an extra leading 9: a wrong answer
+    filler = tokenizer.convert_tokens_to_ids(list("abcdefghijklmnop"))
+    responses = [ids[0] + filler + [eos],
+                 tokenizer.convert_tokens_to_ids(list(wrong)) + [eos],
+                 (ids[2] + filler * 4)[:64]]  # right answer but no EOS within the budget: wrong
+    result = toy.sampled_accuracy(_ScriptedModel(responses), tokenizer, task, n=3, seed=3, max_new_tokens=64)
+    assert result.accuracy == pytest.approx(1 / 3) and result.accuracy_clean == pytest.approx(1 / 3)
+    assert np.isnan(result.accuracy_hidden)
+    assert result.truncated_frac == pytest.approx(1 / 3)
+    assert result.length_mean == pytest.approx((len(ids[0]) + 17 + len(wrong) + 1 + 64) / 3)
+    assert result.filler_blocks == {"0": 1, "1": 1}
+
+
+def toy_trace(task, group):
+    return target_trace(task.config.model_copy(update={"max_filler_blocks": 0}), group, 0, np.random.default_rng(0))
+
+
+def test_sampled_accuracy_is_seeded(built):
+    model = AutoModelForCausalLM.from_pretrained(built)
+    tokenizer = AutoTokenizer.from_pretrained(built)
+    result = toy.sampled_accuracy(model, tokenizer, ToyAdditionTask(TINY.task), n=12, seed=0, max_new_tokens=16)
+    assert result.n == 12 and 0 < result.length_mean <= 16
+    assert 0.0 <= result.accuracy <= 1.0 and 0.0 <= result.truncated_frac <= 1.0
+    again = toy.sampled_accuracy(model, tokenizer, ToyAdditionTask(TINY.task), n=12, seed=0, max_new_tokens=16)
+    assert again == result

@@ -1,0 +1,209 @@
+"""The toy addition task: tokenizer, problem generator, target traces, grader and metrics."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from pydantic import ValidationError
+from transformers import AutoTokenizer
+
+from trainer.models.char_tokenizer import build_char_tokenizer
+from trainer.tasks.base import Grade, Group
+from trainer.tasks.toy_addition import (CHARS, ToyAdditionConfig, ToyAdditionTask, parse_completion,
+                                        target_trace)
+
+DEFAULT = ToyAdditionConfig()
+
+
+def _traces(config: ToyAdditionConfig, seed: int, n: int):
+    task = ToyAdditionTask(config)
+    rng = np.random.default_rng(seed)
+    for group in task.sample_groups(rng, n, 4):
+        for i in range(4):
+            yield task, group, i, target_trace(config, group, i, rng)
+
+
+def test_tokenizer_round_trip_and_save_load(tmp_path):
+    tok = build_char_tokenizer(CHARS)
+    text = "4?7+68=7+8=15,3+6=10?4+0=05,>505;abcdefghijklmnop"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id and len(ids) == len(text) + 1
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.convert_ids_to_tokens([tok.pad_token_id, tok.bos_token_id, tok.eos_token_id]) == ["<pad>", "<s>", "</s>"]
+    assert len(tok) == len(CHARS) + 4
+    tok.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded(text)["input_ids"] == ids
+    assert loaded.decode(ids + [loaded.eos_token_id], skip_special_tokens=True) == text
+    assert (loaded.bos_token_id, loaded.eos_token_id, loaded.pad_token_id) == (1, 2, 0)
+    batch = loaded(["1+2=", "123+45="], padding=True)["input_ids"]
+    assert batch[0][:3] == [0, 0, 0] and batch[0][3] == 1  # left padding, then BOS
+
+
+def test_tokenizer_rejects_repeated_characters():
+    with pytest.raises(ValueError):
+        build_char_tokenizer("aab")
+
+
+def test_config_is_strict():
+    with pytest.raises(ValidationError):
+        ToyAdditionConfig(hide_probability=0.5)
+    with pytest.raises(ValidationError):
+        ToyAdditionConfig(min_digits=3, max_digits=2)
+    with pytest.raises(ValidationError):
+        ToyAdditionConfig(filler_block_len=27)
+
+
+def test_generator_is_deterministic_and_ids_are_stable():
+    task = ToyAdditionTask(DEFAULT)
+    first = task.sample_groups(np.random.default_rng(7), 20, 8)
+    assert first == task.sample_groups(np.random.default_rng(7), 20, 8)
+    assert first != task.sample_groups(np.random.default_rng(8), 20, 8)
+    for group in first:
+        a, b = group.problem_id.split("+")
+        assert group.answer == str(int(a) + int(b))
+        assert 1 <= len(a) <= 4 and 1 <= len(b) <= 4 and (len(a) == 1 or a[0] != "0")
+        assert len(group.prompts) == len(group.meta) == 8
+        for prompt, meta in zip(group.prompts, group.meta):
+            assert prompt.endswith("=")
+            assert meta["hidden_digit"] == ("?" in prompt)
+            if not meta["hidden_digit"]:
+                assert prompt == f"{a}+{b}="
+
+
+def test_hidden_digit_rate_and_digit_mix():
+    task = ToyAdditionTask(DEFAULT)
+    groups = task.sample_groups(np.random.default_rng(0), 500, 8)
+    hidden = [m["hidden_digit"] for g in groups for m in g.meta]
+    assert 0.36 < np.mean(hidden) < 0.44
+    assert all(p.count("?") <= 1 for g in groups for p in g.prompts)
+    lengths = Counter(len(g.problem_id.split("+")[0]) for g in groups)
+    assert set(lengths) == {1, 2, 3, 4} and min(lengths.values()) > 90
+
+
+def test_every_clean_trace_grades_correct():
+    seen = 0
+    for task, group, i, trace in _traces(DEFAULT, seed=1, n=300):
+        if not group.meta[i]["hidden_digit"]:
+            grade = task.grade(group, i, trace)
+            assert grade.correct and grade.reward == 1.0, (group.prompts[i], trace)
+            assert "?" not in trace
+            seen += 1
+    assert seen > 500
+
+
+def test_trace_format_example():
+    group = Group(problem_id="457+68", answer="525", prompts=("457+68=", "4?7+68="),
+                  meta=({"hidden_digit": False, "hidden_operand": None, "hidden_place": None},
+                        {"hidden_digit": True, "hidden_operand": 0, "hidden_place": 1}))
+    config = ToyAdditionConfig(max_filler_blocks=0)
+    assert target_trace(config, group, 0, np.random.default_rng(0)) == "7+8=15,5+6=12,4+0=05,>525;"
+    hidden = target_trace(config, group, 1, np.random.default_rng(0))
+    guess = int(hidden[7])
+    assert hidden == f"7+8=15,{guess}+6={guess + 7:02d}?4+0={4 + (guess + 7) // 10:02d},>{457 - 50 + 10 * guess + 68};"
+
+
+def test_hidden_traces_guess_visibly_and_are_mostly_wrong():
+    outcomes = []
+    for task, group, i, trace in _traces(DEFAULT, seed=2, n=400):
+        meta = group.meta[i]
+        if meta["hidden_digit"]:
+            columns = trace.split(">")[0]
+            assert columns.count("?") == 1
+            guessed = (columns.index("?") + 1) // 7 - 1  # the column the `?` closes, counted from the units
+            assert guessed == meta["hidden_place"]
+            operand = group.problem_id.split("+")[meta["hidden_operand"]]
+            true_digit = operand[len(operand) - 1 - meta["hidden_place"]]
+            guess = columns[7 * guessed + 2 * meta["hidden_operand"]]
+            grade = task.grade(group, i, trace)
+            assert grade.correct == (guess == true_digit)
+            assert grade.info["hidden_digit"] is True
+            outcomes.append(grade.correct)
+    assert len(outcomes) > 500
+    assert 0.05 < np.mean(outcomes) < 0.15  # the guess is right one time in ten
+
+
+def test_filler_is_uniform_and_independent_of_correctness():
+    blocks = {True: Counter(), False: Counter()}
+    for task, group, i, trace in _traces(DEFAULT, seed=3, n=600):
+        grade = task.grade(group, i, trace)
+        assert grade.info["filler_tokens"] % 16 == 0
+        blocks[grade.correct][grade.info["filler_tokens"] // 16] += 1
+    for counts in blocks.values():
+        total = sum(counts.values())
+        assert set(counts) == {0, 1, 2}
+        assert all(abs(c / total - 1 / 3) < 0.05 for c in counts.values())
+
+
+def test_longest_trace_fits_the_budget():
+    group = Group(problem_id="9999+9999", answer="19998", prompts=("9999+9999=",),
+                  meta=({"hidden_digit": False, "hidden_operand": None, "hidden_place": None},))
+    config = ToyAdditionConfig(max_filler_blocks=2)
+    longest = max(len(target_trace(config, group, 0, np.random.default_rng(s))) for s in range(30))
+    assert longest + 1 == 68  # with EOS; well inside 128 new tokens
+
+
+def test_grader_ignores_filler():
+    task = ToyAdditionTask(DEFAULT)
+    group = Group(problem_id="12+1", answer="13", prompts=("12+1=",), meta=({"hidden_digit": False},))
+    base = "2+1=03,1+0=01,>13;"
+    for tail in ["", "abcdefghijklmnop", "abcdefghijklmnop" * 5, "abc", ">99;", "xyz;>13;"]:
+        grade = task.grade(group, 0, base + tail)
+        assert grade.correct and grade.reward == 1.0
+        assert grade.info["filler_tokens"] == len(tail)
+        assert grade.info["hidden_digit"] is False
+    assert not task.grade(group, 0, "2+1=03,1+0=01,>14;abcdefghijklmnop").correct
+
+
+@pytest.mark.parametrize("completion", [
+    "", ">", ";", "13", ">13", "13;", ">;", "> 13;", ">0013;", ">13a;", ">-13;", ">１３;", ";>13", "2+1=03,1+0=01,",
+])
+def test_malformed_completions_grade_wrong(completion):
+    task = ToyAdditionTask(DEFAULT)
+    group = Group(problem_id="12+1", answer="13", prompts=("12+1=",), meta=({"hidden_digit": False},))
+    grade = task.grade(group, 0, completion)
+    assert not grade.correct and grade.reward == 0.0
+    assert isinstance(grade.info["filler_tokens"], int)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=CHARS + " \n<>/", max_size=80))
+def test_grader_never_raises_and_agrees_with_the_parser(completion):
+    task = ToyAdditionTask(DEFAULT)
+    group = Group(problem_id="12+1", answer="13", prompts=("12+1=",), meta=({"hidden_digit": False},))
+    grade = task.grade(group, 0, completion)
+    answer, filler = parse_completion(completion)
+    assert grade.correct == (answer == "13") and grade.reward == float(grade.correct)
+    assert 0 <= filler <= len(completion)
+
+
+def _grade(correct: bool, filler: int, hidden: bool) -> Grade:
+    return Grade(reward=float(correct), correct=correct, info={"filler_tokens": filler, "hidden_digit": hidden})
+
+
+def test_step_metrics_by_hand():
+    task = ToyAdditionTask(DEFAULT)
+    groups = [Group("1+1", "2", ("1+1=", "?+1=")), Group("5+5", "10", ("5+5=", "5+?="))]
+    grades = [[_grade(True, 0, False), _grade(False, 32, True)],
+              [_grade(True, 16, False), _grade(False, 16, True)]]
+    lengths = [[20, 60], [40, 44]]
+    assert task.step_metrics(groups, grades, lengths) == {
+        "task/hidden_digit_frac": 0.5,
+        "task/filler_tokens_correct_mean": 8.0,
+        "task/filler_tokens_incorrect_mean": 24.0,
+        "task/length_gap": 22.0,  # (60 + 44) / 2 - (20 + 40) / 2
+        "task/accuracy_clean": 1.0,
+        "task/accuracy_hidden": 0.0,
+    }
+
+
+def test_step_metrics_leave_out_undefined_keys():
+    task = ToyAdditionTask(DEFAULT)
+    groups = [Group("1+1", "2", ("1+1=", "1+1="))]
+    all_correct = task.step_metrics(groups, [[_grade(True, 0, False), _grade(True, 16, False)]], [[10, 26]])
+    assert all_correct == {"task/hidden_digit_frac": 0.0, "task/filler_tokens_correct_mean": 8.0,
+                           "task/accuracy_clean": 1.0}
+    assert task.step_metrics([], [], []) == {}

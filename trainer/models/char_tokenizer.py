@@ -1,0 +1,35 @@
+"""A character-level tokenizer that is an ordinary transformers object.
+
+Built on `tokenizers` (one token per character, BOS prepended) and wrapped as
+`PreTrainedTokenizerFast`, so `save_pretrained` writes a plain `tokenizer.json`
+and `AutoTokenizer.from_pretrained(path)` loads it back without
+`trust_remote_code`: the toy model goes through the same loading code as a hub model.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
+"""Special tokens; they take ids 0..3 in this order, characters follow."""
+
+
+def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
+    """A tokenizer with one token per character of `chars` (distinct) plus the special tokens.
+
+    Encoding prepends BOS (as Llama tokenizers do) and never appends EOS; padding
+    is on the left, as causal generation needs. Characters outside `chars` map to UNK.
+    """
+    if len(set(chars)) != len(chars):
+        raise ValueError(f"characters must be distinct: {chars!r}")
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *chars])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character alone
+    backend.decoder = decoders.Fuse()  # join tokens without spaces
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
+        padding_side="left")

@@ -1,0 +1,261 @@
+"""The toy default model: a tiny Llama trained from scratch by SFT on the toy task.
+
+Built on CPU, reproducibly from a seed, into `cache_root/toy-<hash of the config>`
+as an ordinary transformers checkpoint (safetensors + tokenizer), so runs load it
+like a hub model. `ensure_toy_model` builds it the first time a run needs it
+and reuses it afterwards; concurrent callers wait on a file lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from trainer.models.char_tokenizer import build_char_tokenizer
+from trainer.tasks.toy_addition import CHARS, ToyAdditionConfig, ToyAdditionTask, target_trace
+
+BUILD_VERSION = 1
+"""Part of the cache key: bump it when the trace format or the build code changes what a config produces."""
+COMPLETE_MARKER = "build.json"
+"""Written last into a build; a directory without it is not a complete build."""
+
+
+class ToyModelConfig(BaseModel):
+    """How to build the toy model: architecture, SFT recipe and the task its data comes from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hidden_size: int = Field(64, ge=8)
+    """Width of the residual stream."""
+    num_layers: int = Field(3, ge=1)
+    """Decoder layers."""
+    num_heads: int = Field(4, ge=1)
+    """Attention heads (head dim = hidden_size / num_heads; no grouped KV)."""
+    intermediate_size: int = Field(192, ge=8)
+    """Width of the SwiGLU MLP."""
+    tie_embeddings: bool = True
+    """Share input embedding and output head (saves vocab x hidden parameters)."""
+    max_position_embeddings: int = Field(256, ge=64)
+    """Longest sequence the model is configured for; prompt (<= 21 tokens) plus 128 new tokens fits."""
+    rope_theta: float = Field(10000.0, gt=0)
+    """RoPE base frequency."""
+    sft_steps: int = Field(800, ge=1)
+    """Optimiser steps of SFT. With the defaults, 800 steps gave sampled accuracy 0.80-0.95 on clean
+    prompts across seeds 0-2 (0.95 for seed 0), in about 2 minutes on 2 CPU cores."""
+    batch_size: int = Field(64, ge=1)
+    """Traces per SFT step, each a fresh problem."""
+    lr: float = Field(6e-3, gt=0)
+    """Peak AdamW learning rate (betas 0.9/0.999); 3e-3 and 1e-2 both did worse (0.78, 0.73 clean, seed 0)."""
+    warmup_steps: int = Field(50, ge=0)
+    """Linear warm-up steps; cosine decay to zero follows."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Global gradient-norm clip."""
+    seed: int = 0
+    """Seeds the weight init and the SFT data: the same config gives bitwise-identical weights
+    (on the same torch build and thread count)."""
+    task: ToyAdditionConfig = ToyAdditionConfig()
+    """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits)."""
+    eval_samples: int = Field(256, ge=0)
+    """Prompts sampled after SFT to record accuracy in build.json (0 skips; weights are unaffected)."""
+
+
+def config_hash(config: ToyModelConfig) -> str:
+    """Short stable hash of the config and BUILD_VERSION: the cache key."""
+    payload = json.dumps({"version": BUILD_VERSION, "config": config.model_dump(mode="json")}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def toy_model_dir(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
+    """Where the build of `config` lives (complete or not)."""
+    return Path(cache_root) / f"toy-{config_hash(config)}"
+
+
+def ensure_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
+    """Path of a complete build of `config`, building it first if there is none.
+
+    Safe under concurrency: the first caller builds under a file lock while the
+    others wait, then find the finished directory.
+    """
+    final = toy_model_dir(config, cache_root)
+    if (final / COMPLETE_MARKER).exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if (final / COMPLETE_MARKER).exists():
+            return final
+        return build_toy_model(config, cache_root)
+
+
+def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
+    """Train the toy model by SFT from scratch and save it to `toy_model_dir(config, cache_root)`.
+
+    Written to a temporary directory and renamed into place, so a crash never
+    leaves a directory that looks complete. Callers that may race use `ensure_toy_model`.
+    """
+    final = toy_model_dir(config, cache_root)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_char_tokenizer(CHARS)
+    start = time.perf_counter()
+    model, final_loss = _train(config, tokenizer)
+    train_s = time.perf_counter() - start
+    report = {"version": BUILD_VERSION, "hash": config_hash(config), "config": config.model_dump(mode="json"),
+              "parameters": sum(p.numel() for p in model.parameters()), "train_s": round(train_s, 2),
+              "final_loss": final_loss}
+    if config.eval_samples:
+        evaluation = sampled_accuracy(model, tokenizer, ToyAdditionTask(config.task), config.eval_samples,
+                                      seed=config.seed)
+        report["eval"] = {k: None if isinstance(v, float) and math.isnan(v) else v  # strict JSON
+                          for k, v in asdict(evaluation).items()}
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / COMPLETE_MARKER).write_text(json.dumps(report, indent=2))
+        if final.exists():  # a crashed build's leftover, or a deliberate rebuild: replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _new_model(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
+    llama = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads, max_position_embeddings=config.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        tie_word_embeddings=config.tie_embeddings, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForCausalLM(llama)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id)
+    return model
+
+
+def _sft_batch(task: ToyAdditionTask, tokenizer: PreTrainedTokenizerBase, rng: np.random.Generator,
+               batch_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask, labels); labels are -100 except on response tokens and EOS."""
+    rows = []
+    for group in task.sample_groups(rng, batch_size, 1):
+        prompt = [tokenizer.bos_token_id, *tokenizer.convert_tokens_to_ids(list(group.prompts[0]))]
+        response = [*tokenizer.convert_tokens_to_ids(list(target_trace(task.config, group, 0, rng))),
+                    tokenizer.eos_token_id]
+        rows.append((prompt + response, [-100] * len(prompt) + response))
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row_ids, row_labels) in enumerate(rows):
+        ids[i, :len(row_ids)] = torch.tensor(row_ids)
+        labels[i, :len(row_labels)] = torch.tensor(row_labels)
+        mask[i, :len(row_ids)] = 1
+    return ids, mask, labels
+
+
+def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[LlamaForCausalLM, float]:
+    torch.manual_seed(config.seed)
+    model = _new_model(config, tokenizer)
+    task = ToyAdditionTask(config.task)
+    rng = np.random.default_rng(config.seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+    def lr_factor(step: int) -> float:  # linear warm-up, then cosine to zero
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        progress = (step - config.warmup_steps) / max(1, config.sft_steps - config.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * progress))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
+    model.train()
+    loss_value = float("nan")
+    bar = tqdm(range(config.sft_steps), desc=f"building toy model {config_hash(config)}", unit="step",
+               mininterval=1.0)
+    for _ in bar:
+        ids, mask, labels = _sft_batch(task, tokenizer, rng, config.batch_size)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss  # mean over response tokens
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimiser.step()
+        schedule.step()
+        loss_value = loss.item()
+        bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+    model.eval()
+    return model, loss_value
+
+
+@dataclass(frozen=True)
+class ToyEval:
+    """Sampled quality of a toy model (temperature 1, no top-k/top-p)."""
+
+    accuracy_clean: float
+    """Accuracy on prompts with no hidden digit (nan when none was drawn)."""
+    accuracy_hidden: float
+    """Accuracy on prompts with a hidden digit (~0.1 expected: the guess is right one time in ten)."""
+    accuracy: float
+    """Accuracy over all prompts; a response without EOS in the budget counts wrong."""
+    length_mean: float
+    """Mean response length in tokens, EOS included."""
+    truncated_frac: float
+    """Share of responses with no EOS within max_new_tokens."""
+    filler_blocks: dict[str, int]
+    """Count of responses by filler tokens / block length ("0", "1", ...; "partial" when not a whole number)."""
+    n: int
+    """Responses sampled (one per prompt)."""
+
+
+@torch.no_grad()
+def sampled_accuracy(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, task: ToyAdditionTask,
+                     n: int, seed: int, max_new_tokens: int = 128, batch_size: int = 256) -> ToyEval:
+    """Sample one response to each of `n` fresh prompts drawn with `seed`, and grade them."""
+    groups = task.sample_groups(np.random.default_rng(seed), n, 1)
+    torch.manual_seed(seed)
+    grades, lengths, truncated = [], [], []
+    for first in range(0, n, batch_size):
+        chunk = groups[first:first + batch_size]
+        encoded = tokenizer([g.prompts[0] for g in chunk], return_tensors="pt", padding=True).to(model.device)
+        out = model.generate(**encoded, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+        for group, row in zip(chunk, out[:, encoded["input_ids"].shape[1]:].tolist(), strict=True):
+            ended = tokenizer.eos_token_id in row
+            row = row[:row.index(tokenizer.eos_token_id) + 1] if ended else row
+            grade = task.grade(group, 0, tokenizer.decode(row, skip_special_tokens=True))
+            grades.append(grade if ended else None)
+            lengths.append(len(row))
+            truncated.append(not ended)
+    hidden = [bool(g.meta[0]["hidden_digit"]) for g in groups]
+    correct = [g is not None and g.correct for g in grades]
+
+    def accuracy(keep: list[bool]) -> float:
+        picked = [c for c, k in zip(correct, keep) if k]
+        return float(np.mean(picked)) if picked else float("nan")
+
+    block = task.config.filler_block_len
+    histogram: dict[str, int] = {}
+    for g in grades:
+        if g is not None:
+            key = str(g.info["filler_tokens"] // block) if g.info["filler_tokens"] % block == 0 else "partial"
+            histogram[key] = histogram.get(key, 0) + 1
+    return ToyEval(accuracy_clean=accuracy([not h for h in hidden]), accuracy_hidden=accuracy(hidden),
+                   accuracy=accuracy([True] * n), length_mean=float(np.mean(lengths)),
+                   truncated_frac=float(np.mean(truncated)), filler_blocks=dict(sorted(histogram.items())), n=n)

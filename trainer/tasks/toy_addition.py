@@ -1,0 +1,190 @@
+"""The toy default task: multi-digit addition with a column-by-column scratchpad.
+
+It is built to *demonstrate* GRPO's length bias, not to show that the bias
+appears by itself at this scale. The bias needs two things, and the task gives
+both on purpose:
+
+- a failure the policy can see while generating: each sample of a group sees
+  its own noisy copy of the problem, where with probability `hide_prob` one
+  digit is shown as `?`; the scratchpad then writes a guessed digit for that
+  column and marks the column with `?`, so the answer is almost always wrong
+  and the model knows it guessed;
+- a length choice the reward ignores: after the answer come 0..`max_filler_blocks`
+  filler blocks (`abcdefghijklmnop` for length 16) before end-of-sequence.
+
+Trace format (prompt, then response), e.g. 457+68 with the tens digit of 457 hidden:
+
+    prompt    4?7+68=
+    response  7+8=15,3+6=10?4+0=05,>505;abcdefghijklmnop
+
+Columns run from the units up as `a+b=ss`, where `ss` is the two-digit sum of
+both digits and the carry from the column before; `,` ends a column and `?`
+ends a guessed one. `>` opens the answer and `;` closes it; the reward checks
+only the answer (exact match with the true sum) and ignores all that follows.
+The tokenizer is character-level, so characters and tokens are the same count.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trainer.metric_names import task_metric
+from trainer.tasks.base import Grade, Group
+
+FILLER_ALPHABET = string.ascii_lowercase
+"""Filler blocks are prefixes of this: every next filler token is trivial, only block ends are choices."""
+CHARS = "0123456789+=,?>;" + FILLER_ALPHABET
+"""Every character a prompt or trace uses (the toy tokenizer's vocabulary)."""
+ANSWER_OPEN, ANSWER_CLOSE = ">", ";"
+COLUMN_END, GUESSED_COLUMN_END = ",", "?"
+HIDDEN = "?"
+
+
+class ToyAdditionConfig(BaseModel):
+    """Settings of the toy addition task (problem mix, hidden digits, filler)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_digits: int = Field(1, ge=1, le=9)
+    """Fewest digits of an operand; each operand draws its digit count uniformly in [min, max]."""
+    max_digits: int = Field(4, ge=1, le=9)
+    """Most digits of an operand (4 keeps the longest trace at 68 tokens with 2 filler blocks)."""
+    hide_prob: float = Field(0.4, ge=0.0, le=1.0)
+    """Chance that a sample's prompt hides one digit (uniform over the digits of both operands) as `?`:
+    the visible failure signal the length bias needs."""
+    filler_block_len: int = Field(16, ge=1, le=len(FILLER_ALPHABET))
+    """Tokens per filler block. With 16 the bias showed in every seed tried; with 9 in one of three."""
+    max_filler_blocks: int = Field(2, ge=0)
+    """Target traces append 0..max filler blocks, drawn uniformly and independently of correctness,
+    so the SFT model starts with no length/correctness link; the grader accepts any amount."""
+
+    @model_validator(mode="after")
+    def _check_digits(self) -> "ToyAdditionConfig":
+        if self.min_digits > self.max_digits:
+            raise ValueError("min_digits must not exceed max_digits")
+        return self
+
+
+def _draw_operand(rng: np.random.Generator, config: ToyAdditionConfig) -> int:
+    digits = int(rng.integers(config.min_digits, config.max_digits + 1))
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    return int(rng.integers(low, 10 ** digits))
+
+
+def _operands(group: Group) -> tuple[str, str]:
+    a, b = group.problem_id.split("+")
+    return a, b
+
+
+class ToyAdditionTask:
+    """Addition problems with per-sample hidden digits and a free filler length (see module doc)."""
+
+    name = "toy_addition"
+
+    def __init__(self, config: ToyAdditionConfig):
+        self.config = config
+
+    def sample_groups(self, rng: np.random.Generator, num_groups: int, group_size: int) -> list[Group]:
+        """Draw problems `a+b`; each of the G samples independently hides a digit with `hide_prob`."""
+        groups = []
+        for _ in range(num_groups):
+            a, b = str(_draw_operand(rng, self.config)), str(_draw_operand(rng, self.config))
+            prompts, meta = [], []
+            for _ in range(group_size):
+                shown = [a, b]
+                info: dict[str, Any] = {"hidden_digit": False, "hidden_operand": None, "hidden_place": None}
+                if rng.random() < self.config.hide_prob:
+                    slot = int(rng.integers(len(a) + len(b)))
+                    operand, index = (0, slot) if slot < len(a) else (1, slot - len(a))
+                    text = shown[operand]
+                    shown[operand] = text[:index] + HIDDEN + text[index + 1:]
+                    info = {"hidden_digit": True, "hidden_operand": operand,
+                            "hidden_place": len(text) - 1 - index}  # place counted from the units
+                prompts.append(f"{shown[0]}+{shown[1]}=")
+                meta.append(info)
+            groups.append(Group(problem_id=f"{a}+{b}", answer=str(int(a) + int(b)),
+                                prompts=tuple(prompts), meta=tuple(meta)))
+        return groups
+
+    def grade(self, group: Group, index: int, completion: str) -> Grade:
+        """Reward 1 iff the text between the first `>` and the next `;` is the true sum.
+
+        Everything after `;` is filler and ignored (counted in `info["filler_tokens"]`).
+        The completion has its special tokens removed, so a response truncated
+        without end-of-sequence cannot be told apart here: the trainer must count
+        it wrong from the rollout's `truncated` flag.
+        """
+        hidden = bool(group.meta[index]["hidden_digit"]) if group.meta else False
+        answer, filler = parse_completion(completion)
+        correct = answer is not None and answer == group.answer
+        return Grade(reward=1.0 if correct else 0.0, correct=correct,
+                     info={"filler_tokens": filler, "hidden_digit": hidden, "answered": answer is not None})
+
+    def step_metrics(self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]],
+                     lengths: Sequence[Sequence[int]]) -> dict[str, float]:
+        """Filler and length split by correctness, accuracy split by hidden digit; undefined keys are left out."""
+        flat = [(g, n) for gs, ns in zip(grades, lengths, strict=True) for g, n in zip(gs, ns, strict=True)]
+        if not flat:
+            return {}
+        correct = [(g, n) for g, n in flat if g.correct]
+        incorrect = [(g, n) for g, n in flat if not g.correct]
+        hidden = [g for g, _ in flat if g.info["hidden_digit"]]
+        clean = [g for g, _ in flat if not g.info["hidden_digit"]]
+        out = {task_metric("hidden_digit_frac"): len(hidden) / len(flat)}
+        if correct:
+            out[task_metric("filler_tokens_correct_mean")] = _mean(g.info["filler_tokens"] for g, _ in correct)
+        if incorrect:
+            out[task_metric("filler_tokens_incorrect_mean")] = _mean(g.info["filler_tokens"] for g, _ in incorrect)
+        if correct and incorrect:
+            out[task_metric("length_gap")] = _mean(n for _, n in incorrect) - _mean(n for _, n in correct)
+        if clean:
+            out[task_metric("accuracy_clean")] = _mean(float(g.correct) for g in clean)
+        if hidden:
+            out[task_metric("accuracy_hidden")] = _mean(float(g.correct) for g in hidden)
+        return out
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return float(sum(values) / len(values))
+
+
+def parse_completion(completion: str) -> tuple[str | None, int]:
+    """(answer digits or None when malformed, number of characters after the answer's `;`)."""
+    start = completion.find(ANSWER_OPEN)
+    end = completion.find(ANSWER_CLOSE, start + 1) if start >= 0 else -1
+    if end < 0:
+        return None, 0
+    answer = completion[start + 1:end]
+    filler = len(completion) - end - 1
+    return (answer if answer.isdigit() and answer.isascii() else None), filler
+
+
+def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.random.Generator) -> str:
+    """The full response SFT teaches for sample `index`: scratchpad, answer, filler (no EOS).
+
+    A hidden digit is replaced by a uniform guess 0-9 (right one time in ten),
+    and the answer follows from the guess, so the trace stays consistent. The
+    number of filler blocks is uniform in 0..max, independent of everything else.
+    """
+    a, b = _operands(group)
+    info = group.meta[index] if group.meta else {"hidden_digit": False}
+    guess = int(rng.integers(10)) if info["hidden_digit"] else None
+    blocks = int(rng.integers(config.max_filler_blocks + 1))
+    columns, carry, answer = [], 0, 0
+    for place in range(max(len(a), len(b))):
+        digits = [int(x[-1 - place]) if place < len(x) else 0 for x in (a, b)]
+        guessed = guess is not None and place == info["hidden_place"]
+        if guessed:
+            digits[info["hidden_operand"]] = guess
+        total = digits[0] + digits[1] + carry
+        columns.append(f"{digits[0]}+{digits[1]}={total:02d}" + (GUESSED_COLUMN_END if guessed else COLUMN_END))
+        answer += (total % 10) * 10 ** place
+        carry = total // 10
+    answer += carry * 10 ** max(len(a), len(b))
+    filler = FILLER_ALPHABET[:config.filler_block_len] * blocks
+    return "".join(columns) + ANSWER_OPEN + str(answer) + ANSWER_CLOSE + filler
