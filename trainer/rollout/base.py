@@ -15,7 +15,7 @@ class SamplingParams:
     max_new_tokens: int
     """Generation budget L_max: a response with no end-of-sequence within it is truncated."""
     temperature: float = 1.0
-    """Softmax temperature (> 0)."""
+    """Softmax temperature (> 0); 0 means greedy decoding (argmax, top_p ignored)."""
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]; 1 disables it."""
 
@@ -37,7 +37,9 @@ class RolloutBatch:
     response_mask: torch.Tensor
     """[N, L] 1 for real response tokens."""
     logprobs: torch.Tensor
-    """[N, L] log-probability of each sampled token under the sampling distribution (0 on padding)."""
+    """[N, L] log-probability of each sampled token under the distribution it was drawn from: the
+    softmax of logits / temperature, renormalised over the top-p nucleus when top_p < 1 (greedy:
+    the model's own temperature-1 log-probability). 0 on padding."""
     lengths: torch.Tensor
     """[N] number of response tokens T_i."""
     truncated: torch.Tensor

@@ -1,0 +1,147 @@
+"""grade_math on real MATH-500 golds, on perturbed and equivalent answers, on garbage and off the main thread."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.rewards import grade_math
+
+MATH500 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math500" / "test.jsonl"
+
+
+@pytest.fixture(scope="module")
+def math500() -> list[dict]:
+    if not MATH500.exists():
+        pytest.skip(f"MATH-500 not found at {MATH500} (shared data lives in ../shared/data next to the repo)")
+    return [json.loads(line) for line in MATH500.read_text().splitlines()]
+
+
+def test_reference_answers_grade_correct(math500):
+    items = math500[:100]
+    grades = [grade_math(f"Adding it all up, the answer is \\boxed{{{item['answer']}}}.", item["answer"])
+              for item in items]
+    rate = sum(g.correct for g in grades) / len(items)
+    misses = [item["answer"] for item, g in zip(items, grades) if not g.correct]
+    print(f"MATH-500 first {len(items)}: boxed reference answers graded correct {rate:.2%}; misses {misses}")
+    assert rate == 1.0, misses  # measured 500/500 over the whole file
+    assert all(g.reward == 1.0 and g.info["extracted"] for g in grades)
+
+
+def test_reference_solutions_grade_correct(math500):
+    """The full worked solution, whose last box holds the answer, also grades correct."""
+    items = math500[:50]
+    misses = [item["answer"] for item in items if not grade_math(item["solution"], item["answer"]).correct]
+    assert not misses
+
+
+def test_perturbed_answers_grade_wrong(math500):
+    items = math500[:100]
+    integers = [item for item in items if re.fullmatch(r"-?\d+", item["answer"].strip())]
+    assert len(integers) > 30
+    for item in integers:
+        grade = grade_math(f"the answer is \\boxed{{{int(item['answer']) + 1}}}", item["answer"])
+        assert not grade.correct and grade.reward == 0.0, item["answer"]
+    # every item against its neighbour's answer: math-verify itself accepts `x=5` for a gold `5`
+    accepted = [(item["answer"], other["answer"]) for item, other in zip(items, items[1:] + items[:1])
+                if grade_math(f"the answer is \\boxed{{{other['answer']}}}", item["answer"]).correct]
+    assert set(accepted) <= {("5", "x=5")}, accepted
+
+
+@pytest.mark.parametrize("gold, answer, correct", [
+    ("\\frac{1}{2}", "0.5", True),
+    ("0.5", "\\frac{1}{2}", True),
+    ("\\frac12", "\\dfrac{1}{2}", True),
+    ("3\\sqrt{13}", "\\sqrt{117}", True),
+    ("x^2+2x+1", "(x+1)^2", True),
+    ("1000", "1{,}000", True),
+    ("5", "x=5", True),  # an assignment's right-hand side counts
+    ("\\frac{1}{3}", "0.333333", True),  # numbers compared to 6 decimals
+    ("\\frac{1}{3}", "0.33", False),
+    ("(1, 2]", "[1,2]", False),
+    ("\\pi", "3.14159", False),
+    ("\\boxed{7}", "7", True),  # a gold that is already boxed is not boxed twice
+])
+def test_equivalent_forms_as_math_verify_decides(gold, answer, correct):
+    """Pins math-verify's verdicts, so that an upgrade that changes them shows up here."""
+    assert grade_math(f"so the answer is \\boxed{{{answer}}}", gold).correct is correct
+
+
+def test_several_boxed_answers_are_read_as_a_set():
+    """math-verify does not take the last box: it reads all of them as one set of answers."""
+    assert not grade_math("first \\boxed{3}, no wait: \\boxed{4}", "4").correct
+    assert grade_math("first \\boxed{3}, no wait: \\boxed{4}", "\\{3, 4\\}").correct
+    assert grade_math("\\boxed{3} was wrong; the final answer is 4", "4").correct
+
+
+@pytest.mark.parametrize("garbage", ["", "   ", "}}}{{", "\\boxed{", "\\boxed{\\frac{", "$$$", "\\\\\\",
+                                     "🙂 ∑∫ \x00", "9" * 5000, "\\boxed{}" * 200, None])
+def test_garbage_grades_zero_without_raising(garbage):
+    grade = grade_math(garbage, "42")
+    assert grade.reward == 0.0 and grade.correct is False and isinstance(grade.info["extracted"], str)
+
+
+def test_only_integer_timeouts():
+    for bad in (5.0, 0.5, "5", 0, -1, True):
+        with pytest.raises(ValueError):
+            grade_math("\\boxed{5}", "5", timeout_s=bad)
+
+
+def test_runaway_comparison_times_out_in_the_main_thread():
+    start = time.perf_counter()
+    grade = grade_math("\\boxed{9^{9^{9^{9}}}}", "5", timeout_s=1)  # sympy would not finish this
+    assert not grade.correct and time.perf_counter() - start < 10
+
+
+def test_grades_from_another_thread():
+    results = {}
+
+    def work():
+        results["right"] = grade_math("the answer is \\boxed{\\dfrac{1}{2}}", "0.5")
+        results["wrong"] = grade_math("the answer is \\boxed{3}", "0.5")
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(60)
+    assert results["right"].correct and results["right"].reward == 1.0
+    assert not results["wrong"].correct
+
+
+def test_runaway_comparison_times_out_in_another_thread():
+    """Off the main thread the helper process grades; a runaway there is killed, and the next grade works."""
+    results = {}
+
+    def work():
+        start = time.perf_counter()
+        results["runaway"] = grade_math("\\boxed{9^{9^{9^{9}}}}", "5", timeout_s=1)
+        results["seconds"] = time.perf_counter() - start
+        results["after"] = grade_math("\\boxed{5}", "5", timeout_s=1)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join(120)
+    assert not results["runaway"].correct and results["seconds"] < 10
+    assert results["after"].correct
+
+
+def test_a_dead_helper_is_restarted():
+    from trainer.rewards import math_verify
+
+    def grade(out):
+        out.append(grade_math("\\boxed{\\frac{2}{4}}", "0.5"))
+
+    first, second = [], []
+    for out in (first, None, second):
+        if out is None:  # kill the helper between the two grades
+            math_verify._HELPER._process.kill()
+            math_verify._HELPER._process.wait()
+            continue
+        worker = threading.Thread(target=grade, args=(out,))
+        worker.start()
+        worker.join(120)
+    assert first[0].correct and second[0].correct
