@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -147,6 +149,9 @@ class RunTracker:
         self.flush_seconds = flush_seconds
         self.run_id: str | None = None
         self._buffer: list[Metric] = []
+        self._outbox: queue.Queue[list[Metric] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
+        self._send_error: BaseException | None = None
         self._steps_since_flush = 0
         self._last_step: int | None = None
         self._last_flush = time.monotonic()
@@ -201,6 +206,8 @@ class RunTracker:
 
     def _end(self, status: int) -> None:
         self._ended = True
+        if self._sender is not None:
+            self._outbox.put(None)
         self.client.set_terminated(self.run_id, status=RunStatus.to_string(status))
 
     def _check_open(self) -> None:
@@ -241,11 +248,44 @@ class RunTracker:
             self._steps_since_flush >= self.flush_every
             or time.monotonic() - self._last_flush >= self.flush_seconds
         ):
-            self.flush()
+            self._send_in_background()
+
+    def _send_in_background(self) -> None:
+        """Hand the buffer to a sender thread: writing to the store (~30 ms a call on SQLite) then
+        overlaps with training instead of stalling it. One thread keeps the batches in order."""
+        if self._send_error is not None:
+            raise self._send_error
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_loop, name="mlflow-metrics", daemon=True)
+            self._sender.start()
+        if self._buffer:
+            self._outbox.put(self._buffer)
+            self._buffer = []
+        self._steps_since_flush = 0
+        self._last_flush = time.monotonic()
+
+    def _send_loop(self) -> None:
+        while (batch := self._outbox.get()) is not None:
+            sent = 0
+            try:
+                while self._send_error is None and sent < len(batch):
+                    chunk = batch[sent:sent + MAX_METRICS_PER_BATCH]
+                    self.client.log_batch(self.run_id, metrics=chunk)
+                    sent += len(chunk)
+            except BaseException as exc:  # noqa: BLE001 - reported to the training thread
+                self._send_error = exc
+            finally:
+                if sent < len(batch):  # unsent metrics wait for the synchronous retry in flush()
+                    self._buffer[:0] = batch[sent:]
+                self._outbox.task_done()
+        self._outbox.task_done()
 
     def flush(self) -> None:
-        """Send buffered metrics in `log_batch` calls of at most 1000."""
+        """Wait for background sends, then send what is buffered, in `log_batch` calls of ≤1000."""
         self._check_open()
+        if self._sender is not None:
+            self._outbox.join()
+        self._send_error = None
         while self._buffer:
             chunk = self._buffer[:MAX_METRICS_PER_BATCH]
             self.client.log_batch(self.run_id, metrics=chunk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import multiprocessing as mp
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -196,7 +197,10 @@ def test_flush_every_sends_before_the_end(store):
         run.log_metrics(0, {"a": 0.0})
         run.log_metrics(1, {"a": 1.0})
         assert client.get_metric_history(run.run_id, "a") == []
-        run.log_metrics(2, {"a": 2.0})
+        run.log_metrics(2, {"a": 2.0})  # the third step hands the buffer to the sender thread
+        deadline = time.monotonic() + 10
+        while len(client.get_metric_history(run.run_id, "a")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(client.get_metric_history(run.run_id, "a")) == 3
 
 

@@ -1,0 +1,103 @@
+"""RL step time on the toy model: generation vs update, tokens/s, and the share spent in tracking.
+
+    python benchmarks/step_time.py [--threads 1] [--steps 20] [--prompts 8] [--group 8] [--max-new 96]
+
+Prints a table and writes results/benchmarks/step_time.json. Target (issue 3): ≤ 0.2 s per step on one
+core for 8 prompts × 8 samples × up to 96 new tokens; tracking ≤ 1% of step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from harness.config import load_run_config
+from harness.tracking import RunTracker, prepare_store
+from trainer import metric_names as M
+from trainer.loop import Trainer
+from trainer.models.load import load_policy
+from trainer.models.toy import ensure_toy_model
+from trainer.rollout.hf import TransformersBackend
+from trainer.tasks.toy_addition import ToyAdditionTask
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class TimedSink:
+    """Forwards metrics to a RunTracker and times every call (flushes included)."""
+
+    def __init__(self, tracker: RunTracker):
+        self.tracker, self.seconds = tracker, 0.0
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        start = time.perf_counter()
+        self.tracker.log_metrics(step, metrics)
+        self.seconds += time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=20, help="measured steps (after 2 warm-up steps)")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new", type=int, default=96)
+    ap.add_argument("--preset", default="grpo")
+    ap.add_argument("--out", default=str(ROOT / "results" / "benchmarks" / "step_time.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    transformers.utils.logging.disable_progress_bar()
+    warmup = 2
+    cfg = load_run_config(ROOT / "ablations" / "toy_run.yaml", [
+        f"objective.preset={args.preset}", f"rollout.prompts_per_step={args.prompts}",
+        f"rollout.group_size={args.group}", f"rollout.max_new_tokens={args.max_new}",
+        f"train.steps={args.steps + warmup}", f"model.cache_dir={ROOT / 'results' / 'cache'}"])
+    policy, tokenizer = load_policy(str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)), torch.device("cpu"))
+    trainer = Trainer(policy, ToyAdditionTask(cfg.task.toy_addition), TransformersBackend(policy, tokenizer),
+                      tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = f"sqlite:///{tmp}/mlflow.db"
+        with RunTracker(uri, prepare_store(uri, "bench"), config=cfg) as tracker:
+            sink = TimedSink(tracker)
+            steps = []
+            for step in range(1, args.steps + warmup + 1):
+                metrics = trainer.step(step)
+                if step == warmup + 1:
+                    sink.seconds = 0.0
+                sink.log_metrics(step, metrics)
+                if step > warmup:
+                    steps.append(metrics)
+            start = time.perf_counter()
+            tracker.flush()
+            sink.seconds += time.perf_counter() - start
+
+    def med(key: str) -> float:
+        return statistics.median(m[key] for m in steps)
+
+    total_step = sum(m[M.STEP_S] for m in steps)
+    row = {"preset": args.preset, "threads": args.threads, "prompts": args.prompts, "group": args.group,
+           "max_new_tokens": args.max_new, "steps": args.steps, "step_s": med(M.STEP_S),
+           "generate_s": med(M.GENERATE_S), "update_s": med(M.UPDATE_S), "tokens_per_s": med(M.TOKENS_PER_S),
+           "response_len_mean": med(M.LENGTH_MEAN), "tracking_share": sink.seconds / (total_step + sink.seconds),
+           "cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
+    print(f"{'preset':8} {'thr':>3} {'shape':>10} {'step s':>7} {'gen s':>7} {'upd s':>7} {'tok/s':>7} "
+          f"{'len':>5} {'tracking':>8}")
+    print(f"{row['preset']:8} {args.threads:>3} {f'{args.prompts}x{args.group}x{args.max_new}':>10} "
+          f"{row['step_s']:7.3f} {row['generate_s']:7.3f} {row['update_s']:7.3f} {row['tokens_per_s']:7.0f} "
+          f"{row['response_len_mean']:5.1f} {100 * row['tracking_share']:7.2f}%")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(row, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The run config: one typed, validated object per training run (YAML + `--set` overrides).
+
+The objective section names a preset and overrides fields on top of it; what a run
+logs is the fully resolved object, every field spelled out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.config_io import apply_overrides, load_yaml, validate
+from trainer.config import RolloutConfig, TrainConfig
+from trainer.models.toy import ToyModelConfig
+from trainer.objective import PRESETS, ObjectiveSettings
+from trainer.tasks.toy_addition import ToyAdditionConfig
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ModelConfig(BaseModel):
+    """Which policy to train."""
+
+    model_config = _STRICT
+
+    source: Literal["toy", "hf"] = "toy"
+    """toy: the tiny model harness builds (SFT, cached); hf: a transformers model by hub id or local path."""
+    name_or_path: str | None = None
+    """Hub id or local directory of the model (source hf only)."""
+    toy: ToyModelConfig = ToyModelConfig()
+    """Build settings of the toy model (source toy only); their hash names the cached build."""
+    cache_dir: str = "results/cache"
+    """Where built toy models are cached (relative to the working directory)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.source == "hf":
+            if not self.name_or_path:
+                raise ValueError("name_or_path is required when source is 'hf'")
+            local = self.name_or_path.startswith((".", "/", "~")) or Path(self.name_or_path).exists()
+            if local and not Path(self.name_or_path).expanduser().is_dir():
+                raise ValueError(f"name_or_path: no model directory at {self.name_or_path}")
+        return self
+
+
+class TaskConfig(BaseModel):
+    """Where prompts and rewards come from."""
+
+    model_config = _STRICT
+
+    name: Literal["toy_addition"] = "toy_addition"
+    """The task; math datasets come with the paper-scale issue."""
+    toy_addition: ToyAdditionConfig = ToyAdditionConfig()
+    """Settings of the toy addition task."""
+
+
+class TrackingConfig(BaseModel):
+    """Where the run is logged."""
+
+    model_config = _STRICT
+
+    experiment: str = "harness"
+    """MLflow experiment name."""
+    uri: str | None = None
+    """Tracking URI; null = $MLFLOW_TRACKING_URI, else sqlite:///<results_dir>/mlflow.db."""
+    results_dir: str = "results"
+    """Folder for the default SQLite store and other outputs."""
+    run_name: str | None = None
+    """MLflow run name (null = the config's name and seed)."""
+
+
+class RunConfig(BaseModel):
+    """Everything one training run needs."""
+
+    model_config = _STRICT
+
+    name: str = "run"
+    """Human-readable name (used in the run name)."""
+    seed: int = Field(0, ge=0)
+    """Seeds prompts, sampling and shuffling: the same config and seed give identical metrics on CPU."""
+    objective_preset: str | None = None
+    """The preset the objective section started from (a label only: the resolved fields define the run)."""
+    objective: ObjectiveSettings
+    """The GRPO-family switches. Write `preset: grpo|dr_grpo|dapo|gspo` plus any field to override;
+    max_len defaults to rollout.max_new_tokens."""
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    train: TrainConfig = TrainConfig()
+    tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("objective"), dict):
+            return data
+        objective = dict(data["objective"])
+        name = objective.pop("preset", None)
+        data = {**data, "objective_preset": name}
+        if name is not None:
+            if name not in PRESETS:
+                raise ValueError(f"objective.preset: unknown preset {name!r}; known: {', '.join(PRESETS)}")
+            objective = {**PRESETS[name], **objective}
+        if objective.get("max_len") is None:
+            rollout = data.get("rollout") or {}
+            objective["max_len"] = rollout.get("max_new_tokens", RolloutConfig.model_fields["max_new_tokens"].default)
+        return {**data, "objective": objective}
+
+    def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
+        """What defines the run's result: everything but tracking (and optionally the seed)."""
+        data = self.model_dump(mode="json", exclude={"tracking", "objective_preset"})
+        if not with_seed:
+            data.pop("seed")
+        return data
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of the resolved config without tracking settings: the job id."""
+        return _hash(self.identity())
+
+    @property
+    def arm(self) -> str:
+        """Hash of the resolved config without the seed: runs of one arm differ only in seed."""
+        return _hash(self.identity(with_seed=False))
+
+
+def _hash(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read, override and validate a run config; any problem is one `ConfigError` line."""
+    data = apply_overrides(load_yaml(path), overrides or [])
+    return validate(RunConfig, data, str(path))

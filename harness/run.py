@@ -1,0 +1,83 @@
+"""One training run: config → model → trainer → MLflow, with a live progress line."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm import tqdm
+
+from harness.config import RunConfig
+from harness.tracking import RunTracker, default_tracking_uri, prepare_store
+from trainer import metric_names as M
+from trainer.loop import Trainer
+from trainer.models.load import load_policy, pick_device
+from trainer.models.toy import ensure_toy_model
+from trainer.rollout.hf import TransformersBackend
+from trainer.tasks.toy_addition import ToyAdditionTask
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    tracking_uri: str
+    experiment_id: str
+
+
+def tracking_target(cfg: RunConfig, tracking_uri: str | None = None) -> tuple[str, str]:
+    """(tracking URI, experiment id), creating the store and experiment if needed."""
+    uri = default_tracking_uri(cfg.tracking.results_dir, tracking_uri or cfg.tracking.uri)
+    return uri, prepare_store(uri, cfg.tracking.experiment)
+
+
+def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
+    """GUIDE §3 tags: sweep id, arm, config hash (= job id), seed, and the code version."""
+    return {"sweep_id": sweep_id, "arm": cfg.arm, "config_hash": cfg.config_hash, "job_id": cfg.config_hash,
+            "seed": str(cfg.seed), "name": cfg.name, "preset": cfg.objective_preset or "",
+            "git_commit": _git_commit()}
+
+
+def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: str = "",
+                 progress: bool = True) -> RunResult:
+    """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises."""
+    transformers.utils.logging.disable_progress_bar()  # our own progress line is the one to read
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    uri, experiment_id = tracking_target(cfg, tracking_uri)
+    device = pick_device(cfg.train.device)
+    path = (str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)) if cfg.model.source == "toy"
+            else cfg.model.name_or_path)
+    torch.manual_seed(cfg.seed)
+    policy, tokenizer = load_policy(path, device)
+    task = ToyAdditionTask(cfg.task.toy_addition)
+    trainer = Trainer(policy, task, TransformersBackend(policy, tokenizer), tokenizer.pad_token_id,
+                      cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    run_name = cfg.tracking.run_name or f"{cfg.name}-s{cfg.seed}"
+    with RunTracker(uri, experiment_id, run_name=run_name, tags=run_tags(cfg, sweep_id), config=cfg) as tracker:
+        bar = tqdm(total=cfg.train.steps, desc=run_name, unit="step", disable=not progress, dynamic_ncols=True)
+        try:
+            trainer.run(tracker, on_step=lambda step, m: _progress(bar, m))
+        finally:
+            bar.close()
+            tracker.log_table("rollouts", trainer.rollout_table())  # kept even when the run fails
+        return RunResult(tracker.run_id, uri, experiment_id)
+
+
+def _progress(bar: tqdm, m: dict[str, float]) -> None:
+    fmt = lambda key: f"{m[key]:.0f}" if key in m else "-"  # noqa: E731
+    bar.set_postfix_str(f"reward {m[M.REWARD_MEAN]:.2f} acc {m[M.ACCURACY]:.2f} "
+                        f"len correct {fmt(M.LENGTH_CORRECT_MEAN)} incorrect {fmt(M.LENGTH_INCORRECT_MEAN)}",
+                        refresh=False)
+    bar.update(1)
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""

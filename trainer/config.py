@@ -1,0 +1,70 @@
+"""Settings of the rollout stage and the training loop (the objective has its own, in objective/)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RolloutConfig(BaseModel):
+    """How responses are sampled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    backend: Literal["transformers"] = "transformers"
+    """Generation backend: transformers (in-process, CPU or GPU); vllm joins with the paper-scale work."""
+    prompts_per_step: int = Field(16, ge=1)
+    """Groups (prompts) in each optimisation batch; with dynamic sampling, the number that must survive
+    the filter."""
+    group_size: int = Field(8, ge=2)
+    """G: responses sampled per prompt."""
+    max_new_tokens: int = Field(128, ge=1)
+    """Generation budget L_max; also the objective's max_len unless that is set."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; the trainer divides logits by it too, so π_old is the sampling policy."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass (1 = off). Below 1 the sampler's distribution differs from π_θ."""
+
+
+class TrainConfig(BaseModel):
+    """The optimisation loop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    steps: int = Field(200, ge=1)
+    """RL steps (one rollout batch each)."""
+    lr: float = Field(5e-4, gt=0)
+    """AdamW learning rate (the toy default; papers use ~1e-6 for 1.5B models)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up of the learning rate over this many optimiser steps, then constant."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this (null = no clipping; the norm is logged either way)."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimiser steps per pass over a rollout batch. 1 with epochs 1 is the on-policy default; clipping
+    (clip-higher, GSPO) only acts when mini_batches × epochs > 1."""
+    epochs: int = Field(1, ge=1)
+    """Passes over each rollout batch."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Responses per forward/backward (gradient accumulation); null = a whole mini-batch at once. The
+    loss and gradient do not depend on it."""
+    max_gen_rounds: int = Field(8, ge=1)
+    """Dynamic sampling: generation rounds allowed per step to fill the batch before the run fails."""
+    reference_kl: bool = True
+    """Track KL to the initial policy (policy/kl) every step; always on when the objective's kl_coef > 0."""
+    log_text: bool = True
+    """Store each response's text in the rollout table (for the dashboard's rollout viewer)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the policy lives: auto = cuda when available, else cpu."""
+    threads: int | None = Field(None, ge=1)
+    """torch CPU threads (null = torch's default)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.warmup_steps > self.steps * self.mini_batches * self.epochs:
+            raise ValueError("warmup_steps exceeds the number of optimiser steps")
+        return self

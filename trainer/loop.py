@@ -1,0 +1,265 @@
+"""The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → updates.
+
+Every switch lives in `trainer.objective`; this loop calls it and never looks at
+switch names. It knows nothing of MLflow: metrics go to a `MetricSink`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import pandas as pd
+import torch
+
+from trainer import metric_names as M
+from trainer.config import RolloutConfig, TrainConfig
+from trainer.objective import (Normaliser, ObjectiveSettings, advantage_metrics, compute_advantages,
+                               dynamic_sampling_filter, group_outcome_metrics, loss_mask, merge_metrics,
+                               policy_loss, shape_rewards, token_entropy, token_logprobs)
+from trainer.rollout.base import RolloutBackend, SamplingParams
+from trainer.tasks.base import Grade, Group, Task
+
+
+class MetricSink(Protocol):
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or gradient became non-finite."""
+
+
+@dataclass
+class Samples:
+    """Per-sample data of one step, flattened group by group ([N] lists or tensors)."""
+
+    groups: list[Group]
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    truncated: torch.Tensor
+    lengths: torch.Tensor
+    grades: list[Grade]
+    texts: list[str]
+    rounds: list[int]
+
+    def select_groups(self, keep: list[int], group_size: int) -> "Samples":
+        rows = [g * group_size + j for g in keep for j in range(group_size)]
+        pick = lambda xs: [xs[i] for i in rows]  # noqa: E731
+        return Samples([self.groups[g] for g in keep], pick(self.prompt_ids), pick(self.response_ids),
+                       self.truncated[rows], self.lengths[rows], pick(self.grades), pick(self.texts),
+                       pick(self.rounds))
+
+    @staticmethod
+    def concat(parts: list["Samples"]) -> "Samples":
+        return Samples(sum((p.groups for p in parts), []), sum((p.prompt_ids for p in parts), []),
+                       sum((p.response_ids for p in parts), []), torch.cat([p.truncated for p in parts]),
+                       torch.cat([p.lengths for p in parts]), sum((p.grades for p in parts), []),
+                       sum((p.texts for p in parts), []), sum((p.rounds for p in parts), []))
+
+
+class Trainer:
+    """Owns the policy, the optimiser and the step counter; `run` drives the whole training."""
+
+    def __init__(self, policy: torch.nn.Module, task: Task, backend: RolloutBackend, pad_id: int,
+                 objective: ObjectiveSettings, rollout: RolloutConfig, train: TrainConfig, seed: int):
+        self.policy, self.task, self.backend, self.pad_id = policy, task, backend, pad_id
+        self.obj, self.roll, self.cfg, self.seed = objective, rollout, train, seed
+        self.device = next(policy.parameters()).device
+        self.rng = np.random.default_rng(seed)
+        self.params = SamplingParams(rollout.max_new_tokens, rollout.temperature, rollout.top_p)
+        self.ref = None
+        if train.reference_kl or objective.kl_coef > 0:
+            self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.optimiser = torch.optim.AdamW(policy.parameters(), lr=train.lr, betas=train.betas,
+                                           weight_decay=train.weight_decay)
+        warm = train.warmup_steps
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimiser, lambda k: min(1.0, (k + 1) / warm) if warm else 1.0)
+        self.rows: list[dict[str, Any]] = []
+
+    # ---- rollouts -------------------------------------------------------------------------
+    def _sample(self, step: int, round_: int) -> Samples:
+        G = self.roll.group_size
+        groups = self.task.sample_groups(self.rng, self.roll.prompts_per_step, G)
+        prompts = [p for g in groups for p in g.prompts]
+        seed = int(np.random.SeedSequence([self.seed, step, round_]).generate_state(1)[0])
+        out = self.backend.generate(prompts, self.params, seed)
+        lengths, truncated = out.lengths.cpu(), out.truncated.cpu().bool()
+        grades = []
+        for k, text in enumerate(out.texts):
+            grade = self.task.grade(groups[k // G], k % G, text)
+            if truncated[k]:  # no final answer within the budget: wrong, whatever the text holds
+                grade = Grade(reward=0.0, correct=False, info=grade.info)
+            grades.append(grade)
+        prompt_ids = [row[m.bool()].tolist() for row, m in zip(out.prompt_ids.cpu(), out.prompt_mask.cpu())]
+        response_ids = [row[:n].tolist() for row, n in zip(out.response_ids.cpu(), lengths.tolist())]
+        return Samples(groups, prompt_ids, response_ids, truncated, lengths, grades, list(out.texts),
+                       [round_] * len(prompts))
+
+    def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
+        G = self.roll.group_size
+        task_reward = torch.tensor([g.reward for g in s.grades], dtype=torch.float64)
+        shaped = shape_rewards(task_reward, s.lengths, self.obj).view(-1, G)
+        correct = torch.tensor([g.correct for g in s.grades]).view(-1, G)
+        return shaped, correct
+
+    def collect(self, step: int) -> tuple[Samples, Samples, dict[str, float]]:
+        """(every sample generated this step, the samples kept for training, group metrics)."""
+        want, parts, kept_parts, dropped = self.roll.prompts_per_step, [], [], 0
+        for round_ in range(1, self.cfg.max_gen_rounds + 1):
+            s = self._sample(step, round_)
+            parts.append(s)
+            if not self.obj.dynamic_sampling:
+                kept_parts.append(s)
+                break
+            shaped, correct = self._rewards(s)
+            f = dynamic_sampling_filter(shaped if self.obj.dynamic_sampling_key == "reward" else correct.double())
+            dropped += f.dropped
+            kept_parts.append(s.select_groups(f.keep.nonzero()[:, 0].tolist(), self.roll.group_size))
+            if sum(len(p.groups) for p in kept_parts) >= want:
+                break
+        else:
+            have = sum(len(p.groups) for p in kept_parts)
+            raise RuntimeError(f"dynamic sampling kept {have} of {want} groups after {self.cfg.max_gen_rounds} "
+                               "generation rounds (train.max_gen_rounds); every other group had equal rewards")
+        everything, kept = Samples.concat(parts), Samples.concat(kept_parts)
+        kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.roll.group_size)
+        metrics = group_outcome_metrics(self._rewards(everything)[1])
+        metrics.update({M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)})
+        return everything, kept, metrics
+
+    # ---- update ---------------------------------------------------------------------------
+    def _tensors(self, s: Samples) -> dict[str, torch.Tensor]:
+        """Prompt left-padded + response right-padded, as one [N, P + L] batch."""
+        P, L = max(map(len, s.prompt_ids)), max(1, max(map(len, s.response_ids)))
+        n = len(s.prompt_ids)
+        ids = torch.full((n, P + L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, P + L), dtype=torch.long)
+        for i, (p, r) in enumerate(zip(s.prompt_ids, s.response_ids)):
+            ids[i, P - len(p):P + len(r)] = torch.tensor(p + r, dtype=torch.long)
+            attn[i, P - len(p):P + len(r)] = 1
+        resp_mask = attn[:, P:].clone()
+        return {"ids": ids.to(self.device), "attn": attn.to(self.device), "resp_mask": resp_mask.to(self.device),
+                "prompt_len": torch.tensor(P)}
+
+    def _logits(self, model: torch.nn.Module, t: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """Logits ([n, L, V], temperature applied) predicting each response token of `rows`."""
+        attn = t["attn"][rows]
+        pos = (attn.cumsum(1) - 1).clamp(min=0)
+        L = t["resp_mask"].shape[1]
+        out = model(input_ids=t["ids"][rows], attention_mask=attn, position_ids=pos, logits_to_keep=L + 1)
+        return out.logits[:, :-1, :].float() / self.roll.temperature
+
+    def _logprobs(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
+        P = int(t["prompt_len"])
+        with torch.no_grad():
+            return torch.cat([token_logprobs(self._logits(model, t, rows), t["ids"][rows, P:])
+                              for rows in self._micro(torch.arange(t["ids"].shape[0], device=self.device))])
+
+    def _micro(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        size = self.cfg.micro_batch_size or rows.numel()
+        return list(rows.split(size))
+
+    def update(self, step: int, t: dict[str, torch.Tensor], advantages: torch.Tensor,
+               mask: torch.Tensor) -> dict[str, float]:
+        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them."""
+        P, n = int(t["prompt_len"]), mask.shape[0]
+        several = self.cfg.mini_batches * self.cfg.epochs > 1
+        old = self._logprobs(self.policy, t) if several else None  # else π_old = π_θ before the step
+        ref = self._logprobs(self.ref, t) if self.ref is not None else None
+        gen = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, step, 7]).generate_state(1)[0]))
+        per_step: list[dict[str, float]] = []
+        self.policy.train()
+        for _ in range(self.cfg.epochs):
+            order = torch.randperm(n, generator=gen).to(self.device) if several else torch.arange(n, device=self.device)
+            for mini in order.tensor_split(self.cfg.mini_batches):
+                norm = Normaliser.from_mask(mask[mini], self.obj.max_len)  # counts of the whole optimisation batch
+                parts = []
+                for rows in self._micro(mini):
+                    logits = self._logits(self.policy, t, rows)
+                    logp = token_logprobs(logits, t["ids"][rows, P:])
+                    out = policy_loss(logp, old[rows] if several else logp.detach(), advantages[rows], mask[rows],
+                                      self.obj, ref_logp=None if ref is None else ref[rows],
+                                      entropy=token_entropy(logits.detach()), norm=norm)
+                    if not torch.isfinite(out.loss):
+                        raise TrainingDiverged(f"non-finite loss ({out.loss.item()}) at step {step}")
+                    out.loss.backward()
+                    parts.append(out.metrics)
+                clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip).item()
+                if not math.isfinite(grad_norm):
+                    raise TrainingDiverged(f"non-finite gradient norm at step {step}")
+                metrics = merge_metrics(parts)
+                metrics.update({M.GRAD_NORM: grad_norm, M.LR: self.optimiser.param_groups[0]["lr"]})
+                self.optimiser.step()
+                self.optimiser.zero_grad(set_to_none=True)
+                self.schedule.step()
+                per_step.append(metrics)
+        return {k: float(np.mean([m[k] for m in per_step])) for k in per_step[0]}
+
+    # ---- one step, and the run ------------------------------------------------------------
+    def step(self, step: int) -> dict[str, float]:
+        start = time.perf_counter()
+        everything, kept, metrics = self.collect(step)
+        generated = time.perf_counter()
+        shaped, _ = self._rewards(kept)
+        advantages = compute_advantages(shaped, self.obj).flatten().float()
+        t = self._tensors(kept)
+        resp_mask = loss_mask(t["resp_mask"], kept.truncated.to(self.device), self.obj)
+        metrics.update(self.update(step, t, advantages.to(self.device), resp_mask))
+        done = time.perf_counter()
+        metrics.update(rollout_metrics(everything, self._rewards(everything)[0].flatten()))
+        metrics.update(advantage_metrics(advantages))
+        G = self.roll.group_size
+        metrics.update(self.task.step_metrics(
+            everything.groups, [everything.grades[i:i + G] for i in range(0, len(everything.grades), G)],
+            [everything.lengths[i:i + G].tolist() for i in range(0, len(everything.grades), G)]))
+        metrics.update({M.GENERATE_S: generated - start, M.UPDATE_S: done - generated, M.STEP_S: done - start,
+                        M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start)})
+        self.rows.extend(rollout_rows(step, everything, kept, advantages, G, self.cfg.log_text))
+        return metrics
+
+    def run(self, sink: MetricSink, on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
+        for step in range(1, self.cfg.steps + 1):
+            metrics = self.step(step)
+            sink.log_metrics(step, metrics)
+            if on_step is not None:
+                on_step(step, metrics)
+
+    def rollout_table(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)
+
+
+def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
+    """train/* metrics of the generated samples; the length splits only when defined (GUIDE §3)."""
+    lengths = s.lengths.double()
+    correct = torch.tensor([g.correct for g in s.grades])
+    out = {M.REWARD_MEAN: rewards.mean().item(), M.ACCURACY: correct.double().mean().item(),
+           M.LENGTH_MEAN: lengths.mean().item(), M.TRUNCATED_FRAC: s.truncated.double().mean().item()}
+    if correct.any():
+        out[M.LENGTH_CORRECT_MEAN] = lengths[correct].mean().item()
+    if (~correct).any():
+        out[M.LENGTH_INCORRECT_MEAN] = lengths[~correct].mean().item()
+    return out
+
+
+def rollout_rows(step: int, everything: Samples, kept: Samples, advantages: torch.Tensor, group_size: int,
+                 with_text: bool) -> list[dict[str, Any]]:
+    """One row per generated sample; samples of dropped groups have kept=False and no advantage."""
+    adv_of = {(id(g), j): advantages[k * group_size + j].item()
+              for k, g in enumerate(kept.groups) for j in range(group_size)}
+    rows = []
+    for k, grade in enumerate(everything.grades):
+        group, j = everything.groups[k // group_size], k % group_size
+        adv = adv_of.get((id(group), j))
+        row = {"step": step, "prompt_id": group.problem_id, "sample_index": j, "round": everything.rounds[k],
+               "reward": grade.reward, "correct": grade.correct, "length": int(everything.lengths[k]),
+               "truncated": bool(everything.truncated[k]), "advantage": math.nan if adv is None else adv,
+               "kept": adv is not None, **{f"info_{key}": v for key, v in grade.info.items()}}
+        if with_text:
+            row["prompt"], row["response"] = group.prompts[j], everything.texts[k]
+        rows.append(row)
+    return rows
