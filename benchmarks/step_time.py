@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--preset", default="grpo")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run-config override")
     ap.add_argument("--out", default=str(ROOT / "results" / "benchmarks" / "step_time.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -59,7 +60,7 @@ def main() -> None:
     cfg = load_run_config(ROOT / "ablations" / "toy_run.yaml", [
         f"objective.preset={args.preset}", f"rollout.prompts_per_step={args.prompts}",
         f"rollout.group_size={args.group}", f"rollout.max_new_tokens={args.max_new}",
-        f"train.steps={args.steps + warmup}", f"model.cache_dir={ROOT / 'results' / 'cache'}"])
+        f"train.steps={args.steps + warmup}", f"model.cache_dir={ROOT / 'results' / 'cache'}", *args.set])
     policy, tokenizer = load_policy(str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)), torch.device("cpu"))
     trainer = Trainer(policy, ToyAdditionTask(cfg.task.toy_addition), TransformersBackend(policy, tokenizer),
                       tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
@@ -83,14 +84,14 @@ def main() -> None:
         return statistics.median(m[key] for m in steps)
 
     total_step = sum(m[M.STEP_S] for m in steps)
-    row = {"preset": args.preset, "threads": args.threads, "prompts": args.prompts, "group": args.group,
+    row = {"preset": args.preset, "overrides": args.set, "reference_kl": cfg.train.reference_kl, "threads": args.threads, "prompts": args.prompts, "group": args.group,
            "max_new_tokens": args.max_new, "steps": args.steps, "step_s": med(M.STEP_S),
            "generate_s": med(M.GENERATE_S), "update_s": med(M.UPDATE_S), "tokens_per_s": med(M.TOKENS_PER_S),
            "response_len_mean": med(M.LENGTH_MEAN), "tracking_share": sink.seconds / (total_step + sink.seconds),
            "cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
-    print(f"{'preset':8} {'thr':>3} {'shape':>10} {'step s':>7} {'gen s':>7} {'upd s':>7} {'tok/s':>7} "
+    print(f"{'preset':8} {'ref KL':>6} {'thr':>3} {'shape':>10} {'step s':>7} {'gen s':>7} {'upd s':>7} {'tok/s':>7} "
           f"{'len':>5} {'tracking':>8}")
-    print(f"{row['preset']:8} {args.threads:>3} {f'{args.prompts}x{args.group}x{args.max_new}':>10} "
+    print(f"{row['preset']:8} {str(cfg.train.reference_kl):>6} {args.threads:>3} {f'{args.prompts}x{args.group}x{args.max_new}':>10} "
           f"{row['step_s']:7.3f} {row['generate_s']:7.3f} {row['update_s']:7.3f} {row['tokens_per_s']:7.0f} "
           f"{row['response_len_mean']:5.1f} {100 * row['tracking_share']:7.2f}%")
     out = Path(args.out)

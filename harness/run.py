@@ -44,12 +44,13 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
                  progress: bool = True) -> RunResult:
     """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises."""
     transformers.utils.logging.disable_progress_bar()  # our own progress line is the one to read
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
     uri, experiment_id = tracking_target(cfg, tracking_uri)
     device = pick_device(cfg.train.device)
+    # the toy build (SFT on batches of 64) uses every core; the tiny RL steps run best on train.threads
     path = (str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)) if cfg.model.source == "toy"
             else cfg.model.name_or_path)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.seed)
     policy, tokenizer = load_policy(path, device)
     task = ToyAdditionTask(cfg.task.toy_addition)

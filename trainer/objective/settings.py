@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from trainer.objective.advantages import ADVANTAGES
 from trainer.objective.aggregation import AGGREGATIONS
@@ -64,25 +64,13 @@ class ObjectiveSettings(BaseModel):
             raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
-    @field_validator("advantage")
+    @field_validator("advantage", "aggregation", "ratio", "kl_estimator")
     @classmethod
-    def _advantage(cls, v: str) -> str:
-        return _known(ADVANTAGES, v)
-
-    @field_validator("aggregation")
-    @classmethod
-    def _aggregation(cls, v: str) -> str:
-        return _known(AGGREGATIONS, v)
-
-    @field_validator("ratio")
-    @classmethod
-    def _ratio(cls, v: str) -> str:
-        return _known(RATIOS, v)
-
-    @field_validator("kl_estimator")
-    @classmethod
-    def _kl(cls, v: str) -> str:
-        return _known(KL_ESTIMATORS, v)
+    def _registered(cls, name: str, info: ValidationInfo) -> str:
+        registry = _REGISTRIES[info.field_name]
+        if name not in registry:
+            raise ValueError(f"unknown {registry.kind} {name!r}; known: {', '.join(registry.names())}")
+        return name
 
     @model_validator(mode="after")
     def _combinations(self) -> "ObjectiveSettings":
@@ -101,11 +89,8 @@ class ObjectiveSettings(BaseModel):
         return bool(RATIOS.meta(self.ratio)["per_sequence"])
 
 
-def _known(registry: Registry, name: str) -> str:
-    if name not in registry:
-        raise ValueError(f"unknown {registry.kind} {name!r}; known: {', '.join(registry.names())}")
-    return name
-
+_REGISTRIES: dict[str, Registry] = {"advantage": ADVANTAGES, "aggregation": AGGREGATIONS, "ratio": RATIOS,
+                                    "kl_estimator": KL_ESTIMATORS}
 
 _COMMON: dict[str, Any] = dict(
     adv_eps=1e-6, max_len=None, dual_clip=None, kl_coef=0.0, kl_estimator="k3",

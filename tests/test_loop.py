@@ -1,0 +1,62 @@
+"""The training loop on the tiny toy model: dynamic sampling, several optimiser steps, micro-batches."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.config import load_run_config
+from trainer import metric_names as M
+from trainer.loop import Trainer
+from trainer.models.load import load_policy
+from trainer.models.toy import ensure_toy_model
+from trainer.rollout.hf import TransformersBackend
+from trainer.tasks.toy_addition import ToyAdditionTask
+
+TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
+
+
+def _trainer(overrides, *extra):
+    cfg = load_run_config(TOY_RUN, [*overrides, *extra])
+    torch.set_num_threads(1)
+    policy, tok = load_policy(str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)), torch.device("cpu"))
+    return Trainer(policy, ToyAdditionTask(cfg.task.toy_addition), TransformersBackend(policy, tok),
+                   tok.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+
+
+def test_dynamic_sampling_fills_the_batch_with_mixed_groups(tiny_run_overrides):
+    tr = _trainer(tiny_run_overrides, "objective.preset=dapo", "objective.overlong_cache_len=8")
+    metrics = [tr.step(step) for step in (1, 2)]
+    rows = tr.rollout_table()
+    kept = rows[rows["kept"]]
+    assert len(kept) == 2 * 4 * 4  # the batch is full: prompts_per_step groups of G every step
+    per_group = kept.groupby(["step", "round", "prompt_id"])["correct"].agg(["min", "max"])
+    assert (per_group["min"] != per_group["max"]).all()  # every kept group is mixed
+    dropped = rows[~rows["kept"]]
+    assert dropped["advantage"].isna().all() and kept["advantage"].notna().all()
+    # every generated group is either kept, dropped (and counted), or surplus beyond a full batch
+    generated = rows.groupby("step")["round"].max().to_dict()
+    assert [m[M.GEN_ROUNDS] for m in metrics] == [generated[1], generated[2]]
+    assert sum(m[M.GROUPS_DROPPED] for m in metrics) * 4 <= len(dropped)
+
+
+def test_several_optimiser_steps_make_gspo_clip(tiny_run_overrides):
+    tr = _trainer(tiny_run_overrides, "objective.preset=gspo", "train.mini_batches=2", "train.epochs=2")
+    m = tr.step(1)
+    assert m[M.CLIP_FRAC] > 0  # with 3e-4/4e-4, sequence-level clipping acts once the policy has moved
+    tr = _trainer(tiny_run_overrides, "objective.preset=gspo")
+    assert tr.step(1)[M.CLIP_FRAC] == 0  # one on-policy step: ratio 1, nothing to clip
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo"])
+def test_micro_batches_do_not_change_the_update(tiny_run_overrides, preset):
+    runs = []
+    for micro in ("null", "3"):
+        tr = _trainer(tiny_run_overrides, f"objective.preset={preset}", f"train.micro_batch_size={micro}")
+        metrics = [tr.step(s) for s in (1, 2)]
+        runs.append((metrics, [p.detach().clone() for p in tr.policy.parameters()]))
+    (m1, p1), (m2, p2) = runs
+    for a, b in zip(m1, m2):
+        for key in (M.LOSS, M.ENTROPY, M.KL, M.ACCURACY, M.ADV_MEAN):
+            assert a[key] == pytest.approx(b[key], abs=1e-5), key
+    assert max((x - y).abs().max().item() for x, y in zip(p1, p2)) < 1e-4
