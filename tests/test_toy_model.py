@@ -69,6 +69,14 @@ def test_hash_follows_the_config():
     assert toy.config_hash(TINY) != toy.config_hash(nested)
 
 
+def test_hash_follows_the_trace_format(monkeypatch):
+    """A changed trace format is a new cache key even if nobody bumps BUILD_VERSION."""
+    before = toy.config_hash(TINY)
+    real = toy.target_trace
+    monkeypatch.setattr(toy, "target_trace", lambda *a: real(*a).replace(";", ":"))
+    assert toy.config_hash(TINY) != before
+
+
 def test_incomplete_build_is_rebuilt_and_concurrent_callers_build_once(tmp_path, monkeypatch):
     config = TINY.model_copy(update={"sft_steps": 1, "eval_samples": 0})
     leftover = toy.toy_model_dir(config, tmp_path)

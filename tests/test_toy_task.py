@@ -103,7 +103,17 @@ def test_trace_format_example():
     assert target_trace(config, group, 0, np.random.default_rng(0)) == "7+8=15,5+6=12,4+0=05,>525;"
     hidden = target_trace(config, group, 1, np.random.default_rng(0))
     guess = int(hidden[7])
-    assert hidden == f"7+8=15,{guess}+6={guess + 7:02d}?4+0={4 + (guess + 7) // 10:02d},>{457 - 50 + 10 * guess + 68};"
+    assert hidden == f"7+8=15,{guess}+6={guess + 7:02d}?4+0={4 + (guess + 7) // 10:02d},>{457 - 50 + 10 * guess + 68}!"
+
+
+def test_guessed_answer_closes_with_a_mark_the_grader_accepts():
+    group = Group(problem_id="457+68", answer="525", prompts=("4?7+68=",),
+                  meta=({"hidden_digit": True, "hidden_operand": 0, "hidden_place": 1},))
+    task = ToyAdditionTask(DEFAULT)
+    lucky = task.grade(group, 0, "7+8=15,5+6=12?4+0=05,>525!abcdefghijklmnop")
+    assert lucky.correct and lucky.info["filler_tokens"] == 16  # a right guess counts
+    assert not task.grade(group, 0, "7+8=15,3+6=10?4+0=05,>505!").correct
+    assert not task.grade(group, 0, ">52!5;").correct
 
 
 def test_hidden_traces_guess_visibly_and_are_mostly_wrong():

@@ -28,7 +28,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 from trainer.models.char_tokenizer import build_char_tokenizer
 from trainer.tasks.toy_addition import CHARS, ToyAdditionConfig, ToyAdditionTask, target_trace
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 """Part of the cache key: bump it when the trace format or the build code changes what a config produces."""
 COMPLETE_MARKER = "build.json"
 """Written last into a build; a directory without it is not a complete build."""
@@ -76,8 +76,14 @@ class ToyModelConfig(BaseModel):
 
 
 def config_hash(config: ToyModelConfig) -> str:
-    """Short stable hash of the config and BUILD_VERSION: the cache key."""
-    payload = json.dumps({"version": BUILD_VERSION, "config": config.model_dump(mode="json")}, sort_keys=True)
+    """Short stable hash of the config, BUILD_VERSION, the vocabulary and a sample of SFT traces: the
+    cache key. The traces make any change to the task's format a new key, bumped or not."""
+    task = ToyAdditionTask(config.task)
+    rng = np.random.default_rng(config.seed)
+    traces = [p + target_trace(config.task, g, i, rng) for g in task.sample_groups(rng, 32, 2)
+              for i, p in enumerate(g.prompts)]
+    payload = json.dumps({"version": BUILD_VERSION, "config": config.model_dump(mode="json"), "chars": CHARS,
+                          "traces": traces}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

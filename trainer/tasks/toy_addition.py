@@ -15,12 +15,20 @@ both on purpose:
 Trace format (prompt, then response), e.g. 457+68 with the tens digit of 457 hidden:
 
     prompt    4?7+68=
-    response  7+8=15,3+6=10?4+0=05,>505;abcdefghijklmnop
+    response  7+8=15,3+6=10?4+0=05,>505!abcdefghijklmnop
 
 Columns run from the units up as `a+b=ss`, where `ss` is the two-digit sum of
 both digits and the carry from the column before; `,` ends a column and `?`
-ends a guessed one. `>` opens the answer and `;` closes it; the reward checks
-only the answer (exact match with the true sum) and ignores all that follows.
+ends a guessed one. `>` opens the answer; `;` closes it, or `!` when the answer
+rests on a guess. The reward checks only the answer (exact match with the true
+sum) and ignores all that follows.
+
+Why the guess shows at the answer's end: the length choice is made right after
+it, and the bias needs the policy's state *there* to differ between failing and
+succeeding samples. With the guess visible only in the scratchpad, one
+large-batch update moved P(stop after the answer) identically for hidden-digit
+and clean samples (+0.00042 vs +0.00041 under GRPO), so GRPO's 1/T pressure
+moved every sample's length together and no bias appeared in 200 steps.
 The tokenizer is character-level, so characters and tokens are the same count.
 """
 
@@ -37,9 +45,9 @@ from trainer.tasks.base import Grade, Group
 
 FILLER_ALPHABET = string.ascii_lowercase
 """Filler blocks are prefixes of this: every next filler token is trivial, only block ends are choices."""
-CHARS = "0123456789+=,?>;" + FILLER_ALPHABET
+CHARS = "0123456789+=,?>;!" + FILLER_ALPHABET
 """Every character a prompt or trace uses (the toy tokenizer's vocabulary)."""
-ANSWER_OPEN, ANSWER_CLOSE = ">", ";"
+ANSWER_OPEN, ANSWER_CLOSE, GUESSED_ANSWER_CLOSE = ">", ";", "!"
 COLUMN_END, GUESSED_COLUMN_END = ",", "?"
 HIDDEN = "?"
 
@@ -154,11 +162,12 @@ def _mean(values) -> float:
 
 
 def parse_completion(completion: str) -> tuple[str | None, int]:
-    """(answer digits or None when malformed, number of characters after the answer's `;`)."""
+    """(answer digits or None when malformed, number of characters after the answer's `;` or `!`)."""
     start = completion.find(ANSWER_OPEN)
-    end = completion.find(ANSWER_CLOSE, start + 1) if start >= 0 else -1
-    if end < 0:
+    ends = [i for i in (completion.find(c, start + 1) for c in (ANSWER_CLOSE, GUESSED_ANSWER_CLOSE)) if i >= 0]
+    if start < 0 or not ends:
         return None, 0
+    end = min(ends)
     answer = completion[start + 1:end]
     filler = len(completion) - end - 1
     return (answer if answer.isdigit() and answer.isascii() else None), filler
@@ -187,4 +196,5 @@ def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.ra
         carry = total // 10
     answer += carry * 10 ** max(len(a), len(b))
     filler = FILLER_ALPHABET[:config.filler_block_len] * blocks
-    return "".join(columns) + ANSWER_OPEN + str(answer) + ANSWER_CLOSE + filler
+    close = GUESSED_ANSWER_CLOSE if guess is not None else ANSWER_CLOSE
+    return "".join(columns) + ANSWER_OPEN + str(answer) + close + filler
