@@ -69,6 +69,21 @@ def test_hash_follows_the_config():
     assert toy.config_hash(TINY) != toy.config_hash(nested)
 
 
+def test_build_uses_its_own_thread_count(tmp_path, monkeypatch):
+    """Float sums depend on the thread count (two 800-step builds, on 1 and 2 threads, differed by up
+    to 0.59 in a weight), so the build runs on config.build_threads whatever the caller set."""
+    seen = []
+    real = toy._train
+    monkeypatch.setattr(toy, "_train", lambda *a: (seen.append(torch.get_num_threads()), real(*a))[1])
+    caller = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        toy.build_toy_model(TINY.model_copy(update={"build_threads": 2}), tmp_path)
+        assert seen == [2] and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(caller)
+
+
 def test_hash_follows_the_trace_format(monkeypatch):
     """A changed trace format is a new cache key even if nobody bumps BUILD_VERSION."""
     before = toy.config_hash(TINY)

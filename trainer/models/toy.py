@@ -73,6 +73,9 @@ class ToyModelConfig(BaseModel):
     """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits)."""
     eval_samples: int = Field(256, ge=0)
     """Prompts sampled after SFT to record accuracy in build.json (0 skips; weights are unaffected)."""
+    build_threads: int = Field(2, ge=1)
+    """torch CPU threads for the build, whatever the caller uses: float sums depend on the thread count,
+    so this is part of what makes two builds of one config bitwise identical."""
 
 
 def config_hash(config: ToyModelConfig) -> str:
@@ -118,7 +121,12 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Pa
     final.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer(CHARS)
     start = time.perf_counter()
-    model, final_loss = _train(config, tokenizer)
+    caller_threads = torch.get_num_threads()
+    torch.set_num_threads(config.build_threads)
+    try:
+        model, final_loss = _train(config, tokenizer)
+    finally:
+        torch.set_num_threads(caller_threads)
     train_s = time.perf_counter() - start
     report = {"version": BUILD_VERSION, "hash": config_hash(config), "config": config.model_dump(mode="json"),
               "parameters": sum(p.numel() for p in model.parameters()), "train_s": round(train_s, 2),
