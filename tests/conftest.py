@@ -4,8 +4,6 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
 
 @pytest.fixture(scope="session")
 def toy_cache(tmp_path_factory) -> Path:
