@@ -34,6 +34,10 @@ def test_dynamic_sampling_fills_the_batch_with_mixed_groups(tiny_run_overrides):
     assert (per_group["min"] != per_group["max"]).all()  # every kept group is mixed
     dropped = rows[~rows["kept"]]
     assert dropped["advantage"].isna().all() and kept["advantage"].notna().all()
+    # DAPO's soft punishment (budget 48, cache 8): free up to 40 tokens, then −1/8 per token
+    expected = rows["reward"] + rows["length"].map(lambda n: 0.0 if n <= 40 else -min(1.0, (n - 40) / 8))
+    assert rows["shaped_reward"].tolist() == pytest.approx(expected.tolist())
+    assert (rows["length"] > 40).any()  # the punishment was exercised
     # every generated group is either kept, dropped (and counted), or surplus beyond a full batch
     generated = rows.groupby("step")["round"].max().to_dict()
     assert [m[M.GEN_ROUNDS] for m in metrics] == [generated[1], generated[2]]

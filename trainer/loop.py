@@ -211,7 +211,8 @@ class Trainer:
         resp_mask = loss_mask(t["resp_mask"], kept.truncated.to(self.device), self.obj)
         metrics.update(self.update(step, t, advantages.to(self.device), resp_mask))
         done = time.perf_counter()
-        metrics.update(rollout_metrics(everything, self._rewards(everything)[0].flatten()))
+        shaped_all = self._rewards(everything)[0].flatten()
+        metrics.update(rollout_metrics(everything, shaped_all))
         metrics.update(advantage_metrics(advantages))
         G = self.roll.group_size
         metrics.update(self.task.step_metrics(
@@ -219,7 +220,7 @@ class Trainer:
             [everything.lengths[i:i + G].tolist() for i in range(0, len(everything.grades), G)]))
         metrics.update({M.GENERATE_S: generated - start, M.UPDATE_S: done - generated, M.STEP_S: done - start,
                         M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start)})
-        self.rows.extend(rollout_rows(step, everything, kept, advantages, G, self.cfg.log_text))
+        self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text))
         return metrics
 
     def run(self, sink: MetricSink, on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
@@ -246,9 +247,10 @@ def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
     return out
 
 
-def rollout_rows(step: int, everything: Samples, kept: Samples, advantages: torch.Tensor, group_size: int,
-                 with_text: bool) -> list[dict[str, Any]]:
-    """One row per generated sample; samples of dropped groups have kept=False and no advantage."""
+def rollout_rows(step: int, everything: Samples, kept: Samples, advantages: torch.Tensor, shaped: torch.Tensor,
+                 group_size: int, with_text: bool) -> list[dict[str, Any]]:
+    """One row per generated sample (reward = the task's, shaped_reward = what the advantage saw);
+    samples of dropped groups have kept=False and no advantage."""
     adv_of = {(id(g), j): advantages[k * group_size + j].item()
               for k, g in enumerate(kept.groups) for j in range(group_size)}
     rows = []
@@ -256,7 +258,7 @@ def rollout_rows(step: int, everything: Samples, kept: Samples, advantages: torc
         group, j = everything.groups[k // group_size], k % group_size
         adv = adv_of.get((id(group), j))
         row = {"step": step, "prompt_id": group.problem_id, "sample_index": j, "round": everything.rounds[k],
-               "reward": grade.reward, "correct": grade.correct, "length": int(everything.lengths[k]),
+               "reward": grade.reward, "shaped_reward": shaped[k].item(), "correct": grade.correct, "length": int(everything.lengths[k]),
                "truncated": bool(everything.truncated[k]), "advantage": math.nan if adv is None else adv,
                "kept": adv is not None, **{f"info_{key}": v for key, v in grade.info.items()}}
         if with_text:
