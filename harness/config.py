@@ -7,7 +7,6 @@ logs is the fully resolved object, every field spelled out.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,7 +111,7 @@ class RunConfig(BaseModel):
 
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
         """What defines the run's result: everything but tracking (and optionally the seed)."""
-        data = self.model_dump(mode="json", exclude={"tracking", "objective_preset"})
+        data = self.model_dump(mode="json", exclude=_NOT_IDENTITY)
         if not with_seed:
             data.pop("seed")
         return data
@@ -120,16 +119,21 @@ class RunConfig(BaseModel):
     @property
     def config_hash(self) -> str:
         """Hash of the resolved config without tracking settings: the job id."""
-        return _hash(self.identity())
+        return _hash(self.model_dump_json(exclude=_NOT_IDENTITY))
 
     @property
     def arm(self) -> str:
         """Hash of the resolved config without the seed: runs of one arm differ only in seed."""
-        return _hash(self.identity(with_seed=False))
+        return _hash(self.model_dump_json(exclude=_NOT_IDENTITY | {"seed"}))
 
 
-def _hash(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+# fields that do not change what a run computes; pydantic's JSON keeps the schema's field order,
+# so the hashes are stable without sorting keys
+_NOT_IDENTITY = {"tracking", "objective_preset"}
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:

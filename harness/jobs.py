@@ -1,0 +1,45 @@
+"""A job: one resolved run config of a sweep, and how a worker runs it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run of a sweep. Picklable, so any executor can ship it to a worker."""
+
+    config: RunConfig
+    """The fully resolved run config (tracking.experiment is the sweep's experiment)."""
+    arm: str
+    """Human label of the arm, e.g. `aggregation=constant advantage=group_mean` or a named arm."""
+    varying: dict[str, Any] = field(default_factory=dict)
+    """The settings that vary across the sweep's arms, with this job's values (for tables)."""
+
+    @property
+    def job_id(self) -> str:
+        """Hash of the resolved config: the same grid point always has the same id."""
+        return self.config.config_hash
+
+    @property
+    def arm_id(self) -> str:
+        """Hash of the resolved config without the seed."""
+        return self.config.arm
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+
+def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None) -> str:
+    """Train `job` in this process and return its MLflow run id (raises if the run failed)."""
+    from harness.run import run_training  # heavy imports (torch) only inside workers
+
+    tags = {"arm_label": job.arm}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    return run_training(job.config, tracking_uri=tracking_uri, sweep_id=sweep_id, extra_tags=tags,
+                        progress=False).run_id

@@ -1,0 +1,215 @@
+"""Sweep files → jobs: arms × grid × zipped axes (minus excluded, plus included) × seeds.
+
+Every job's run config is resolved and validated here, before anything runs; any
+problem is one `ConfigError` line naming the sweep file and the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.config import RunConfig
+from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
+from harness.jobs import Job
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+Overrides = dict[str, Any]
+
+
+class Arm(BaseModel):
+    """A named arm: overrides applied on top of the base (and of earlier arms when cumulative)."""
+
+    model_config = _STRICT
+
+    name: str = Field(min_length=1)
+    """Label shown in tables and reports."""
+    set: Overrides = {}
+    """Dotted-key overrides, e.g. {objective.clip_high: 0.28}."""
+
+
+class ExecutorSettings(BaseModel):
+    """Defaults for running the jobs; the command line may override them."""
+
+    model_config = _STRICT
+
+    workers: int | None = Field(None, ge=1)
+    """Jobs at once on the local executor (null = cores // threads per job)."""
+    timeout_s: float | None = Field(None, gt=0)
+    """A job running longer is killed and marked FAILED (null = no limit)."""
+    retries: int = Field(0, ge=0)
+    """Extra attempts for a failed job."""
+
+
+class SweepSpec(BaseModel):
+    """A sweep file."""
+
+    model_config = _STRICT
+
+    name: str = Field(min_length=1)
+    """Sweep name; also the MLflow experiment unless `experiment` is set."""
+    experiment: str | None = None
+    """MLflow experiment of the sweep (null = the name)."""
+    base: str | None = None
+    """Run config file every job starts from, relative to the sweep file."""
+    set: Overrides = {}
+    """Overrides applied to the base for every job."""
+    arms: list[Arm] = []
+    """Named arms (optional); combined with the grid and zipped axes."""
+    cumulative: bool = False
+    """Each arm also carries the overrides of the arms before it (DAPO's progressive table)."""
+    grid: dict[str, list[Any]] = {}
+    """Axes expanded as a Cartesian product: dotted key → values."""
+    zip: list[dict[str, list[Any]]] = []
+    """Groups of axes that vary together: in each group every key has a list of the same length."""
+    exclude: list[Overrides] = []
+    """Combinations to drop: one that matches every key: value of an entry is excluded."""
+    include: list[Overrides] = []
+    """Extra combinations (overrides) added after the product and the exclusions."""
+    seeds: list[int] = Field(min_length=1)
+    """Seeds: every combination runs once per seed."""
+    profiles: dict[str, Overrides] = {}
+    """Named override sets selected with --profile (e.g. `paper` for the GPU settings)."""
+    executor: ExecutorSettings = ExecutorSettings()
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: list[int]) -> list[int]:
+        if any(s < 0 for s in seeds):
+            raise ValueError("seeds must be ≥ 0")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("seeds repeat")
+        return seeds
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in grid.items():
+            if not values:
+                raise ValueError(f"{key}: an axis needs at least one value")
+        return grid
+
+    @model_validator(mode="after")
+    def _axes(self) -> "SweepSpec":
+        seen = set(self.grid)
+        for i, group in enumerate(self.zip):
+            lengths = {len(v) for v in group.values()}
+            if len(lengths) > 1:
+                raise ValueError(f"zip[{i}]: lists of different lengths {sorted(lengths)}")
+            if 0 in lengths or not group:
+                raise ValueError(f"zip[{i}]: empty group")
+            if seen & set(group):
+                raise ValueError(f"zip[{i}]: {', '.join(sorted(seen & set(group)))} also varies elsewhere")
+            seen |= set(group)
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError("arm names repeat")
+        if self.cumulative and not self.arms:
+            raise ValueError("cumulative needs arms")
+        varied = seen | {k for a in self.arms for k in a.set}
+        for i, rule in enumerate(self.exclude):
+            unknown = set(rule) - varied
+            if not rule or unknown:
+                raise ValueError(f"exclude[{i}]: {', '.join(sorted(unknown)) or 'empty rule'} does not vary in this sweep")
+        return self
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The expanded sweep."""
+
+    name: str
+    experiment: str
+    sweep_id: str
+    """Stable id of the sweep (from its name and experiment): editing the grid keeps finished jobs."""
+    source: str
+    spec: dict[str, Any]
+    """The sweep file as read (logged on the sweep's parent run)."""
+    settings: SweepSpec
+    jobs: tuple[Job, ...]
+
+
+def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None) -> SweepPlan:
+    """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job."""
+    path = Path(path)
+    raw = load_yaml(path)
+    spec = validate(SweepSpec, raw, str(path))
+    base: dict[str, Any] = {}
+    if spec.base is not None:
+        base_path = path.parent / spec.base
+        if not base_path.is_file():
+            raise ConfigError(f"{path}: base: no run config at {base_path}")
+        base = load_yaml(base_path)
+    if profile is not None and profile not in spec.profiles:
+        known = ", ".join(spec.profiles) or "none"
+        raise ConfigError(f"{path}: profiles: no profile {profile!r} (known: {known})")
+    common = {**spec.set, **(spec.profiles[profile] if profile else {})}
+    base = _apply(path, "set", base, common)
+    base = apply_overrides(base, overrides or [])
+    experiment = spec.experiment or spec.name
+    combos = _combinations(spec)
+    varying = sorted({k for c in combos for k in c} - _constant_keys(combos))
+    axes = set(spec.grid) | {k for group in spec.zip for k in group}
+    jobs, seen = [], {}
+    for combo in combos:
+        label = _label(combo, [k for k in varying if k in axes])
+        data = _apply(path, f"arm '{label}'", base,
+                      {**combo, "tracking.experiment": experiment, "seed": spec.seeds[0]})
+        try:
+            cfg = RunConfig.model_validate(data)
+        except ValidationError:
+            validate(RunConfig, data, f"{path}: arm '{label}'")  # raises the one-line error
+            raise
+        arm_id = cfg.arm
+        if arm_id in seen:
+            raise ConfigError(f"{path}: arms '{seen[arm_id]}' and '{label}' resolve to the same run config")
+        seen[arm_id] = label
+        values = {k: combo.get(k) for k in varying}
+        for seed in spec.seeds:  # seeds share the validated arm: copy instead of validating again
+            jobs.append(Job(config=cfg.model_copy(update={"seed": seed}), arm=label, varying=values))
+    sweep_id = hashlib.sha256(f"{spec.name}\n{experiment}".encode()).hexdigest()[:12]
+    return SweepPlan(spec.name, experiment, sweep_id, str(path), raw, spec, tuple(jobs))
+
+
+def _combinations(spec: SweepSpec) -> list[Overrides]:
+    arms: list[Overrides] = [{}]
+    if spec.arms:
+        arms, acc = [], {}
+        for arm in spec.arms:
+            acc = {**acc, **arm.set} if spec.cumulative else dict(arm.set)
+            arms.append({"__arm__": arm.name, **acc})
+    axes = [[{k: v} for v in values] for k, values in spec.grid.items()]
+    axes += [[{k: vals[i] for k, vals in group.items()} for i in range(len(next(iter(group.values()))))]
+             for group in spec.zip]
+    combos = []
+    for parts in itertools.product(arms, *axes):
+        combo = {k: v for part in parts for k, v in part.items()}
+        if not any(all(combo.get(k, _MISSING) == v for k, v in rule.items()) for rule in spec.exclude):
+            combos.append(combo)
+    return combos + [{"__include__": True, **extra} for extra in spec.include]
+
+
+_MISSING = object()
+
+
+def _constant_keys(combos: list[Overrides]) -> set[str]:
+    keys = {k for c in combos for k in c}
+    return {k for k in keys if k.startswith("__") or len({repr(c.get(k, _MISSING)) for c in combos}) == 1}
+
+
+def _label(combo: Overrides, axis_keys: list[str]) -> str:
+    """The arm's name, then `key=value` for each grid or zipped axis (last part of the dotted key)."""
+    if combo.get("__include__"):  # an included combination is labelled by everything it sets
+        axis_keys = [k for k in combo if not k.startswith("__")]
+    parts = [str(combo["__arm__"])] if "__arm__" in combo else []
+    parts += [f"{k.rsplit('.', 1)[-1]}={combo[k]}" for k in axis_keys if k in combo]
+    return " ".join(parts) or "base"
+
+
+def _apply(path: Path, where: str, data: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
+    return set_dotted(data, {k: v for k, v in overrides.items() if not k.startswith("__")}, f"{path}: {where}")

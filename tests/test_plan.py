@@ -1,0 +1,115 @@
+"""Sweep files → jobs: expansion, stable ids, and one-line errors for malformed files."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.config_io import ConfigError
+from harness.plan import load_sweep
+
+ABLATIONS = Path(__file__).resolve().parents[1] / "ablations"
+
+
+def _sweep(tmp_path, text: str, name: str = "s.yaml") -> Path:
+    (tmp_path / "toy_run.yaml").write_text((ABLATIONS / "toy_run.yaml").read_text())
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_grid_times_seeds_with_stable_ids(tmp_path):
+    path = _sweep(tmp_path, """
+name: t
+base: toy_run.yaml
+set: {train.steps: 7}
+grid:
+  objective.aggregation: [seq_mean_token_mean, constant]
+  objective.advantage: [group_std, group_mean]
+seeds: [0, 1, 2]
+""")
+    plan = load_sweep(path)
+    assert len(plan.jobs) == 12 and len({j.job_id for j in plan.jobs}) == 12
+    assert len({j.arm_id for j in plan.jobs}) == 4
+    assert all(j.config.train.steps == 7 and j.config.tracking.experiment == "t" for j in plan.jobs)
+    assert plan.jobs[0].arm == "advantage=group_std aggregation=seq_mean_token_mean"
+    assert plan.jobs[0].varying == {"objective.advantage": "group_std", "objective.aggregation": "seq_mean_token_mean"}
+    assert [j.seed for j in plan.jobs[:3]] == [0, 1, 2]
+    again = load_sweep(path)
+    assert [j.job_id for j in again.jobs] == [j.job_id for j in plan.jobs] and again.sweep_id == plan.sweep_id
+    # a job id is the hash of its resolved config: the same config in another sweep has the same id
+    cfg = plan.jobs[0].config
+    assert cfg.model_copy(update={"seed": 0}).config_hash == plan.jobs[0].job_id
+
+
+def test_zip_exclude_include_and_cumulative_arms(tmp_path):
+    path = _sweep(tmp_path, """
+name: t
+base: toy_run.yaml
+arms:
+  - {name: a, set: {objective.preset: grpo}}
+  - {name: b, set: {objective.clip_high: 0.28}}
+  - {name: c, set: {objective.aggregation: token_mean}}
+cumulative: true
+zip:
+  - {train.mini_batches: [1, 2], train.epochs: [1, 2]}
+exclude:
+  - {train.mini_batches: 2, objective.aggregation: token_mean}
+include:
+  - {objective.preset: dr_grpo}
+seeds: [0]
+""")
+    plan = load_sweep(path)
+    arms = [j.arm for j in plan.jobs]
+    assert arms == ["a epochs=1 mini_batches=1", "a epochs=2 mini_batches=2", "b epochs=1 mini_batches=1",
+                    "b epochs=2 mini_batches=2", "c epochs=1 mini_batches=1", "preset=dr_grpo"]
+    c = plan.jobs[4].config
+    assert (c.objective.clip_high, c.objective.aggregation) == (0.28, "token_mean")  # b's override carried on
+    assert plan.jobs[1].config.train.epochs == 2
+    assert plan.jobs[5].config.objective.aggregation == "constant"
+
+
+def test_shipped_ablation_files_plan(tmp_path):
+    sizes = {f.stem: len(load_sweep(f).jobs) for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run"}
+    assert sizes == {"smoke": 4, "dr_grpo_bias": 20, "dapo_progressive": 18, "clip_higher_entropy": 6,
+                     "gspo_vs_grpo": 6}
+    paper = load_sweep(ABLATIONS / "dr_grpo_bias.yaml", profile="paper").jobs[0].config
+    assert (paper.model.name_or_path, paper.rollout.max_new_tokens, paper.train.lr) == ("Qwen/Qwen2.5-Math-1.5B", 3000, 1e-6)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrdi: {seed: [1]}\n", "grdi: unknown key"),
+    ("name: t\nbase: toy_run.yaml\n", "seeds: required key is missing"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0, 0]\n", "seeds repeat"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [-1]\n", "seeds must be ≥ 0"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: 0.28}\n", "grid.objective.clip_high"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: []}\n", "at least one value"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\nzip: [{train.epochs: [1, 2], train.mini_batches: [1]}]\n",
+     "different lengths"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {train.epochs: [1]}\nzip: [{train.epochs: [1]}]\n",
+     "also varies elsewhere"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {train.epochs: [1, 2]}\nexclude: [{train.lr: 1}]\n",
+     "train.lr does not vary"),
+    ("name: t\nbase: missing.yaml\nseeds: [0]\n", "base: no run config"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_hihg: [0.2]}\n",
+     "objective.clip_hihg: unknown key (did you mean 'clip_high'?)"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: [-0.2, 0.28]}\n",
+     "arm 'clip_high=-0.2': objective.clip_high"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\narms: [{name: a}, {name: a}]\n", "arm names repeat"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ncumulative: true\n", "cumulative needs arms"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\narms: [{name: a, set: {objective.preset: grpo}},"
+     " {name: b, set: {objective.preset: grpo}}]\n", "arms 'a' and 'b' resolve to the same run config"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {train.steps.n: 3}\n", "set: train.steps.n: train.steps is 120, not a mapping"),
+    ("[not, a, mapping]\n", "top level must be a mapping"),
+])
+def test_malformed_sweep_is_one_line_naming_the_key(tmp_path, body, needle):
+    path = _sweep(tmp_path, body)
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and needle in message, message
+
+
+def test_unknown_profile(tmp_path):
+    path = _sweep(tmp_path, "name: t\nbase: toy_run.yaml\nseeds: [0]\n")
+    with pytest.raises(ConfigError, match="no profile 'paper'"):
+        load_sweep(path, profile="paper")
