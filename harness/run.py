@@ -41,8 +41,10 @@ def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
 
 
 def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: str = "",
-                 progress: bool = True) -> RunResult:
-    """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises."""
+                 extra_tags: dict[str, str] | None = None, progress: bool = True) -> RunResult:
+    """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises.
+
+    `extra_tags` are added to the run's tags (a sweep passes its arm label and `mlflow.parentRunId`)."""
     transformers.utils.logging.disable_progress_bar()  # our own progress line is the one to read
     uri, experiment_id = tracking_target(cfg, tracking_uri)
     device = pick_device(cfg.train.device)
@@ -57,7 +59,8 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     trainer = Trainer(policy, task, TransformersBackend(policy, tokenizer), tokenizer.pad_token_id,
                       cfg.objective, cfg.rollout, cfg.train, cfg.seed)
     run_name = cfg.tracking.run_name or f"{cfg.name}-s{cfg.seed}"
-    with RunTracker(uri, experiment_id, run_name=run_name, tags=run_tags(cfg, sweep_id), config=cfg) as tracker:
+    tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
+    with RunTracker(uri, experiment_id, run_name=run_name, tags=tags, config=cfg) as tracker:
         bar = tqdm(total=cfg.train.steps, desc=run_name, unit="step", disable=not progress, dynamic_ncols=True)
         try:
             trainer.run(tracker, on_step=lambda step, m: _progress(bar, m))

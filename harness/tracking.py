@@ -59,6 +59,12 @@ def _sqlite_path(uri: str) -> Path | None:
     return None if path in ("", ":memory:") else Path(path)
 
 
+def store_exists(uri: str) -> bool:
+    """False only for a SQLite store whose file is not there yet (so a dry run never creates one)."""
+    path = _sqlite_path(uri)
+    return path is None or path.exists()
+
+
 def prepare_store(uri: str, experiment_name: str) -> str:
     """Create the store (running MLflow's schema migrations) and the experiment; return its id.
 

@@ -1,0 +1,35 @@
+"""What every executor takes and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Protocol, Sequence
+
+from harness.jobs import Job
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How one job ended (after its retries)."""
+
+    job_id: str
+    status: Literal["FINISHED", "FAILED"]
+    run_id: str | None
+    """The MLflow run of the last attempt (None if the worker died before creating it)."""
+    reason: str | None
+    """One line: why it failed (exception, timeout, worker killed, interrupted); None when FINISHED."""
+    attempts: int
+    seconds: float
+
+
+EventHook = Callable[[str, Job, "JobOutcome | None"], None]
+"""Called with ("started" | "finished" | "failed" | "retrying", job, outcome-or-None) for progress views."""
+
+
+class Executor(Protocol):
+    def run(self, jobs: Sequence[Job], *, tracking_uri: str, sweep_id: str, parent_run_id: str | None,
+            on_event: EventHook | None = None) -> list[JobOutcome]:
+        """Run every job (each in its own worker, via `harness.jobs.run_job`) and return one outcome per job,
+        in the order given. A job that crashes, hangs past the time limit or diverges is FAILED, its MLflow
+        run ended FAILED with the reason, and the others go on."""
+        ...

@@ -1,0 +1,208 @@
+"""Sweeps on the local executor end to end: real tiny runs in spawned processes, a real SQLite store.
+
+Failures are real too (a spawned child cannot be monkeypatched): a CUDA device on this CPU machine,
+a time limit, a SIGKILL of a worker, Ctrl-C, and a SIGKILL of the whole sweep process group.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from harness.config import load_run_config
+from harness.executor.local import LocalExecutor
+from harness.jobs import Job
+from harness.resume import job_runs
+from harness.sweep_run import ORPHAN_REASON, run_sweep
+from harness.tracking import prepare_store
+
+TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
+EXPERIMENT = "toy"  # ablations/toy_run.yaml's
+
+
+@pytest.fixture(scope="module")
+def overrides(tiny_run_overrides):
+    """The tiny-run overrides, with the toy model built here once so that workers only load it."""
+    from trainer.models.toy import ensure_toy_model
+
+    cfg = load_run_config(TOY_RUN, tiny_run_overrides)
+    ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)
+    return tiny_run_overrides
+
+
+def _job(overrides, seed, *extra):
+    return Job(config=load_run_config(TOY_RUN, [*overrides, f"seed={seed}", *extra]), arm="a")
+
+
+def _uri(tmp_path):
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _runs(uri, sweep_id):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    return client.search_runs([exp.experiment_id], f"tags.sweep_id = '{sweep_id}'")
+
+
+def _sweep(uri, jobs, executor, sweep_id="s1"):
+    return run_sweep("test", sweep_id, EXPERIMENT, {"grid": {"seed": [j.seed for j in jobs]}}, jobs,
+                     executor=executor, tracking_uri=uri, console=False)
+
+
+def test_sweep_runs_all_jobs_under_parent_and_rerun_trains_nothing(tmp_path, overrides, capsys):
+    uri = _uri(tmp_path)
+    jobs = [_job(overrides, seed) for seed in range(3)]
+    result = _sweep(uri, jobs, LocalExecutor(workers=2))
+    assert result.ok and not result.skipped
+    assert sorted(o.job_id for o in result.finished) == sorted(j.job_id for j in jobs)
+    runs = _runs(uri, "s1")
+    (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "1"]
+    children = [r for r in runs if r is not parent]
+    assert parent.info.status == "FINISHED" and parent.data.params["grid.seed"] == "[0, 1, 2]"
+    assert "sweep.yaml" in {a.path for a in MlflowClient(uri).list_artifacts(parent.info.run_id)}
+    assert sorted(r.data.tags["job_id"] for r in children) == sorted(j.job_id for j in jobs)
+    for run in children:
+        assert run.info.status == "FINISHED" and run.data.tags["status"] == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and run.data.tags["sweep_id"] == "s1"
+
+    again = run_sweep("test", "s1", EXPERIMENT, {}, jobs, executor=LocalExecutor(workers=2), tracking_uri=uri)
+    assert len(again.skipped) == 3 and not again.finished and not again.failed
+    assert "all 3 jobs are done" in capsys.readouterr().err
+    assert len(_runs(uri, "s1")) == len(runs)  # no new runs, the parent reused
+    assert again.parent_run_id == parent.info.run_id
+
+
+def test_failing_job_is_retried_recorded_and_does_not_stop_the_others(tmp_path, overrides):
+    uri = _uri(tmp_path)
+    good, bad = _job(overrides, 0), _job(overrides, 1, "train.device=cuda")  # no CUDA here: raises at run time
+    events = []
+    executor = LocalExecutor(workers=2, retries=1)
+    outcomes = executor.run([bad, good], tracking_uri=uri, sweep_id="s2", parent_run_id=None,
+                            on_event=lambda kind, job, _: events.append((kind, job.seed)))
+    assert [o.status for o in outcomes] == ["FAILED", "FINISHED"]
+    assert outcomes[0].attempts == 2 and "cuda" in outcomes[0].reason
+    assert ("retrying", 1) in events and ("failed", 1) in events and ("finished", 0) in events
+    assert job_runs(uri, EXPERIMENT, "s2") == {good.job_id: ["FINISHED"], bad.job_id: ["FAILED", "FAILED"]}
+    for run in _runs(uri, "s2"):
+        if run.data.tags["job_id"] == bad.job_id:  # every attempt is history, with its reason
+            assert run.data.tags["status"] == "FAILED" and "cuda" in run.data.tags["failure_reason"]
+
+    result = _sweep(uri, [good, bad], LocalExecutor(workers=1), sweep_id="s2")  # the sweep view: it is listed, parent FAILED
+    assert [o.job_id for o in result.failed] == [bad.job_id] and [j.job_id for j in result.skipped] == [good.job_id]
+    assert MlflowClient(uri).get_run(result.parent_run_id).info.status == "FAILED"
+
+
+def test_timeout_kills_the_job_and_fails_its_run(tmp_path, overrides):
+    uri = _uri(tmp_path)
+    job = _job(overrides, 0, "train.steps=100000")
+    (outcome,) = LocalExecutor(workers=1, timeout_s=2).run([job], tracking_uri=uri, sweep_id="s3",
+                                                          parent_run_id=None)
+    assert outcome.status == "FAILED" and outcome.reason == "timeout after 2 s" and outcome.seconds < 15
+    (run,) = _runs(uri, "s3")
+    assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == "timeout after 2 s"
+
+
+def test_killed_worker_fails_its_running_run(tmp_path, overrides):
+    import multiprocessing
+
+    uri = _uri(tmp_path)
+    job = _job(overrides, 0, "train.steps=100000")
+
+    def kill_once_running():  # SIGKILL the worker once its run is in the store, as the OOM killer would
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if "RUNNING" in job_runs(uri, EXPERIMENT, "s4").get(job.job_id, []):
+                for child in multiprocessing.active_children():
+                    os.kill(child.pid, signal.SIGKILL)
+                return
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=kill_once_running, daemon=True)
+    prepare_store(uri, EXPERIMENT)
+    killer.start()
+    (outcome,) = LocalExecutor(workers=1, timeout_s=150).run([job], tracking_uri=uri, sweep_id="s4",
+                                                            parent_run_id=None)
+    killer.join()
+    assert outcome.reason == f"worker died (exit code {-signal.SIGKILL})"
+    (run,) = _runs(uri, "s4")
+    assert run.info.run_id == outcome.run_id and run.info.status == "FAILED"
+    assert run.data.tags["failure_reason"] == outcome.reason and run.data.tags["status"] == "FAILED"
+
+
+def test_ctrl_c_fails_running_runs_and_reraises(tmp_path, overrides):
+    uri = _uri(tmp_path)
+    job = _job(overrides, 0, "train.steps=100000")
+    prepare_store(uri, EXPERIMENT)
+
+    def interrupt_once_running():  # what Ctrl-C does to the sweep process
+        while "RUNNING" not in job_runs(uri, EXPERIMENT, "s6").get(job.job_id, []):
+            time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        _sweep(uri, [job], LocalExecutor(workers=1, timeout_s=150), sweep_id="s6")
+    runs = _runs(uri, "s6")
+    assert len(runs) == 2  # the job's run and the parent
+    for run in runs:
+        assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == "interrupted"
+
+
+SWEEP_SCRIPT = """
+import json, sys
+from harness.config import load_run_config
+from harness.executor.local import LocalExecutor
+from harness.jobs import Job
+from harness.sweep_run import run_sweep
+
+if __name__ == "__main__":  # spawned workers re-import this file
+    toy, uri, overrides, seeds = json.loads(sys.argv[1])
+    jobs = [Job(config=load_run_config(toy, [*overrides, f"seed={s}"]), arm="a") for s in seeds]
+    run_sweep("test", "s5", "toy", {}, jobs, executor=LocalExecutor(workers=1), tracking_uri=uri, console=False)
+"""
+
+
+def test_sigkilled_sweep_resumes_without_duplicates(tmp_path, overrides):
+    uri, seeds = _uri(tmp_path), [0, 1, 2, 3]
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP_SCRIPT)
+    prepare_store(uri, EXPERIMENT)  # so that polling it below never races the sweep's first migration
+    proc = subprocess.Popen([sys.executable, str(script), json.dumps([str(TOY_RUN), uri, overrides, seeds])],
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        while True:  # wait for one job done and the next one mid-run, then kill everything at once
+            assert time.monotonic() < deadline and proc.poll() is None, "the sweep never got going"
+            statuses = [s for ss in job_runs(uri, EXPERIMENT, "s5").values() for s in ss]
+            if "FINISHED" in statuses and "RUNNING" in statuses:
+                break
+            time.sleep(0.3)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = job_runs(uri, EXPERIMENT, "s5")
+    finished_before = {j for j, ss in before.items() if ss == ["FINISHED"]}
+    orphaned = {j for j, ss in before.items() if "RUNNING" in ss}
+    assert finished_before and len(orphaned) == 1
+
+    jobs = [_job(overrides, s) for s in seeds]
+    result = _sweep(uri, jobs, LocalExecutor(workers=2), sweep_id="s5")
+    assert result.ok and {j.job_id for j in result.skipped} == finished_before
+    assert {o.job_id for o in result.finished} == {j.job_id for j in jobs} - finished_before
+    after = job_runs(uri, EXPERIMENT, "s5")
+    assert set(after) == {j.job_id for j in jobs}
+    for job_id, statuses in after.items():
+        assert statuses.count("FINISHED") == 1 and "RUNNING" not in statuses
+        assert sorted(statuses) == (["FAILED", "FINISHED"] if job_id in orphaned else ["FINISHED"])
+    runs = _runs(uri, "s5")
+    (orphan,) = [r for r in runs if r.info.status == "FAILED"]
+    assert orphan.data.tags["job_id"] in orphaned and orphan.data.tags["failure_reason"] == ORPHAN_REASON
+    (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "1"]
+    assert parent.info.status == "FINISHED"
