@@ -18,6 +18,62 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    import os
+
+    from harness.plan import load_sweep
+    from harness.tracking import default_tracking_uri
+
+    plan = load_sweep(args.file, profile=args.profile, overrides=args.set)  # every error before any job
+    uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
+    if args.dry_run:
+        _print_jobs(plan, uri)
+        return 0
+    settings = plan.settings.executor
+    retries = settings.retries if args.retries is None else args.retries
+    timeout = settings.timeout_s if args.timeout is None else args.timeout
+    if args.executor == "ray":
+        from harness.executor.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=args.address, cpus_per_job=args.cpus_per_job,
+                               gpus_per_job=args.gpus_per_job, timeout_s=timeout, retries=retries)
+    else:
+        from harness.executor.local import LocalExecutor
+
+        threads = max(j.config.train.threads or 1 for j in plan.jobs)
+        workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
+        executor = LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
+    from harness.sweep_run import run_sweep
+
+    result = run_sweep(plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs),
+                       executor=executor, tracking_uri=uri)
+    for outcome in result.failed:
+        print(f"harness: job {outcome.job_id} FAILED: {outcome.reason}", file=sys.stderr)
+    print(f"sweep {plan.name}: {len(result.finished)} finished, {len(result.skipped)} already done, "
+          f"{len(result.failed)} failed (experiment '{plan.experiment}' at {uri})")
+    return 0 if result.ok else 1
+
+
+def _print_jobs(plan, uri: str) -> None:
+    """The job table: arm, the switches that vary, seed, job id, and status if already in MLflow."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.resume import job_runs
+    from harness.tracking import store_exists
+
+    statuses = job_runs(uri, plan.experiment, plan.sweep_id) if store_exists(uri) else {}
+    keys = list(plan.jobs[0].varying) if plan.jobs else []
+    table = Table(title=f"sweep {plan.name} ({plan.sweep_id}): {len(plan.jobs)} jobs, experiment '{plan.experiment}'")
+    for column in ["arm", *[k.rsplit(".", 1)[-1] for k in keys], "seed", "job id", "status"]:
+        table.add_column(column)
+    for job in plan.jobs:
+        runs = statuses.get(job.job_id, [])
+        status = "FINISHED" if "FINISHED" in runs else (runs[-1] if runs else "-")
+        table.add_row(job.arm, *[str(job.varying.get(k, "")) for k in keys], str(job.seed), job.job_id, status)
+    Console(width=200).print(table)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
@@ -31,6 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.set_defaults(func=_run)
+
+    sweep = sub.add_parser("sweep", help="run an ablation grid x seeds as resumable jobs",
+                           description="Expand a sweep file into jobs and run those not yet FINISHED in MLflow, "
+                                       "in parallel here or on a Ray cluster. Rerunning resumes.")
+    sweep.add_argument("file", help="sweep file (YAML), e.g. ablations/dr_grpo_bias.yaml")
+    sweep.add_argument("--dry-run", action="store_true", help="print the job table (with MLflow status) and exit")
+    sweep.add_argument("--profile", default=None, help="a named profile of the sweep file, e.g. paper")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a run-config key for every job (repeatable)")
+    sweep.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run")
+    sweep.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    sweep.add_argument("--workers", type=int, default=None, help="local jobs at once (default: cores / threads per job)")
+    sweep.add_argument("--retries", type=int, default=None, help="extra attempts for a failed job")
+    sweep.add_argument("--timeout", type=float, default=None, help="seconds before a job is killed and FAILED")
+    sweep.add_argument("--cpus-per-job", type=float, default=1.0, help="Ray: CPUs declared per job")
+    sweep.add_argument("--gpus-per-job", type=float, default=0.0, help="Ray: GPUs declared per job")
+    sweep.add_argument("--tracking-uri", default=None,
+                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    sweep.set_defaults(func=_sweep)
     return parser
 
 
