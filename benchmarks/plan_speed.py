@@ -7,13 +7,13 @@ Prints a table and writes results/benchmarks/plan_speed.json.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
+from _report import write_json
 from harness.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,10 +44,7 @@ def main() -> None:
     print(f"{'shape':24} {'jobs':>7} {'seconds':>8} {'us/job':>8}")
     for r in rows:
         print(f"{r['shape']:24} {r['jobs']:>7} {r['seconds']:8.3f} {r['us_per_job']:8.1f}")
-    out = ROOT / "results" / "benchmarks" / "plan_speed.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=2))
-    print(f"wrote {out}")
+    write_json("plan_speed", rows)
 
 
 if __name__ == "__main__":

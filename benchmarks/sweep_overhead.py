@@ -10,7 +10,6 @@ Prints a table and writes results/benchmarks/sweep_overhead.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import yaml
 from mlflow.tracking import MlflowClient
 
+from _report import write_json
 from harness.executor.local import LocalExecutor
 from harness.plan import load_sweep
 from harness.sweep_run import run_sweep
@@ -53,10 +53,7 @@ def main() -> None:
     print(f"{'jobs':>4} {'workers':>7} {'sweep s':>8} {'job s':>7} {'trained s':>9} {'overhead s/job':>14}")
     print(f"{row['jobs']:>4} {row['workers']:>7} {wall:8.1f} {row['job_wall_s_median']:7.2f} "
           f"{row['trained_s_median']:9.2f} {row['overhead_s_median']:14.2f}")
-    out = ROOT / "results" / "benchmarks" / "sweep_overhead.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(row, indent=2))
-    print(f"wrote {out}")
+    write_json("sweep_overhead", row)
 
 
 if __name__ == "__main__":
