@@ -63,7 +63,7 @@ def _print_jobs(plan, uri: str) -> None:
     from harness.tracking import store_exists
 
     statuses = job_runs(uri, plan.experiment, plan.sweep_id) if store_exists(uri) else {}
-    keys = list(plan.jobs[0].varying) if plan.jobs else []
+    keys = list(dict.fromkeys(k for job in plan.jobs for k in job.varying))
     table = Table(title=f"sweep {plan.name} ({plan.sweep_id}): {len(plan.jobs)} jobs, experiment '{plan.experiment}'")
     for column in ["arm", *[k.rsplit(".", 1)[-1] for k in keys], "seed", "job id", "status"]:
         table.add_column(column)

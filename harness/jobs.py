@@ -17,7 +17,8 @@ class Job:
     arm: str
     """Human label of the arm, e.g. `aggregation=constant advantage=group_mean` or a named arm."""
     varying: dict[str, Any] = field(default_factory=dict)
-    """The settings that vary across the sweep's arms, with this job's values (for tables)."""
+    """The settings that vary across the sweep's arms that this job sets, with its values (for tables);
+    a key missing here keeps the base config's value."""
 
     @property
     def job_id(self) -> str:

@@ -169,7 +169,7 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
         if arm_id in seen:
             raise ConfigError(f"{path}: arms '{seen[arm_id]}' and '{label}' resolve to the same run config")
         seen[arm_id] = label
-        values = {k: combo.get(k) for k in varying}
+        values = {k: combo[k] for k in varying if k in combo}  # a key the combination leaves alone keeps the base
         for seed in spec.seeds:  # seeds share the validated arm: copy instead of validating again
             jobs.append(Job(config=cfg.model_copy(update={"seed": seed}), arm=label, varying=values))
     sweep_id = hashlib.sha256(f"{spec.name}\n{experiment}".encode()).hexdigest()[:12]
