@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.config import RunConfig
@@ -35,6 +37,18 @@ class Job:
         return self.config.seed
 
 
+def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
+    """GUIDE §3 tags: sweep id, arm, config hash (= job id), seed, and the code version."""
+    return {"sweep_id": sweep_id, "arm": cfg.arm, "config_hash": cfg.config_hash, "job_id": cfg.config_hash,
+            "seed": str(cfg.seed), "name": cfg.name, "preset": cfg.objective_preset or "",
+            "git_commit": _git_commit()}
+
+
+def run_name(cfg: RunConfig) -> str:
+    """MLflow run name: tracking.run_name, else `<name>-s<seed>`."""
+    return cfg.tracking.run_name or f"{cfg.name}-s{cfg.seed}"
+
+
 def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None) -> str:
     """Train `job` in this process and return its MLflow run id (raises if the run failed)."""
     from harness.run import run_training  # heavy imports (torch) only inside workers
@@ -44,3 +58,12 @@ def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | Non
         tags["mlflow.parentRunId"] = parent_run_id
     return run_training(job.config, tracking_uri=tracking_uri, sweep_id=sweep_id, extra_tags=tags,
                         progress=False).run_id
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import transformers
 from tqdm import tqdm
 
 from harness.config import RunConfig
+from harness.jobs import run_name, run_tags
 from harness.tracking import RunTracker, default_tracking_uri, prepare_store
 from trainer import metric_names as M
 from trainer.loop import Trainer
@@ -33,13 +32,6 @@ def tracking_target(cfg: RunConfig, tracking_uri: str | None = None) -> tuple[st
     return uri, prepare_store(uri, cfg.tracking.experiment)
 
 
-def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
-    """GUIDE §3 tags: sweep id, arm, config hash (= job id), seed, and the code version."""
-    return {"sweep_id": sweep_id, "arm": cfg.arm, "config_hash": cfg.config_hash, "job_id": cfg.config_hash,
-            "seed": str(cfg.seed), "name": cfg.name, "preset": cfg.objective_preset or "",
-            "git_commit": _git_commit()}
-
-
 def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: str = "",
                  extra_tags: dict[str, str] | None = None, progress: bool = True) -> RunResult:
     """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises.
@@ -58,10 +50,10 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     task = ToyAdditionTask(cfg.task.toy_addition)
     trainer = Trainer(policy, task, TransformersBackend(policy, tokenizer), tokenizer.pad_token_id,
                       cfg.objective, cfg.rollout, cfg.train, cfg.seed)
-    run_name = cfg.tracking.run_name or f"{cfg.name}-s{cfg.seed}"
+    name = run_name(cfg)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
-    with RunTracker(uri, experiment_id, run_name=run_name, tags=tags, config=cfg) as tracker:
-        bar = tqdm(total=cfg.train.steps, desc=run_name, unit="step", disable=not progress, dynamic_ncols=True)
+    with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
+        bar = tqdm(total=cfg.train.steps, desc=name, unit="step", disable=not progress, dynamic_ncols=True)
         try:
             trainer.run(tracker, on_step=lambda step, m: _progress(bar, m))
         finally:
@@ -76,12 +68,3 @@ def _progress(bar: tqdm, m: dict[str, float]) -> None:
                         f"len correct {fmt(M.LENGTH_CORRECT_MEAN)} incorrect {fmt(M.LENGTH_INCORRECT_MEAN)}",
                         refresh=False)
     bar.update(1)
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""

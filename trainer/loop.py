@@ -127,9 +127,7 @@ class Trainer:
                                "generation rounds (train.max_gen_rounds); every other group had equal rewards")
         everything, kept = Samples.concat(parts), Samples.concat(kept_parts)
         kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.roll.group_size)
-        metrics = group_outcome_metrics(self._rewards(everything)[1])
-        metrics.update({M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)})
-        return everything, kept, metrics
+        return everything, kept, {M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)}
 
     # ---- update ---------------------------------------------------------------------------
     def _tensors(self, s: Samples) -> dict[str, torch.Tensor]:
@@ -211,7 +209,9 @@ class Trainer:
         resp_mask = loss_mask(t["resp_mask"], kept.truncated.to(self.device), self.obj)
         metrics.update(self.update(step, t, advantages.to(self.device), resp_mask))
         done = time.perf_counter()
-        shaped_all = self._rewards(everything)[0].flatten()
+        shaped_all, correct_all = self._rewards(everything)
+        shaped_all = shaped_all.flatten()
+        metrics.update(group_outcome_metrics(correct_all))
         metrics.update(rollout_metrics(everything, shaped_all))
         metrics.update(advantage_metrics(advantages))
         G = self.roll.group_size

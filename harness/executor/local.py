@@ -22,7 +22,7 @@ from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
 from harness.executor.base import EventHook, JobOutcome
-from harness.jobs import Job, run_job
+from harness.jobs import Job, run_job, run_name, run_tags
 from harness.resume import quote_value, end_failed
 from harness.tracking import FAILURE_REASON_TAG, STATUS_TAG, failure_reason, prepare_store
 
@@ -173,14 +173,11 @@ def record_failure(client: MlflowClient, tracking_uri: str, job: Job, sweep_id: 
                 end_failed(client, run.info.run_id, reason)
         if runs:
             return runs[0].info.run_id
-        cfg = job.config
-        tags = {"sweep_id": sweep_id, "arm": cfg.arm, "config_hash": cfg.config_hash, "job_id": job.job_id,
-                "seed": str(cfg.seed), "name": cfg.name, "arm_label": job.arm,
-                STATUS_TAG: "FAILED", FAILURE_REASON_TAG: reason}
+        tags = {**run_tags(job.config, sweep_id), "arm_label": job.arm, STATUS_TAG: "FAILED",
+                FAILURE_REASON_TAG: reason}
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
-        run = client.create_run(experiment_id, run_name=cfg.tracking.run_name or f"{cfg.name}-s{cfg.seed}",
-                                tags=tags)
+        run = client.create_run(experiment_id, run_name=run_name(job.config), tags=tags)
         client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.FAILED))
         return run.info.run_id
     except Exception as exc:  # noqa: BLE001
