@@ -53,6 +53,8 @@ def test_run_logs_everything(tmp_path, tiny_run_overrides):
     # the table agrees with the logged means
     acc = {m.step: m.value for m in client.get_metric_history(run.info.run_id, M.ACCURACY)}
     assert rows.groupby("step")["correct"].mean().to_dict() == pytest.approx(acc)
+    seen = {m.step: m.value for m in client.get_metric_history(run.info.run_id, M.TOKENS_GENERATED)}
+    assert rows.groupby("step")["length"].sum().cumsum().to_dict() == pytest.approx(seen)
     assert run.data.params["objective.clip_high"] == "0.2"
 
 

@@ -79,6 +79,7 @@ class Trainer:
         warm = train.warmup_steps
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimiser, lambda k: min(1.0, (k + 1) / warm) if warm else 1.0)
         self.rows: list[dict[str, Any]] = []
+        self.tokens_generated = 0  # the run explorer's "tokens seen" axis
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> Samples:
@@ -218,8 +219,10 @@ class Trainer:
         metrics.update(self.task.step_metrics(
             everything.groups, [everything.grades[i:i + G] for i in range(0, len(everything.grades), G)],
             [everything.lengths[i:i + G].tolist() for i in range(0, len(everything.grades), G)]))
+        self.tokens_generated += int(everything.lengths.sum())
         metrics.update({M.GENERATE_S: generated - start, M.UPDATE_S: done - generated, M.STEP_S: done - start,
-                        M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start)})
+                        M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start),
+                        M.TOKENS_GENERATED: float(self.tokens_generated)})
         self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text))
         return metrics
 
