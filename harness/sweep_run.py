@@ -26,6 +26,8 @@ from harness.resume import end_failed, fail_orphans, finished_job_ids, sweep_run
 from harness.tracking import STATUS_TAG, failure_reason, flatten_params, prepare_store
 
 PARENT_TAG = "sweep_parent"
+N_JOBS_TAG = "n_jobs"
+JOBS_ARTIFACT = "jobs.json"  # the planned jobs, read by the dashboard to show progress before a job starts
 ORPHAN_REASON = "orphaned: the sweep process died while this run was running"
 
 
@@ -64,6 +66,7 @@ def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], j
     result = SweepResult(skipped=[job for job in jobs if job.job_id in done])
     todo = [job for job in jobs if job.job_id not in done]
     result.parent_run_id = parent = _parent_run(client, experiment_id, experiment, name, sweep_id, spec)
+    _log_plan(client, parent, jobs, cumulative=bool(spec.get("cumulative")))
     out = Console(stderr=True)
     if not todo:
         if console:
@@ -103,6 +106,16 @@ def _parent_run(client: MlflowClient, experiment_id: str, experiment: str, name:
         client.log_batch(run_id, params=params[start:start + MAX_PARAMS_TAGS_PER_BATCH])
     client.log_text(run_id, yaml.safe_dump(spec, sort_keys=False), "sweep.yaml")
     return run_id
+
+
+def _log_plan(client: MlflowClient, run_id: str, jobs: Sequence[Job], *, cumulative: bool) -> None:
+    """The planned jobs on the parent run, in plan order (= arm order of a cumulative sweep);
+    rewritten by every invocation, since a rerun may plan a different profile."""
+    planned = [{"job_id": j.job_id, "arm_id": j.arm_id, "arm": j.arm, "seed": j.seed,
+                "varying": {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+                            for k, v in j.varying.items()}} for j in jobs]
+    client.set_tag(run_id, N_JOBS_TAG, str(len(jobs)))
+    client.log_dict(run_id, {"cumulative": cumulative, "jobs": planned}, JOBS_ARTIFACT)
 
 
 def _end_parent(client: MlflowClient, run_id: str, *, failed: bool) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import mlflow
 from mlflow.tracking import MlflowClient
 
 from harness.config import load_run_config
@@ -67,6 +68,8 @@ def test_sweep_runs_all_jobs_under_parent_and_rerun_trains_nothing(tmp_path, ove
     children = [r for r in runs if r is not parent]
     assert parent.info.status == "FINISHED" and parent.data.params["grid.seed"] == "[0, 1, 2]"
     assert "sweep.yaml" in {a.path for a in MlflowClient(uri).list_artifacts(parent.info.run_id)}
+    planned = mlflow.artifacts.load_dict(f"{parent.info.artifact_uri}/jobs.json")
+    assert parent.data.tags["n_jobs"] == "3" and [j["job_id"] for j in planned["jobs"]] == [j.job_id for j in jobs]
     assert sorted(r.data.tags["job_id"] for r in children) == sorted(j.job_id for j in jobs)
     for run in children:
         assert run.info.status == "FINISHED" and run.data.tags["status"] == "FINISHED"
