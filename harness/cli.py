@@ -74,6 +74,32 @@ def _print_jobs(plan, uri: str) -> None:
     Console(width=200).print(table)
 
 
+def dashboard_command(uri: str, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """The `streamlit run` command line and environment of `harness dashboard`."""
+    import os
+    from pathlib import Path
+
+    import dashboard
+    from dashboard.context import URI_ENV
+
+    app = Path(dashboard.__file__).resolve().parent / "app.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
+           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+           "--client.toolbarMode", "viewer"]
+    return cmd, {**os.environ, URI_ENV: uri}
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from harness.tracking import default_tracking_uri
+
+    uri = default_tracking_uri("results", args.tracking_uri)
+    cmd, env = dashboard_command(uri, args.host, args.port)
+    print(f"harness dashboard: http://{args.host}:{args.port} reading {uri}", file=sys.stderr)
+    return subprocess.call(cmd, env=env)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
@@ -106,6 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--tracking-uri", default=None,
                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
     sweep.set_defaults(func=_sweep)
+
+    dash = sub.add_parser("dashboard", help="browse sweeps: the papers' bias analyses on your runs",
+                          description="Start the Streamlit dashboard on a tracking store (127.0.0.1 by default).")
+    dash.add_argument("--port", type=int, default=8501, help="port (default 8501)")
+    dash.add_argument("--host", default="127.0.0.1",
+                      help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    dash.add_argument("--tracking-uri", default=None,
+                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    dash.set_defaults(func=_dashboard)
     return parser
 
 

@@ -1,0 +1,129 @@
+"""One sweep's runs and metric histories, shaped for the pages: arms, seeds, curves per arm."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from dashboard.store import Reader, Sweep, planned_jobs
+from trainer import metric_names as M
+
+# params that differ between runs of a sweep without defining an arm
+_NOT_SWITCHES = ("seed", "name", "tracking.", "model.cache_dir", "train.device", "train.threads")
+STALE_S = 600  # a RUNNING run with no metric for this long is shown as stalled
+
+
+@dataclass
+class SweepData:
+    """Everything the pages draw from, loaded in one go."""
+
+    sweep: Sweep
+    runs: pd.DataFrame
+    """One row per job run: run_id, run_name, arm, seed, status, failure_reason, last_step, steps,
+    last_logged (ms), artifact_uri, plus one column per varying param."""
+    metrics: pd.DataFrame
+    """Long frame run_id, key, step, value."""
+    varying: list[str]
+    """Params that define the arms (differ across runs, seed excluded)."""
+    arms: list[str]
+    """Arm labels in plan order (the progressive order of a cumulative sweep)."""
+    params: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Every param of every run (index run_id, one column per param)."""
+    cumulative: bool = False
+    planned: list[dict] = field(default_factory=list)
+    """The sweep's planned jobs (jobs.json), empty when the sweep predates it."""
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted(map(str, self.metrics["key"].unique())) if not self.metrics.empty else []
+
+    def wide(self, key: str, x: str = "step") -> pd.DataFrame:
+        """One column per run, indexed by step (or by tokens generated when x='tokens')."""
+        m = self.metrics[self.metrics["key"] == key]
+        if m.empty:
+            return pd.DataFrame()
+        w = m.pivot_table(index="step", columns="run_id", values="value", aggfunc="last", observed=True)
+        if x == "tokens":
+            t = self.wide(M.TOKENS_GENERATED)
+            if t.empty:
+                return pd.DataFrame()
+            cols = [c for c in w.columns if c in t.columns]
+            return pd.concat({c: w[c].set_axis(t[c].reindex(w.index).to_numpy()).dropna() for c in cols}, axis=1)
+        return w
+
+    def by_arm(self, key: str, x: str = "step") -> dict[str, pd.DataFrame]:
+        """Arm → (steps × seeds) frame, columns named by seed."""
+        w = self.wide(key, x)
+        out = {}
+        for arm in self.arms:
+            runs = self.runs[(self.runs["arm"] == arm) & self.runs["run_id"].isin(w.columns)]
+            if not runs.empty:
+                out[arm] = w[runs["run_id"].tolist()].set_axis([f"seed {s}" for s in runs["seed"]], axis=1)
+        return out
+
+    def final(self, key: str, last: int) -> pd.DataFrame:
+        """Per run: the mean of `key` over its last `last` logged steps (run_id, arm, seed, value)."""
+        m = self.metrics[self.metrics["key"] == key]
+        if m.empty:
+            return pd.DataFrame(columns=["run_id", "arm", "seed", "value"])
+        tail = m.sort_values("step").groupby("run_id", observed=True).tail(last)
+        vals = tail.groupby("run_id", observed=True)["value"].mean().rename("value")
+        return self.runs[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
+
+
+def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
+    """Runs, params and every metric point of `sweep` (three queries on a SQL store)."""
+    runs = sweep.runs.copy()
+    ids = runs["run_id"].tolist()
+    params = reader.params(ids)
+    wide = (params.pivot_table(index="run_id", columns="key", values="value", aggfunc="last")
+            if not params.empty else pd.DataFrame(index=pd.Index([], name="run_id")))
+    varying = [k for k in wide.columns if not k.startswith(_NOT_SWITCHES) and k not in _NOT_SWITCHES
+               and wide[k].nunique(dropna=False) > 1]
+    runs = runs.join(wide[varying], on="run_id") if varying else runs
+    metrics = reader.metrics(ids)
+    plan = planned_jobs(sweep) or {}
+    planned = plan.get("jobs", [])
+
+    label = runs["arm_label"] if "arm_label" in runs else pd.Series(None, index=runs.index, dtype=object)
+    fallback = runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()),
+                                              axis=1) if varying else pd.Series("all runs", index=runs.index)
+    runs["arm"] = label.where(label.notna() & (label.astype(str) != ""), fallback).fillna("all runs").astype(str)
+    runs["seed"] = pd.to_numeric(runs.get("seed"), errors="coerce").fillna(-1).astype(int)
+    runs["failure_reason"] = runs.get("failure_reason", pd.Series(None, index=runs.index))
+    runs["steps"] = pd.to_numeric(wide["train.steps"].reindex(runs["run_id"]).to_numpy(), errors="coerce") \
+        if "train.steps" in wide else np.nan
+    last = metrics.groupby("run_id", observed=True)["step"].max() if not metrics.empty else pd.Series(dtype=float)
+    runs["last_step"] = runs["run_id"].map(last).fillna(0).astype(int)
+    runs["last_logged"] = runs["run_id"].map(reader.last_logged(ids))
+    runs["state"] = [_state(r) for r in runs.itertuples()]
+
+    order = list(dict.fromkeys(j["arm"] for j in planned))
+    arms = [a for a in order if a in set(runs["arm"])] + sorted(set(runs["arm"]) - set(order))
+    runs = runs.sort_values(["arm", "seed"], key=lambda c: c.map({a: i for i, a in enumerate(arms)})
+                            if c.name == "arm" else c).reset_index(drop=True)
+    return SweepData(sweep, runs, metrics, varying, arms, wide, bool(plan.get("cumulative", False)), planned)
+
+
+def arm_setting(data: SweepData, key: str) -> dict[str, str]:
+    """Arm → the value of param `key` in its runs (e.g. objective.ratio)."""
+    if key not in data.params:
+        return {}
+    vals = data.runs.join(data.params[key].rename("_v"), on="run_id")
+    return vals.groupby("arm")["_v"].first().astype(str).to_dict()
+
+
+def _state(run) -> str:
+    """done / running / stalled / failed, from MLflow's status and the last metric's age."""
+    if run.status == "FINISHED":
+        return "done"
+    if run.status in ("FAILED", "KILLED"):
+        return "failed"
+    logged = run.last_logged if isinstance(run.last_logged, (int, float)) and not np.isnan(run.last_logged) \
+        else run.start_time
+    if logged and time.time() * 1000 - float(logged) > STALE_S * 1000:
+        return "stalled"
+    return "running"

@@ -1,0 +1,64 @@
+"""Final metrics per arm with 95% CIs over seeds: DAPO's progressive table (arXiv 2503.14476, Table 1)
+for cumulative sweeps, and the main effect of each switch for factorial ones."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import context, figures
+from harness.stats import main_effects, mean_ci
+from trainer import metric_names as M
+
+st.title("Ablation table")
+data = context.current()
+if data is None:
+    st.stop()
+keys = data.keys
+if not keys:
+    st.warning("No metrics logged yet in this sweep.")
+    st.stop()
+default = [k for k in (M.ACCURACY, M.REWARD_MEAN, M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ENTROPY)
+           if k in keys]
+c1, c2 = st.columns([3, 1])
+chosen = c1.multiselect("Metrics", keys, default=default or keys[:1], key="abl_metrics")
+last = c2.number_input("Final window (last N steps)", 1, 1000, 10, key="abl_last")
+only_done = st.toggle("Finished runs only", value=True, key="abl_done")
+runs_ok = set(data.runs.loc[data.runs["state"] == "done", "run_id"]) if only_done else set(data.runs["run_id"])
+
+
+def fmt(m: float, lo: float, hi: float) -> str:
+    return "—" if pd.isna(m) else (f"{m:.4g} [{lo:.4g}, {hi:.4g}]" if pd.notna(lo) else f"{m:.4g}")
+
+
+table, numbers = [], {}
+for arm in data.arms:
+    row = {"arm": arm, "seeds": int(((data.runs["arm"] == arm) & data.runs["run_id"].isin(runs_ok)).sum())}
+    for key in chosen:
+        f = data.final(key, int(last))
+        vals = f.loc[(f["arm"] == arm) & f["run_id"].isin(runs_ok), "value"]
+        numbers[(arm, key)] = (mean_ci(vals), vals.tolist())
+        row[key] = fmt(*numbers[(arm, key)][0])
+    table.append(row)
+if data.cumulative and chosen:  # progressive layout: what each added technique changed
+    for i, row in enumerate(table):
+        prev = numbers.get((data.arms[i - 1], chosen[0])) if i else None
+        cur = numbers[(data.arms[i], chosen[0])][0][0]
+        row[f"Δ {chosen[0]} vs previous"] = f"{cur - prev[0][0]:+.4g}" if prev and pd.notna(cur) else ""
+st.caption(f"Mean over seeds of each run's last {last} steps [95% bootstrap CI over seeds]"
+           + (" — arms in order, each adding one technique to the one above." if data.cumulative else "."))
+st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch")
+
+if chosen:
+    metric = st.selectbox("Per-seed view of", chosen, key="abl_bar")
+    bars = pd.DataFrame([{"arm": a, "mean": numbers[(a, metric)][0][0], "low": numbers[(a, metric)][0][1],
+                          "high": numbers[(a, metric)][0][2], "seeds": numbers[(a, metric)][1]} for a in data.arms])
+    st.plotly_chart(figures.final_bars(bars, metric), key="abl_bars")
+
+    if data.varying and not data.cumulative:
+        st.subheader("Main effects")
+        final = data.final(metric, int(last))
+        final = final[final["run_id"].isin(runs_ok)]
+        effects = main_effects(final, data.varying)
+        st.caption(f"{metric}: mean over all runs at each level (averaging over the other switches) minus the "
+                   "first level's, with a 95% bootstrap CI resampling runs within levels.")
+        st.dataframe(effects.style.format({"mean": "{:.4g}", "effect": "{:+.4g}", "low": "{:.4g}", "high": "{:.4g}"},
+                                          na_rep=""), hide_index=True, width="stretch")

@@ -1,0 +1,33 @@
+"""DAPO (arXiv 2503.14476, Fig. 2): entropy collapses without clip-higher; GSPO (arXiv 2507.18071,
+Fig. 2): sequence-level clipping clips far more than token-level, yet learns better."""
+
+import streamlit as st
+
+from dashboard import context, figures
+from dashboard.data import arm_setting
+from trainer import metric_names as M
+
+data, kw, x = context.curve_page("Entropy & clipping (DAPO, GSPO)", "ent")
+
+lo, hi = arm_setting(data, "objective.clip_low"), arm_setting(data, "objective.clip_high")
+st.caption("Clip range per arm: " + "; ".join(f"{a}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]" for a in data.arms))
+st.plotly_chart(figures.curves_by_arm([("policy entropy (token mean)", data.by_arm(M.ENTROPY, x))],
+                                      data.arms, **kw), key="ent_entropy")
+st.subheader("Clip fractions")
+st.plotly_chart(figures.curves_by_arm([("low (r < 1-ε_low, A<0)", data.by_arm(M.CLIP_FRAC_LOW, x)),
+                                       ("high (r > 1+ε_high, A>0)", data.by_arm(M.CLIP_FRAC_HIGH, x)),
+                                       ("total", data.by_arm(M.CLIP_FRAC, x))], data.arms, **kw),
+                key="ent_clip")
+
+st.subheader("Token- vs sequence-level clipping")
+level = arm_setting(data, "objective.ratio")
+groups = {}
+for arm in data.arms:
+    groups.setdefault(level.get(arm, "unknown"), []).append(arm)
+clip = data.by_arm(M.CLIP_FRAC, x)
+panels = [(f"ratio = {lvl}" + (" (share of clipped sequences)" if lvl.startswith("sequence") else
+                               " (share of clipped tokens)"), {a: clip[a] for a in arms if a in clip})
+          for lvl, arms in groups.items()]
+st.plotly_chart(figures.curves_by_arm(panels, data.arms, **kw), key="ent_levels")
+if len(groups) < 2:
+    st.caption("Every arm of this sweep uses the same ratio level; `ablations/gspo_vs_grpo.yaml` compares them.")

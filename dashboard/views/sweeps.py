@@ -1,0 +1,64 @@
+"""Every sweep of the store: its grid, its jobs (done / running / failed, with reasons) and progress."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import context
+from dashboard.store import reader_for
+
+st.title("Sweeps")
+found = context.all_sweeps(context.tracking_uri())
+if not found:
+    st.info(f"No runs in `{context.tracking_uri()}` yet. Start one with `harness sweep ablations/dr_grpo_bias.yaml`.")
+    st.stop()
+
+summary = []
+for s in found:
+    status = s.runs["status"].value_counts()
+    summary.append({"sweep": s.name, "experiment": s.experiment, "sweep id": s.sweep_id or "—",
+                    "status": s.parent["status"] if s.parent is not None else "—",
+                    "finished": int(status.get("FINISHED", 0)), "running": int(status.get("RUNNING", 0)),
+                    "failed": int(status.get("FAILED", 0) + status.get("KILLED", 0)),
+                    "planned": max(int(s.parent["n_jobs"]) if s.parent is not None and pd.notna(s.parent.get("n_jobs"))
+                                   else 0, s.runs["job_id"].nunique() if "job_id" in s.runs else len(s.runs)),
+                    "started": pd.to_datetime(s.runs["start_time"].min(), unit="ms") if not s.runs.empty else None})
+st.dataframe(pd.DataFrame(summary), hide_index=True, width="stretch")
+
+data = context.current()
+if data is None:
+    st.stop()
+runs = data.runs
+st.header(data.sweep.name)
+# planned jobs, plus any run of the sweep outside the current plan (an earlier profile, say)
+planned = len({j["job_id"] for j in data.planned} | set(runs.get("job_id", pd.Series(dtype=str)).dropna()))
+counts = runs["state"].value_counts()
+done = int(counts.get("done", 0))
+cols = st.columns(5)
+cols[0].metric("planned", planned)
+cols[1].metric("done", done)
+cols[2].metric("running", int(counts.get("running", 0)))
+cols[3].metric("stalled", int(counts.get("stalled", 0)), help="RUNNING in MLflow but silent for 10 min")
+cols[4].metric("failed", int(counts.get("failed", 0)))
+st.progress(min(1.0, done / planned) if planned else 0.0, text=f"{done} of {planned} jobs done")
+
+if data.sweep.parent is not None:
+    spec = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])
+    with st.expander("Grid (the sweep file as run)", expanded=True):
+        st.dataframe(spec.drop(columns="run_id").rename(columns={"key": "setting"}), hide_index=True,
+                     width="stretch")
+
+total = runs["steps"].map(lambda n: "?" if pd.isna(n) else str(int(n)))
+jobs = runs.assign(progress=runs["last_step"].astype(str) + " / " + total,
+                   started=pd.to_datetime(runs["start_time"], unit="ms"),
+                   failure_reason=runs["failure_reason"].fillna(""))
+show = ["arm", "seed", "state", "progress", "failure_reason", "run_name", "started", "run_id"]
+if data.planned:
+    seen = set(runs.get("job_id", pd.Series(dtype=str)))
+    pending = pd.DataFrame([{"arm": j["arm"], "seed": j["seed"], "state": "pending"}
+                            for j in data.planned if j["job_id"] not in seen])
+    jobs = pd.concat([jobs, pending], ignore_index=True) if not pending.empty else jobs
+st.subheader("Jobs")
+st.dataframe(jobs[show], hide_index=True, width="stretch")
+failed = runs[runs["state"] == "failed"]
+for r in failed.itertuples():
+    st.error(f"{r.arm} · seed {r.seed} ({r.run_id}): {r.failure_reason or 'no reason recorded'}")

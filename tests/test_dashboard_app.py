@@ -1,0 +1,106 @@
+"""Every dashboard page renders (streamlit.testing AppTest) on a real sweep store, mid-sweep, and empty."""
+
+import os
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard.context import URI_ENV
+
+APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
+PAGES = {"sweeps": 0, "length_bias": 3, "entropy_clipping": 3, "dynamic_sampling": 3, "ablation": 1, "explorer": 1}
+
+
+def _app(uri: str, monkeypatch) -> AppTest:
+    monkeypatch.setenv(URI_ENV, uri)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _visit(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, (page, [e.value for e in at.exception])
+    return at
+
+
+def test_every_page_renders_on_a_sweep_with_failed_and_running_runs(dashboard_store, monkeypatch):
+    at = _app(dashboard_store, monkeypatch)
+    assert at.session_state["sweep"] == "dash/dash01"
+    counts = {m.label: m.value for m in at.metric}
+    assert counts == {"planned": "6", "done": "4", "running": "1", "stalled": "0", "failed": "1"}
+    assert any("timed out" in e.value or "timeout" in e.value for e in at.error), [e.value for e in at.error]
+    for page, charts in PAGES.items():
+        _visit(at, page)
+        assert len(at.get("plotly_chart")) >= charts, page
+
+
+def test_controls_rerender_without_errors(dashboard_store, monkeypatch):
+    at = _visit(_app(dashboard_store, monkeypatch), "length_bias")
+    at.toggle(key="len_seeds").set_value(True).run()
+    at.select_slider(key="len_ema").set_value(0.2).run()
+    at.radio(key="len_x").set_value("tokens").run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 3
+    _visit(at, "explorer")
+    at.radio(key="ex_smooth").set_value("EMA").run()
+    at.radio(key="ex_outcome").set_value("incorrect").run()
+    assert not at.exception
+    assert "response" in at.dataframe[-1].value.columns  # texts are logged in the fixture sweep
+    _visit(at, "ablation")
+    at.toggle(key="abl_done").set_value(False).run()
+    assert not at.exception
+
+
+def test_every_page_renders_on_an_empty_store(tmp_path, monkeypatch):
+    at = _app(f"sqlite:///{tmp_path / 'none.db'}", monkeypatch)
+    assert any("No runs" in i.value for i in at.info)
+    for page in PAGES:
+        _visit(at, page)
+        assert any("No runs" in i.value for i in at.info), page
+        assert not at.get("plotly_chart")
+
+
+def _synthetic_cumulative_store(tmp_path) -> str:
+    """A DAPO-style cumulative sweep written straight to MLflow (no training): 3 arms × 2 seeds."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("prog")
+    parent = client.create_run(exp, run_name="prog", tags={"sweep_id": "p1", "sweep_parent": "1", "n_jobs": "6"})
+    arms = ["naive_grpo", "clip_higher", "token_level_loss"]
+    jobs = []
+    for i, arm in enumerate(arms):
+        for seed in (0, 1):
+            run = client.create_run(exp, run_name=f"{arm}-s{seed}",
+                                    tags={"sweep_id": "p1", "arm_label": arm, "seed": str(seed), "job_id": f"{arm}{seed}",
+                                          "mlflow.parentRunId": parent.info.run_id})
+            client.log_batch(run.info.run_id, params=[Param("seed", str(seed)), Param("train.steps", "4"),
+                                                      Param("objective.clip_high", ["0.2", "0.28", "0.28"][i])],
+                             metrics=[Metric("train/accuracy", 0.1 * i + 0.01 * seed + 0.001 * s, 0, s)
+                                      for s in range(1, 5)]
+                             + [Metric(f"eval/math500/{k}", v + i, 0, s) for s in (2, 4) for k, v in
+                                (("accuracy", 0.3), ("length_correct_mean", 300.0), ("length_incorrect_mean", 500.0))])
+            client.set_terminated(run.info.run_id)
+            jobs.append({"job_id": f"{arm}{seed}", "arm": arm, "seed": seed, "varying": {}})
+    client.log_dict(parent.info.run_id, {"cumulative": True, "jobs": jobs}, "jobs.json")
+    client.set_terminated(parent.info.run_id)
+    return uri
+
+
+def test_cumulative_sweep_gets_the_progressive_table(tmp_path, monkeypatch):
+    at = _visit(_app(_synthetic_cumulative_store(tmp_path), monkeypatch), "ablation")
+    table = at.dataframe[0].value
+    assert table["arm"].tolist() == ["naive_grpo", "clip_higher", "token_level_loss"]  # plan order, not sorted
+    delta = table["Δ train/accuracy vs previous"].tolist()
+    assert delta[0] == "" and delta[1] == "+0.1" and delta[2] == "+0.1"
+    assert not [s for s in at.subheader if s.value == "Main effects"]  # no factorial effects for a progression
+
+
+def test_evaluation_sets_get_their_own_length_figures(tmp_path, monkeypatch):
+    at = _visit(_app(_synthetic_cumulative_store(tmp_path), monkeypatch), "length_bias")
+    assert "Evaluation: math500" in [h.value for h in at.subheader]
+    assert any("No length metrics" in w.value for w in at.warning)  # the synthetic runs log no training lengths
+    assert len(at.get("plotly_chart")) == 3  # reward/accuracy, and math500's lengths and accuracy
