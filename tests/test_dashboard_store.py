@@ -72,13 +72,14 @@ def test_empty_or_missing_store(tmp_path):
 
 
 @pytest.fixture
-def mlflow_server(dashboard_store):
+def mlflow_server(dashboard_store, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", dashboard_store,
                              "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            cwd=tmp_path)  # the server's own ./mlruns goes there, not into the checkout
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
