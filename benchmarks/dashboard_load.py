@@ -46,8 +46,8 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH  # noqa: E402
 
 from _report import RESULTS, write_json  # noqa: E402
-from dashboard.data import load_sweep  # noqa: E402
-from dashboard.store import reader_for, sweeps  # noqa: E402
+from harness.store import reader_for, sweeps  # noqa: E402
+from harness.sweep_data import load_sweep  # noqa: E402
 from harness.config import load_run_config  # noqa: E402
 from harness.jobs import run_tags  # noqa: E402
 from harness.sweep_run import JOBS_ARTIFACT, N_JOBS_TAG, PARENT_TAG  # noqa: E402

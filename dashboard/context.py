@@ -7,8 +7,8 @@ import os
 import pandas as pd
 import streamlit as st
 
-from dashboard.data import SweepData, load_sweep
-from dashboard.store import Sweep, reader_for, rollout_table, sweeps
+from harness.store import Sweep, reader_for, rollout_table, sweeps
+from harness.sweep_data import SweepData, load_sweep
 from harness.tracking import default_tracking_uri
 from trainer import metric_names as M
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from dashboard.data import load_sweep
-from dashboard.store import MlflowReader, SqlReader, reader_for, sweeps
+from harness.store import MlflowReader, SqlReader, reader_for, sweeps
+from harness.sweep_data import load_sweep
 
 KEY = ["run_id", "key", "step"]
 

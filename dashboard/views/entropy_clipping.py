@@ -4,7 +4,7 @@ Fig. 2): sequence-level clipping clips far more than token-level, yet learns bet
 import streamlit as st
 
 from dashboard import context, figures
-from dashboard.data import arm_setting
+from harness.sweep_data import arm_setting
 from trainer import metric_names as M
 
 data, kw, x = context.curve_page("Entropy & clipping (DAPO, GSPO)", "ent")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dashboard.store import Reader, Sweep, planned_jobs
+from harness.store import Reader, Sweep, planned_jobs
 from trainer import metric_names as M
 
 # params that differ between runs of a sweep without defining an arm
