@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestIndPower
 
 N_RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -64,7 +68,10 @@ def main_effects(final: pd.DataFrame, factors: list[str], *, seed: int = 0) -> p
     a level (which averages over the other factors in a balanced grid) minus the mean at the factor's
     first level, with a 95% bootstrap CI that resamples runs within each of the two levels.
 
-    Rows: factor, level, n, mean, effect (vs the first level), low, high.
+    Also a Welch t-test of the level's runs vs the first level's: two-sided `p` and the t CI of
+    the difference, welch_low/welch_high (NaN for the first level or where undefined).
+
+    Rows: factor, level, n, mean, effect (vs the first level), low, high, p, welch_low, welch_high.
     """
     rows = []
     rng = np.random.default_rng(seed)
@@ -81,11 +88,310 @@ def main_effects(final: pd.DataFrame, factors: list[str], *, seed: int = 0) -> p
         for lv in levels:
             g = groups[lv]
             effect = g.mean() - base.mean()
-            if lv == levels[0]:
-                low = high = np.nan
-            else:
+            low = high = p = wlow = whigh = np.nan
+            if lv != levels[0]:
+                res = _welch(g, base)
+                p = np.nan if res is None else float(res.pvalue)
+                wlow, whigh = welch_diff_ci(g, base)
                 diffs = (rng.choice(g, (N_RESAMPLES, g.size)).mean(1) - rng.choice(base, (N_RESAMPLES, base.size)).mean(1))
                 low, high = np.quantile(diffs, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
             rows.append({"factor": f, "level": lv, "n": g.size, "mean": g.mean(), "effect": effect,
-                         "low": low, "high": high})
-    return pd.DataFrame(rows, columns=["factor", "level", "n", "mean", "effect", "low", "high"])
+                         "low": low, "high": high, "p": p, "welch_low": wlow, "welch_high": whigh})
+    return pd.DataFrame(rows, columns=["factor", "level", "n", "mean", "effect", "low", "high", "p",
+                                       "welch_low", "welch_high"])
+
+
+def cell_means_effects(final: pd.DataFrame, factors: list[str], *, alpha: float = 1 - CONFIDENCE) -> pd.DataFrame:
+    """Main effects from the full factorial (cell-means) linear model y = μ_cell + ε, fitted by OLS:
+    effect(f = l) = mean over cells with f = l of μ_cell − the same at f's first level (unweighted
+    marginal means, the classic ANOVA contrast), tested with statsmodels' `t_test` on the pooled
+    within-cell variance (df = N − #cells). Unlike a two-group Welch test on all runs, the spread the
+    other switches cause is not counted as noise. NaN where a level has no cell or df < 1.
+
+    Rows: factor, level, effect, low, high, p, df.
+    """
+    import statsmodels.api as sm
+
+    cols = ["factor", "level", "effect", "low", "high", "p", "df"]
+    data = final.dropna(subset=["value"])
+    if data.empty:
+        return pd.DataFrame(columns=cols)
+    cell = data[factors].astype(str).agg("\x1f".join, axis=1)
+    names = list(dict.fromkeys(cell))
+    X = (cell.to_numpy()[:, None] == np.array(names)[None, :]).astype(float)
+    df_resid = len(data) - len(names)
+    fit = sm.OLS(data["value"].to_numpy(float), X).fit() if df_resid >= 1 else None
+    keys = [dict(zip(factors, n.split("\x1f"))) for n in names]
+    rows = []
+    for f in factors:
+        levels = list(dict.fromkeys(data[f].astype(str)))
+        for lv in levels[1:]:
+            at = np.array([k[f] == lv for k in keys], float)
+            base = np.array([k[f] == levels[0] for k in keys], float)
+            c = at / at.sum() - base / base.sum()
+            effect = float(c @ np.array([data["value"][cell == n].mean() for n in names]))
+            low = high = p = np.nan
+            if fit is not None:
+                res = fit.t_test(c[None, :])
+                low, high = (float(v) for v in np.asarray(res.conf_int(alpha=alpha)).ravel())
+                p = float(np.asarray(res.pvalue).ravel()[0])
+            rows.append({"factor": f, "level": lv, "effect": effect, "low": low, "high": high, "p": p,
+                         "df": df_resid})
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-arm summaries and arm-vs-baseline comparisons (GUIDE §5)
+# ---------------------------------------------------------------------------------------------
+
+EXACT_LIMIT = 100_000  # enumerate every split of the pooled seeds up to this many
+PERM_RESAMPLES = 9999
+RANK_ARE = 3 / np.pi  # asymptotic relative efficiency of Mann-Whitney / permutation vs the t-test
+
+
+def _clean(values) -> np.ndarray:
+    x = np.asarray(values, dtype=float).ravel()
+    return x[~np.isnan(x)]
+
+
+def _quantiles(draws: np.ndarray, alpha: float) -> tuple[float, float]:
+    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def describe(values, *, seed: int = 0) -> dict:
+    """One arm over seeds: n, mean, sd (ddof=1), median, iqm (25%-trimmed mean), ci_low/ci_high
+    (95% percentile bootstrap of the mean, seeded; NaN with n<2) and the values (NaNs dropped)."""
+    x = _clean(values)
+    n = x.size
+    _, low, high = mean_ci(x, seed=seed) if n >= 2 else (np.nan, np.nan, np.nan)
+    return {"n": n, "mean": float(x.mean()) if n else np.nan,
+            "sd": float(x.std(ddof=1)) if n >= 2 else np.nan,
+            "median": float(np.median(x)) if n else np.nan,
+            "iqm": float(stats.trim_mean(x, 0.25)) if n else np.nan,
+            "ci_low": low, "ci_high": high, "values": x.tolist()}
+
+
+def stratified_mean_ci(strata: dict, *, seed: int = 0,
+                       alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
+    """Estimate = mean over strata (e.g. benchmarks) of each stratum's mean over seeds, with a
+    percentile CI from a stratified bootstrap (seeds resampled within each stratum independently,
+    as in rliable). Empty strata are dropped; the CI is NaN if a stratum has fewer than 2 values."""
+    groups = [g for g in (_clean(v) for v in strata.values()) if g.size]
+    if not groups:
+        return (np.nan, np.nan, np.nan)
+    est = float(np.mean([g.mean() for g in groups]))
+    if min(g.size for g in groups) < 2:
+        return (est, np.nan, np.nan)
+    rng = np.random.default_rng(seed)
+    draws = np.mean([rng.choice(g, (N_RESAMPLES, g.size)).mean(1) for g in groups], axis=0)
+    return (est, *_quantiles(draws, alpha))
+
+
+def _welch(arm: np.ndarray, base: np.ndarray):
+    """scipy's Welch t-test, or None where it is undefined (n<2 in a group, or no variance at all)."""
+    if arm.size < 2 or base.size < 2 or (arm.var() == 0 and base.var() == 0):
+        return None
+    return stats.ttest_ind(arm, base, equal_var=False)
+
+
+def welch_diff_ci(arm, base, *, alpha: float = 1 - CONFIDENCE) -> tuple[float, float]:
+    """Welch t CI of mean(arm) − mean(base): diff ± t_{1−α/2, ν}·√(s₁²/n₁ + s₂²/n₂), ν by
+    Welch–Satterthwaite (NaN where undefined). This is the interval `compare` reports."""
+    res = _welch(_clean(arm), _clean(base))
+    if res is None:
+        return (np.nan, np.nan)
+    ci = res.confidence_interval(1 - alpha)
+    return float(ci.low), float(ci.high)
+
+
+def bootstrap_diff_ci(arm, base, *, seed: int = 0, alpha: float = 1 - CONFIDENCE) -> tuple[float, float]:
+    """Percentile-bootstrap CI of mean(arm) − mean(base), each group resampled independently
+    (seeded; NaN with n<2 in a group). It undercovers at a handful of seeds (tests measure it)."""
+    draws = _boot_pairs(_clean(arm), _clean(base), seed)
+    if draws is None:
+        return (np.nan, np.nan)
+    a, b = draws
+    return _quantiles(a.mean(1) - b.mean(1), alpha)
+
+
+def _boot_pairs(arm: np.ndarray, base: np.ndarray, seed: int):
+    """N_RESAMPLES seeded resamples of each group, shapes (B, n1) and (B, n2); None if n<2."""
+    if arm.size < 2 or base.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    return rng.choice(arm, (N_RESAMPLES, arm.size)), rng.choice(base, (N_RESAMPLES, base.size))
+
+
+def _prob_greater(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """P(A > B) + ½P(A = B) over all pairs, along the last axis (= U_a / (n_a·n_b))."""
+    d = a[..., :, None] - b[..., None, :]
+    return ((d > 0) + 0.5 * (d == 0)).mean(axis=(-2, -1))
+
+
+def _n_splits(n1: int, n2: int) -> int:
+    return math.comb(n1 + n2, n1)
+
+
+def _mannwhitney(arm: np.ndarray, base: np.ndarray):
+    """Two-sided Mann–Whitney U. Exact when small: scipy's exact U distribution without ties, the
+    exact permutation distribution of U with ties (the tie-corrected normal approximation would
+    undercut the smallest attainable p); asymptotic otherwise."""
+    ties = np.unique(np.concatenate([arm, base])).size < arm.size + base.size
+    method = "auto"
+    if ties:
+        method = (stats.PermutationMethod(n_resamples=np.inf) if _n_splits(arm.size, base.size) <= EXACT_LIMIT
+                  else "asymptotic")
+    return stats.mannwhitneyu(arm, base, alternative="two-sided", method=method)
+
+
+def _permutation_p(arm: np.ndarray, base: np.ndarray, seed: int) -> float:
+    """Two-sided permutation p of mean(arm) − mean(base): exact over all C(n1+n2, n1) splits up to
+    EXACT_LIMIT, else PERM_RESAMPLES seeded random splits."""
+    exact = _n_splits(arm.size, base.size) <= EXACT_LIMIT
+    res = stats.permutation_test((arm, base), lambda x, y, axis: x.mean(axis) - y.mean(axis),
+                                 vectorized=True, n_resamples=np.inf if exact else PERM_RESAMPLES,
+                                 alternative="two-sided", rng=seed)
+    return float(res.pvalue)
+
+
+def hedges_g(arm, base, *, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
+    """Hedges' g = J·(m₁ − m₂)/s_pooled, s_pooled² = ((n₁−1)s₁² + (n₂−1)s₂²)/(n₁+n₂−2),
+    J = 1 − 3/(4(n₁+n₂)−9); CI g ± z·SE, SE = √((n₁+n₂)/(n₁n₂) + g²/(2(n₁+n₂))) (Hedges & Olkin
+    1985). NaN with n<2 in a group or zero pooled SD."""
+    a, b = _clean(arm), _clean(base)
+    n1, n2 = a.size, b.size
+    if n1 < 2 or n2 < 2:
+        return (np.nan, np.nan, np.nan)
+    sp = math.sqrt(((n1 - 1) * a.var(ddof=1) + (n2 - 1) * b.var(ddof=1)) / (n1 + n2 - 2))
+    if sp == 0:
+        return (np.nan, np.nan, np.nan)
+    g = (1 - 3 / (4 * (n1 + n2) - 9)) * (a.mean() - b.mean()) / sp
+    se = math.sqrt((n1 + n2) / (n1 * n2) + g**2 / (2 * (n1 + n2)))
+    z = stats.norm.ppf(1 - alpha / 2)
+    return (float(g), float(g - z * se), float(g + z * se))
+
+
+def compare(arm, base, *, seed: int = 0, alpha: float = 1 - CONFIDENCE) -> dict:
+    """Arm vs baseline over independent seeds (NaNs dropped): diff of means with Welch t CI/t/df/p
+    and percentile-bootstrap CI; Mann–Whitney U/p; permutation p of the mean difference; probability
+    of improvement P(arm > base) + ½P(=) = U/(n₁n₂) with bootstrap CI; Hedges' g with CI; n1, n2.
+    Tests and CIs need n>=2 in each group, Welch and g some variance: otherwise NaN, nothing raises."""
+    a, b = _clean(arm), _clean(base)
+    out = dict.fromkeys(["diff", "welch_low", "welch_high", "welch_t", "welch_df", "welch_p", "boot_low",
+                         "boot_high", "mwu_u", "mwu_p", "perm_p", "p_improve", "p_improve_low",
+                         "p_improve_high", "hedges_g", "g_low", "g_high"], np.nan)
+    out.update(n1=a.size, n2=b.size)
+    if not (a.size and b.size):
+        return out
+    out["diff"] = float(a.mean() - b.mean())
+    res = _welch(a, b)
+    if res is not None:
+        out.update(welch_t=float(res.statistic), welch_df=float(res.df), welch_p=float(res.pvalue))
+    out["welch_low"], out["welch_high"] = welch_diff_ci(a, b, alpha=alpha)
+    out["boot_low"], out["boot_high"] = bootstrap_diff_ci(a, b, seed=seed, alpha=alpha)
+    out["p_improve"] = float(_prob_greater(a, b))
+    draws = _boot_pairs(a, b, seed)
+    if draws is not None:  # rank and permutation tests too need n >= 2 in each group
+        mwu = _mannwhitney(a, b)
+        out.update(mwu_u=float(mwu.statistic), mwu_p=float(mwu.pvalue), perm_p=_permutation_p(a, b, seed))
+        out["p_improve_low"], out["p_improve_high"] = _quantiles(_prob_greater(*draws), alpha)
+    out["hedges_g"], out["g_low"], out["g_high"] = hedges_g(a, b, alpha=alpha)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Power and multiplicity
+# ---------------------------------------------------------------------------------------------
+
+RANK_TESTS = ("mannwhitney", "permutation")
+
+
+def min_p_value(test: str, n1: int, n2: int) -> float:
+    """Smallest two-sided p a test can ever give at these sizes: 0 for "welch" (continuous);
+    2/C(n1+n2, n1) (capped at 1) for "mannwhitney" and "permutation" — the observed split is one of
+    C(n1+n2, n1) equally likely ones, doubled for two sides (3+3 seeds: 0.10; 4+4: 0.029; 5+5: 0.008)."""
+    if test == "welch":
+        return 0.0
+    if test in RANK_TESTS:
+        return min(1.0, 2 / _n_splits(n1, n2))
+    raise ValueError(f"unknown test {test!r}: expected 'welch', 'mannwhitney' or 'permutation'")
+
+
+def min_detectable_effect(n1: int, n2: int, sd: float, *, alpha: float = 0.05, power: float = 0.8,
+                          test: str = "welch") -> float:
+    """Smallest true difference (metric units) detected with probability `power` at level `alpha`:
+    d·sd, d solving the two-sample t-test power equation (statsmodels TTestIndPower), divided by
+    √(3/π) for the rank/permutation tests (asymptotic relative efficiency 3/π; optimistic at small n).
+    inf when the test can never reach `alpha` (min_p_value > alpha); NaN for n<2 or sd NaN."""
+    if n1 < 2 or n2 < 2 or sd is None or np.isnan(sd):
+        return np.nan
+    if min_p_value(test, n1, n2) > alpha:
+        return math.inf
+    d = TTestIndPower().solve_power(effect_size=None, nobs1=n1, ratio=n2 / n1, alpha=alpha, power=power,
+                                    alternative="two-sided")
+    d = float(np.asarray(d).item())
+    return (d if test == "welch" else d / math.sqrt(RANK_ARE)) * float(sd)
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values: sorted p₍ᵢ₎ × (m − i + 1), made monotone by a running max,
+    capped at 1 (statsmodels multipletests). NaNs stay NaN and are not counted in the family m."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Two-way interactions of a factorial sweep
+# ---------------------------------------------------------------------------------------------
+
+def _levels(final: pd.DataFrame, factor: str) -> list[str]:
+    return list(dict.fromkeys(final[factor].astype(str)))
+
+
+def _interaction(cells: list[np.ndarray], alpha: float) -> dict:
+    """2×2 contrast over cells [a0b0, a1b0, a0b1, a1b1]: (m₁₁ − m₀₁) − (m₁₀ − m₀₀), SE = √Σ s²/n,
+    Welch–Satterthwaite df = SE⁴ / Σ (s²/n)²/(n−1); t CI and two-sided p."""
+    ns = np.array([c.size for c in cells])
+    out = {"estimate": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "n_min": int(ns.min())}
+    if ns.min() == 0:
+        return out
+    m = [c.mean() for c in cells]
+    out["estimate"] = float((m[3] - m[2]) - (m[1] - m[0]))
+    if ns.min() < 2:
+        return out
+    w = np.array([c.var(ddof=1) for c in cells]) / ns
+    se = math.sqrt(w.sum())
+    if se == 0:
+        return out
+    df = se**4 / np.sum(w**2 / (ns - 1))
+    half = stats.t.ppf(1 - alpha / 2, df) * se
+    out.update(low=out["estimate"] - half, high=out["estimate"] + half,
+               p=float(2 * stats.t.sf(abs(out["estimate"]) / se, df)))
+    return out
+
+
+def interactions(final: pd.DataFrame, factors: list[str], *, seed: int = 0,
+                 alpha: float = 1 - CONFIDENCE) -> pd.DataFrame:
+    """Two-way interaction of every pair of two-level factors (levels in order of first appearance,
+    the first is the baseline) on `final['value']`, one row per run: the difference-in-differences of
+    cell means (m₁₁ − m₀₁) − (m₁₀ − m₀₀) with a Welch t CI and two-sided p (NaN where a cell has
+    fewer than 2 runs; estimate NaN too where a cell is empty). `seed` is unused (analytic CI).
+
+    Rows: factor_a, factor_b, level_a, level_b (the non-baseline levels), estimate, low, high, p, n_min.
+    """
+    cols = ["factor_a", "factor_b", "level_a", "level_b", "estimate", "low", "high", "p", "n_min"]
+    two = [f for f in factors if len(_levels(final, f)) == 2]
+    rows = []
+    for fa, fb in itertools.combinations(two, 2):
+        la, lb = _levels(final, fa), _levels(final, fb)
+        a, b = final[fa].astype(str), final[fb].astype(str)
+        cells = [final.loc[(a == la[i]) & (b == lb[j]), "value"].dropna().to_numpy(float)
+                 for j in (0, 1) for i in (0, 1)]  # a0b0, a1b0, a0b1, a1b1
+        rows.append({"factor_a": fa, "factor_b": fb, "level_a": la[1], "level_b": lb[1],
+                     **_interaction(cells, alpha)})
+    return pd.DataFrame(rows, columns=cols)
