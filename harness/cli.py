@@ -100,6 +100,39 @@ def _dashboard(args: argparse.Namespace) -> int:
     return subprocess.call(cmd, env=env)
 
 
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.store import reader_for
+    from harness.sweep_data import load_sweep as load_sweep_data
+    from report.build import DEFAULT_AT, TESTS, build
+    from report.render import FORMATS, write
+    from report.select import resolve
+    from report.values import At
+
+    at = At.parse(args.at or DEFAULT_AT)  # argument errors before anything is read
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ConfigError(f"--format: {', '.join(bad) or 'nothing'} is not one of {', '.join(FORMATS)}")
+    if args.test not in TESTS:
+        raise ConfigError(f"--test: {args.test!r} is not one of {', '.join(TESTS)}")
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"--alpha: {args.alpha} is not in (0, 1)")
+    uri, sweep = resolve(args.sweep, args.tracking_uri, args.profile)
+    data = load_sweep_data(reader_for(uri), sweep)
+    report = build(data, metrics=args.metric or None, at=at, baseline=args.baseline, test=args.test,
+                   alpha=args.alpha, seed=args.seed)
+    out = Path(args.out) if args.out else Path("results") / "reports" / sweep.name
+    written = write(report, out, formats)
+    for line in report.findings:
+        print(line)
+    for line in report.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    print(f"harness report: wrote {', '.join(str(p) for p in written if p.suffix != '.svg')}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
@@ -141,6 +174,28 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--tracking-uri", default=None,
                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
     dash.set_defaults(func=_dashboard)
+
+    rep = sub.add_parser("report", help="across-seed statistics of a sweep (CIs, tests, effect sizes, Holm)",
+                         description="Compare a sweep's arms across seeds: per-arm statistics, each arm vs the "
+                                     "baseline, main effects and interactions of a grid, power; Markdown, HTML, "
+                                     "JSON and LaTeX.")
+    rep.add_argument("sweep", help="the sweep file (e.g. ablations/dr_grpo_bias.yaml) or a sweep's name or id")
+    rep.add_argument("--metric", action="append", default=[],
+                     help="metric to compare (repeatable; default: incorrect and correct length, accuracy, "
+                          "reward, entropy)")
+    rep.add_argument("--at", default=None, help="a run's value: final, last-K (default last-10), step N, best")
+    rep.add_argument("--baseline", default=None, help="baseline arm (its label or a unique part; default: first arm)")
+    rep.add_argument("--test", default="welch", help="test for the p-values Holm corrects: welch (default), "
+                                                     "mannwhitney, permutation")
+    rep.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    rep.add_argument("--format", default="md,html,json,latex",
+                     help="comma-separated: md, html, json, latex (default: all four)")
+    rep.add_argument("--out", default=None, help="output folder (default results/reports/<sweep>)")
+    rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
+    rep.add_argument("--tracking-uri", default=None,
+                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    rep.set_defaults(func=_report)
     return parser
 
 

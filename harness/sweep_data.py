@@ -22,7 +22,7 @@ class SweepData:
 
     sweep: Sweep
     runs: pd.DataFrame
-    """One row per job run: run_id, run_name, arm, seed, status, failure_reason, last_step, steps,
+    """One row per job run: run_id, run_name, arm (label), arm_id, seed, status, failure_reason, last_step, steps,
     last_logged (ms), artifact_uri, plus one column per varying param."""
     metrics: pd.DataFrame
     """Long frame run_id, key, step, value."""
@@ -88,6 +88,7 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     plan = planned_jobs(sweep) or {}
     planned = plan.get("jobs", [])
 
+    runs["arm_id"] = runs["arm"] if "arm" in runs else None  # the `arm` tag: hash of the config without the seed
     label = runs["arm_label"] if "arm_label" in runs else pd.Series(None, index=runs.index, dtype=object)
     fallback = runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()),
                                               axis=1) if varying else pd.Series("all runs", index=runs.index)

@@ -1,0 +1,220 @@
+"""Every number of the report, computed once from a sweep; the renderers only format them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness import stats
+from harness.sweep_data import SweepData
+from report.values import At, run_values
+from trainer import metric_names as M
+
+# GUIDE §5 / issue 6: the length-bias question's metrics
+DEFAULT_METRICS = (M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ACCURACY, M.REWARD_MEAN, M.ENTROPY)
+DEFAULT_AT = "last-10"
+TESTS = {"welch": ("welch_p", "Welch's t-test"), "mannwhitney": ("mwu_p", "Mann–Whitney U"),
+         "permutation": ("perm_p", "exact permutation test of the mean difference")}
+POWER = 0.8
+
+
+@dataclass
+class Report:
+    """A sweep's across-seed statistics."""
+
+    header: dict[str, Any]
+    settings: dict[str, Any]
+    arms: pd.DataFrame
+    """arm, arm_id, seeds (finished), failed, config hashes."""
+    per_arm: pd.DataFrame
+    """metric, arm, n, failed, mean, sd, median, iqm, ci_low, ci_high, values."""
+    comparisons: pd.DataFrame
+    """metric, arm, baseline, n1, n2, diff, Welch/bootstrap CIs, p-values, p (chosen test), p_holm, effect sizes, mde."""
+    effects: pd.DataFrame
+    """metric, factor, level, n, mean, effect, CIs, p, p_holm (factorial sweeps)."""
+    interactions: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    curves: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
+    """metric → arm → (steps × seeds), for the learning-curve figures."""
+
+
+def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = None, baseline: str | None = None,
+          test: str = "welch", alpha: float = 0.05, seed: int = 0) -> Report:
+    at = at or At.parse(DEFAULT_AT)
+    metrics = [m for m in (metrics or DEFAULT_METRICS)]
+    missing = [m for m in metrics if m not in data.keys]
+    metrics = [m for m in metrics if m in data.keys]
+    base = _baseline(data, baseline)
+    warnings = [f"metric {m} is not logged by any run of this sweep: left out" for m in missing]
+    if at.kind == "best":
+        warnings.append("--at best picks each run's maximum over training: optimistic, and biased towards noisy arms.")
+    values = {m: run_values(data, m, at) for m in metrics}
+
+    per_arm = _per_arm(data, values, seed)
+    comparisons, more = _comparisons(data, values, base, test, alpha, seed)
+    warnings += more
+    effects, inter = _factorial(data, values, alpha, seed)
+    report = Report(header=_header(data), arms=_arms(data),
+                    settings={"metrics": metrics, "at": at.describe(), "at_spec": at, "baseline": base, "test": test,
+                              "test_name": TESTS[test][1], "alpha": alpha, "seed": seed, "power": POWER,
+                              "resamples": stats.N_RESAMPLES, "cumulative": data.cumulative, "factors": data.varying},
+                    per_arm=per_arm, comparisons=comparisons, effects=effects, interactions=inter, warnings=warnings,
+                    curves={m: data.by_arm(m) for m in metrics})
+    report.findings = _findings(report)
+    return report
+
+
+def _baseline(data: SweepData, wanted: str | None) -> str:
+    if wanted is None:
+        return data.arms[0]
+    if wanted in data.arms:
+        return wanted
+    hits = [a for a in data.arms if wanted in a]
+    if len(hits) == 1:
+        return hits[0]
+    from harness.config_io import ConfigError
+
+    raise ConfigError(f"--baseline: {wanted!r} {'matches several arms' if hits else 'is not an arm'} "
+                      f"(arms: {'; '.join(data.arms)})")
+
+
+def _header(data: SweepData) -> dict[str, Any]:
+    runs, sweep = data.runs, data.sweep
+    done = runs[runs["state"] == "done"]
+    secs = ((done["end_time"] - done["start_time"]) / 1000).sum()
+    times = pd.concat([runs["start_time"], runs["end_time"]]).dropna()
+    failed = runs[runs["state"] == "failed"]
+    commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()) - {""})
+    return {"sweep": sweep.name, "sweep_id": sweep.sweep_id, "experiment": sweep.experiment,
+            "code_version": commits or ["unknown"], "seeds": sorted(int(s) for s in runs["seed"].unique() if s >= 0),
+            "runs": len(runs), "finished": len(done), "failed": len(failed),
+            "running": int(runs["state"].isin(["running", "stalled"]).sum()),
+            "failures": [f"{r.arm} · seed {r.seed}: {r.failure_reason or 'no reason recorded'}"
+                         for r in failed.itertuples()],
+            "compute_hours": float(secs) / 3600,
+            "wall_clock_hours": float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
+            "started": f"{pd.to_datetime(times.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(times) else ""}
+
+
+def _arms(data: SweepData) -> pd.DataFrame:
+    rows = []
+    for arm in data.arms:
+        runs = data.runs[data.runs["arm"] == arm]
+        rows.append({"arm": arm, "arm_id": ", ".join(sorted(set(runs["arm_id"].dropna().astype(str)))),
+                     "seeds": sorted(int(s) for s in runs.loc[runs["state"] == "done", "seed"]),
+                     "failed": sorted(int(s) for s in runs.loc[runs["state"] == "failed", "seed"]),
+                     "config_hashes": sorted(set(runs.get("config_hash", pd.Series(dtype=str)).dropna()))})
+    return pd.DataFrame(rows)
+
+
+def _per_arm(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> pd.DataFrame:
+    rows = []
+    for metric, vals in values.items():
+        for arm in data.arms:
+            runs = data.runs[data.runs["arm"] == arm]
+            d = stats.describe(vals.loc[vals["arm"] == arm].sort_values("seed")["value"], seed=seed)
+            rows.append({"metric": metric, "arm": arm, "failed": int((runs["state"] == "failed").sum()), **d})
+    rows += _stratified(data, values, seed)
+    return pd.DataFrame(rows)
+
+
+def _stratified(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> list[dict]:
+    """With several benchmarks, their mean with a bootstrap stratified by benchmark."""
+    benches = [m for m in values if m.startswith("eval/") and m.endswith("/accuracy")]
+    if len(benches) < 2:
+        return []
+    rows = []
+    for arm in data.arms:
+        strata = {b: values[b].loc[values[b]["arm"] == arm, "value"].to_numpy() for b in benches}
+        est, low, high = stats.stratified_mean_ci(strata, seed=seed)
+        rows.append({"metric": f"eval/mean of {len(benches)}/accuracy", "arm": arm, "failed": 0,
+                     "n": min(len(v) for v in strata.values()), "mean": est, "ci_low": low, "ci_high": high,
+                     "values": []})
+    return rows
+
+
+def _comparisons(data: SweepData, values: dict[str, pd.DataFrame], base: str, test: str, alpha: float,
+                 seed: int) -> tuple[pd.DataFrame, list[str]]:
+    rows, warnings = [], []
+    for metric, vals in values.items():
+        b = vals.loc[vals["arm"] == base, "value"].to_numpy()
+        for arm in data.arms:
+            if arm == base:
+                continue
+            a = vals.loc[vals["arm"] == arm, "value"].to_numpy()
+            c = stats.compare(a, b, seed=seed, alpha=alpha)
+            sd = _pooled_sd(a, b)
+            c.update({"metric": metric, "arm": arm, "baseline": base, "p": c[TESTS[test][0]],
+                      "min_p": stats.min_p_value(test, len(a), len(b)),
+                      "mde": stats.min_detectable_effect(len(a), len(b), sd, alpha=alpha, power=POWER, test=test)})
+            rows.append(c)
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table, warnings
+    table["p_holm"] = stats.holm(table["p"].to_numpy())
+    for (n1, n2), _ in table.groupby(["n1", "n2"]):
+        floor = stats.min_p_value(test, int(n1), int(n2))
+        if floor > alpha:
+            warnings.append(f"With {int(n1)} vs {int(n2)} seeds the {TESTS[test][1]} can never give p < {alpha}: "
+                            f"its smallest two-sided p is {floor:.3g}. Add seeds, or use --test welch.")
+    if (table[["n1", "n2"]] < 2).any(axis=None):
+        warnings.append("Some arm has fewer than 2 finished seeds: no spread, CI or test for it.")
+    return table, warnings
+
+
+def _pooled_sd(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) < 2 or len(b) < 2:
+        return float("nan")
+    return float(np.sqrt(((len(a) - 1) * np.var(a, ddof=1) + (len(b) - 1) * np.var(b, ddof=1)) / (len(a) + len(b) - 2)))
+
+
+def _factorial(data: SweepData, values: dict[str, pd.DataFrame], alpha: float,
+               seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Main effects and two-way interactions, for grid sweeps (not for a cumulative progression)."""
+    if data.cumulative or not data.varying:
+        return pd.DataFrame(), pd.DataFrame()
+    effects, inter = [], []
+    for metric, vals in values.items():
+        e = stats.main_effects(vals, data.varying, seed=seed)
+        model = stats.cell_means_effects(vals, data.varying, alpha=alpha).rename(
+            columns={"effect": "model_effect", "low": "model_low", "high": "model_high", "p": "model_p",
+                     "df": "model_df"})
+        e = e.merge(model, on=["factor", "level"], how="left")
+        # the factorial model's test where it has residual df, else the two-group Welch test
+        e["test_p"] = e["model_p"].where(e["model_p"].notna(), e["p"])
+        e["test_low"] = e["model_low"].where(e["model_p"].notna(), e["welch_low"])
+        e["test_high"] = e["model_high"].where(e["model_p"].notna(), e["welch_high"])
+        effects.append(e.assign(metric=metric))
+        if len(data.varying) > 1:
+            inter.append(stats.interactions(vals, data.varying, seed=seed, alpha=alpha).assign(metric=metric))
+    effects_df = pd.concat(effects, ignore_index=True) if effects else pd.DataFrame()
+    if not effects_df.empty:
+        effects_df["p_holm"] = stats.holm(effects_df["test_p"].to_numpy())
+    return effects_df, (pd.concat(inter, ignore_index=True) if inter else pd.DataFrame())
+
+
+def _findings(r: Report) -> list[str]:
+    """One sentence per effect: the switch (or arm), the metric, Δ with its CI and p-values."""
+    out = []
+    a = r.settings["alpha"]
+    if not r.effects.empty:
+        for e in r.effects[r.effects["test_p"].notna()].itertuples():
+            base = r.effects[(r.effects["metric"] == e.metric) & (r.effects["factor"] == e.factor)].iloc[0]["level"]
+            how = "factorial-model t-test" if not np.isnan(e.model_p) else "Welch"
+            out.append(f"{e.factor}: {base} → {e.level} changes {e.metric} by {e.effect:+.4g} "
+                       f"(95% CI {e.test_low:+.4g} to {e.test_high:+.4g}; {how} p = {e.test_p:.3g}, "
+                       f"Holm-adjusted p = {e.p_holm:.3g}{_verdict(e.p_holm, a)}; {int(e.n)} runs at this level).")
+    elif not r.comparisons.empty:
+        for c in r.comparisons.itertuples():
+            out.append(f"{c.arm} vs {c.baseline} on {c.metric}: {c.diff:+.4g} (95% CI {c.welch_low:+.4g} to "
+                       f"{c.welch_high:+.4g}; {r.settings['test_name']} p = {c.p:.3g}, Holm-adjusted p = "
+                       f"{c.p_holm:.3g}{_verdict(c.p_holm, a)}).")
+    return out
+
+
+def _verdict(p: float, alpha: float) -> str:
+    return "" if np.isnan(p) else (", significant" if p < alpha else ", not significant") + f" at α = {alpha}"

@@ -1,0 +1,275 @@
+"""The report as Markdown, HTML (interactive curves), JSON and LaTeX tables, plus PNG/SVG figures."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from report import figures
+from report.build import Report
+
+FORMATS = ("md", "html", "json", "latex")
+OTHER_P = [("welch", "Welch", "welch_p"), ("mannwhitney", "MWU", "mwu_p"), ("permutation", "perm.", "perm_p")]
+
+
+def num(x: float, signed: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞"
+    return f"{x:+.4g}" if signed else f"{x:.4g}"
+
+
+def ci(low: float, high: float, signed: bool = False) -> str:
+    return "—" if any(v is None or math.isnan(v) for v in (low, high)) else \
+        f"[{num(low, signed)}, {num(high, signed)}]"
+
+
+def pval(p: float) -> str:
+    return "—" if p is None or math.isnan(p) else ("< 0.001" if p < 0.001 else f"{p:.3g}")
+
+
+# ---- display tables (strings), shared by every format ---------------------------------------------------------
+def arms_table(r: Report) -> pd.DataFrame:
+    return pd.DataFrame({"arm": r.arms["arm"], "arm id": r.arms["arm_id"],
+                         "seeds": r.arms["seeds"].map(lambda s: ", ".join(map(str, s)) or "—"),
+                         "failed": r.arms["failed"].map(lambda s: ", ".join(map(str, s)) or "—"),
+                         "config hashes": r.arms["config_hashes"].map(lambda h: ", ".join(h))})
+
+
+def per_arm_table(r: Report, metric: str) -> pd.DataFrame:
+    t = r.per_arm[r.per_arm["metric"] == metric]
+    return pd.DataFrame({
+        "arm": t["arm"], "n": t["n"].astype(int), "failed": t["failed"].astype(int),
+        "mean ± SD": [f"{num(m)} ± {num(s)}" for m, s in zip(t["mean"], t.get("sd", np.nan))],
+        "median": t.get("median", pd.Series(np.nan, index=t.index)).map(num),
+        "IQM": t.get("iqm", pd.Series(np.nan, index=t.index)).map(num),
+        "95% CI (bootstrap)": [ci(lo, hi) for lo, hi in zip(t["ci_low"], t["ci_high"])],
+        "seeds": t["values"].map(lambda v: ", ".join(num(x) for x in v))})
+
+
+def comparison_table(r: Report, metric: str) -> pd.DataFrame:
+    t = r.comparisons[r.comparisons["metric"] == metric] if not r.comparisons.empty else r.comparisons
+    if t.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "arm": t["arm"], "n vs n": [f"{int(a)} vs {int(b)}" for a, b in zip(t["n1"], t["n2"])],
+        "Δ": t["diff"].map(lambda x: num(x, True)),
+        "95% CI (Welch)": [ci(lo, hi, True) for lo, hi in zip(t["welch_low"], t["welch_high"])],
+        "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(t["boot_low"], t["boot_high"])],
+        f"p ({r.settings['test']})": t["p"].map(pval), "p (Holm)": t["p_holm"].map(pval),
+        **{f"p {name}": t[col].map(pval) for test, name, col in OTHER_P if test != r.settings["test"]},
+        "P(improve) [CI]": [f"{num(p)} {ci(lo, hi)}" for p, lo, hi in zip(t["p_improve"], t["p_improve_low"],
+                                                                         t["p_improve_high"])],
+        "Hedges' g [CI]": [f"{num(g, True)} {ci(lo, hi, True)}" for g, lo, hi in zip(t["hedges_g"], t["g_low"],
+                                                                                    t["g_high"])],
+        "MDE (80% power)": t["mde"].map(num)})
+
+
+def effects_table(r: Report) -> pd.DataFrame:
+    e = r.effects[r.effects["test_p"].notna()] if not r.effects.empty else r.effects
+    if e.empty:
+        return pd.DataFrame()
+    first = {(m, f): lv for m, f, lv in r.effects[["metric", "factor", "level"]].drop_duplicates(
+        ["metric", "factor"]).itertuples(index=False)}
+    return pd.DataFrame({
+        "metric": e["metric"], "switch": e["factor"],
+        "change": [f"{first[(m, f)]} → {lv}" for m, f, lv in zip(e["metric"], e["factor"], e["level"])],
+        "runs": e["n"].astype(int), "Δ": e["effect"].map(lambda x: num(x, True)),
+        "95% CI": [ci(lo, hi, True) for lo, hi in zip(e["test_low"], e["test_high"])],
+        "p": e["test_p"].map(pval), "p (Holm)": e["p_holm"].map(pval),
+        "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(e["low"], e["high"])],
+        "p (Welch, two groups)": e["p"].map(pval)})
+
+
+def interactions_table(r: Report) -> pd.DataFrame:
+    i = r.interactions
+    if i.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "metric": i["metric"], "interaction": [f"{a}={la} × {b}={lb}" for a, la, b, lb in
+                                               zip(i["factor_a"], i["level_a"], i["factor_b"], i["level_b"])],
+        "estimate": i["estimate"].map(lambda x: num(x, True)),
+        "95% CI": [ci(lo, hi, True) for lo, hi in zip(i["low"], i["high"])], "p": i["p"].map(pval)})
+
+
+# ---- formats --------------------------------------------------------------------------------------------------
+def markdown_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_none_\n"
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(map(cell, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def _header_lines(r: Report) -> list[str]:
+    h, s = r.header, r.settings
+    lines = [f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
+             f"- code version (git): {', '.join(h['code_version'])}",
+             f"- seeds: {', '.join(map(str, h['seeds']))}; runs: {h['finished']} finished, {h['failed']} failed"
+             + (f", {h['running']} still running (left out)" if h["running"] else ""),
+             f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
+             f"{h['wall_clock_hours']:.2f} h",
+             f"- value of a run: {s['at']}",
+             f"- baseline: {s['baseline']}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
+             f"family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
+             f"(switches × metrics)",
+             f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
+             f"at {int(s['power'] * 100)}% power"]
+    lines += [f"- failed: {f}" for f in h["failures"]]
+    return lines
+
+
+def power_lines(r: Report) -> list[str]:
+    """What the seed counts allow: each test's smallest possible p, and the minimum detectable effect."""
+    if r.comparisons.empty:
+        return []
+    from harness.stats import min_p_value
+
+    lines = []
+    for (n1, n2), _ in r.comparisons.groupby(["n1", "n2"]):
+        floors = {name: min_p_value(test, int(n1), int(n2)) for test, name, _ in OTHER_P}
+        lines.append(f"{int(n1)} vs {int(n2)} seeds: smallest possible two-sided p — "
+                     + ", ".join(f"{name} {pval(p) if p > 0 else 'any'}" for name, p in floors.items())
+                     + f" (α = {r.settings['alpha']}).")
+    for metric, t in r.comparisons.groupby("metric", sort=False):
+        lines.append(f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
+                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD).")
+    return lines
+
+
+def to_markdown(r: Report, figure_dir: str | None = None) -> str:
+    out = [f"# Report: {r.header['sweep']}", "", *_header_lines(r), ""]
+    if r.findings:
+        out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
+    if r.warnings:
+        out += ["## Warnings", "", *[f"- ⚠ {w}" for w in r.warnings], ""]
+    if power_lines(r):
+        out += ["## Power", "", *[f"- {line}" for line in power_lines(r)], ""]
+    out += ["## Arms", "", markdown_table(arms_table(r))]
+    for metric in r.settings["metrics"] + sorted(set(r.per_arm["metric"]) - set(r.settings["metrics"])):
+        out += [f"## {metric}", "", markdown_table(per_arm_table(r, metric))]
+        comp = comparison_table(r, metric)
+        if not comp.empty:
+            out += [f"vs baseline ({r.settings['baseline']}):", "", markdown_table(comp)]
+        if figure_dir and metric in r.curves:
+            out += [f"![{metric}]({figure_dir}/{metric.replace('/', '_')}.png)", ""]
+    if not r.effects.empty:
+        out += ["## Main effects", "", "Each switch's effect: the mean over the grid's cells at a level minus at its "
+                "first level (the other switches averaged out). CI and p from the full factorial cell-means model "
+                "(OLS, pooled within-cell variance, df = runs − cells); Welch's two-group test where that model has "
+                "no residual df. Bootstrap CI and the two-group Welch p beside them.", "",
+                markdown_table(effects_table(r))]
+    if not r.interactions.empty:
+        out += ["## Two-way interactions", "", "(a1,b1) − (a0,b1) − (a1,b0) + (a0,b0) over cell means; Welch–"
+                "Satterthwaite t interval.", "", markdown_table(interactions_table(r))]
+    return "\n".join(out)
+
+
+def to_html(r: Report) -> str:
+    def table(df: pd.DataFrame) -> str:
+        return df.to_html(index=False, border=0, classes="t", escape=True) if not df.empty else "<p><em>none</em></p>"
+
+    esc = html.escape
+    body = [f"<h1>Report: {esc(r.header['sweep'])}</h1>",
+            "<ul>" + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>"
+                             for line in _header_lines(r)) + "</ul>"]
+    if r.findings:
+        body += ["<h2>Findings</h2><ul>" + "".join(f"<li>{esc(f)}</li>" for f in r.findings) + "</ul>"]
+    if r.warnings:
+        body += ["<h2>Warnings</h2><ul class='warn'>" + "".join(f"<li>{esc(w)}</li>" for w in r.warnings) + "</ul>"]
+    if power_lines(r):
+        body += ["<h2>Power</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in power_lines(r)) + "</ul>"]
+    body += ["<h2>Arms</h2>", table(arms_table(r))]
+    first = True
+    for metric in r.settings["metrics"] + sorted(set(r.per_arm["metric"]) - set(r.settings["metrics"])):
+        body += [f"<h2>{esc(metric)}</h2>", table(per_arm_table(r, metric))]
+        comp = comparison_table(r, metric)
+        if not comp.empty:
+            body += [f"<p>vs baseline ({esc(r.settings['baseline'])}):</p>", table(comp)]
+        if r.curves.get(metric):
+            body.append(figures.interactive(metric, r.curves[metric], list(r.arms["arm"]), first=first))
+            first = False
+    if not r.effects.empty:
+        body += ["<h2>Main effects</h2>", table(effects_table(r))]
+    if not r.interactions.empty:
+        body += ["<h2>Two-way interactions</h2>", table(interactions_table(r))]
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px} table.t{border-collapse:collapse;"
+             "font-size:13px;margin:.5em 0 1.5em} table.t td,table.t th{border-bottom:1px solid #ddd;padding:3px 8px;"
+             "text-align:left} ul.warn li{color:#a15c00}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header['sweep'])}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+
+
+def to_json(r: Report) -> str:
+    def records(df: pd.DataFrame) -> list[dict]:
+        return json.loads(df.to_json(orient="records", double_precision=15)) if not df.empty else []
+
+    settings = {k: v for k, v in r.settings.items() if k != "at_spec"}
+    return json.dumps({"header": r.header, "settings": settings, "findings": r.findings, "warnings": r.warnings,
+                       "arms": records(r.arms), "per_arm": records(r.per_arm),
+                       "comparisons": records(r.comparisons), "main_effects": records(r.effects),
+                       "interactions": records(r.interactions)}, indent=1, default=str)
+
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$", "Δ": r"$\Delta$", "→": r"$\to$",
+        "×": r"$\times$", "—": "--", "∞": r"$\infty$", "<": r"$<$", "α": r"$\alpha$", "–": "--"}
+
+
+def tex(text: object) -> str:
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
+    if df.empty:
+        return ""
+    head = " & ".join(tex(c) for c in df.columns) + r" \\"
+    rows = "\n".join(" & ".join(tex(v) for v in row) + r" \\" for row in df.itertuples(index=False))
+    return (f"\\begin{{table}}[t]\n\\centering\\small\n\\caption{{{tex(caption)}}}\\label{{{label}}}\n"
+            f"\\resizebox{{\\linewidth}}{{!}}{{%\n\\begin{{tabular}}{{{'l' * len(df.columns)}}}\n\\toprule\n{head}\n"
+            f"\\midrule\n{rows}\n\\bottomrule\n\\end{{tabular}}}}\n\\end{{table}}\n")
+
+
+def to_latex(r: Report) -> str:
+    """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
+    name, s = r.header["sweep"], r.settings
+    parts = [f"% harness report: {name} (sweep {r.header['sweep_id']}); value of a run: {s['at']}\n"]
+    for i, metric in enumerate(s["metrics"]):
+        t = per_arm_table(r, metric).drop(columns=["seeds"])
+        comp = comparison_table(r, metric)
+        if not comp.empty:
+            t = t.merge(comp[["arm", "Δ", "95% CI (Welch)", f"p ({s['test']})", "p (Holm)", "Hedges' g [CI]"]],
+                        on="arm", how="left").fillna("")
+        parts.append(latex_table(t, f"{name}: {metric} across seeds (mean ± SD, 95% bootstrap CI; Δ vs "
+                                    f"{s['baseline']} with Welch CI, {s['test_name']}, Holm-adjusted p).",
+                                 f"tab:{r.header['sweep_id']}-{i}"))
+    eff = effects_table(r)
+    if not eff.empty:
+        parts.append(latex_table(eff, f"{name}: main effect of each switch (CI and p from the factorial cell-means "
+                                      f"model, Holm over switches × metrics).", f"tab:{r.header['sweep_id']}-effects"))
+    return "\n".join(parts)
+
+
+def write(r: Report, out: Path, formats: list[str]) -> list[Path]:
+    """The chosen formats under `out` (report.md, .html, .json, .tex), and figures/ (PNG + SVG per metric)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    written = []
+    for metric, by_arm in r.curves.items():
+        if by_arm:
+            written += figures.save_static(metric, by_arm, list(r.arms["arm"]), fig_dir, seed=r.settings["seed"])
+    render = {"md": ("report.md", lambda: to_markdown(r, "figures")), "html": ("report.html", lambda: to_html(r)),
+              "json": ("report.json", lambda: to_json(r)), "latex": ("report.tex", lambda: to_latex(r))}
+    for fmt in formats:
+        name, make = render[fmt]
+        (out / name).write_text(make(), encoding="utf-8")
+        written.append(out / name)
+    return written

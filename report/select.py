@@ -1,0 +1,32 @@
+"""SWEEP → (tracking URI, the sweep in the store): a sweep file (its id is computed as `harness sweep` does)
+or the name / id of a sweep already in the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.config_io import ConfigError
+from harness.store import Sweep, reader_for, sweeps
+from harness.tracking import default_tracking_uri
+
+
+def resolve(spec: str, tracking_uri: str | None = None, profile: str | None = None) -> tuple[str, Sweep]:
+    """The newest matching sweep; a clear one-line error when there is none."""
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        from harness.plan import load_sweep
+
+        if not path.is_file():
+            raise ConfigError(f"{spec}: no such sweep file")
+        plan = load_sweep(path, profile=profile)
+        uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, tracking_uri)
+        found = [s for s in sweeps(reader_for(uri).runs())
+                 if s.sweep_id == plan.sweep_id and s.experiment == plan.experiment]
+        hint = f"sweep '{plan.name}' (id {plan.sweep_id}, experiment '{plan.experiment}')"
+    else:
+        uri = default_tracking_uri("results", tracking_uri)
+        found = [s for s in sweeps(reader_for(uri).runs()) if spec in (s.name, s.sweep_id) and s.sweep_id]
+        hint = f"sweep named or with id '{spec}'"
+    if not found:
+        raise ConfigError(f"{spec}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
+    return uri, found[0]

@@ -1,0 +1,175 @@
+"""`harness report` on a store with known numbers: every table against numpy/scipy, all four formats, errors."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from scipy import stats as sps
+
+from harness.cli import main
+from harness.plan import load_sweep
+from harness.store import reader_for, sweeps
+from harness.sweep_data import load_sweep as load_data
+from harness.sweep_run import _log_plan
+from report.build import build
+from report.values import At, run_values
+
+ROOT = Path(__file__).resolve().parents[1]
+AGG = ["seq_mean_token_mean", "constant"]
+ADV = ["group_std", "group_mean"]
+SEEDS = [0, 1, 2]
+STEPS = 20
+
+
+def truth(agg: str, adv: str, seed: int, step: int) -> float:
+    """Incorrect length: +24 tokens for GRPO's normaliser, +15 for std normalisation, seed noise, a slow drift."""
+    noise = [0.0, 4.0, -2.5][seed] + (1.5 if (agg, adv) == ("constant", "group_mean") and seed == 2 else 0.0)
+    return 40.0 + 24.0 * (agg == "seq_mean_token_mean") + 15.0 * (adv == "group_std") + noise + 0.1 * step
+
+
+@pytest.fixture(scope="module")
+def sweep_file(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("report-sweep")
+    (d / "sweep.yaml").write_text(
+        f"name: bias_report\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
+        "grid:\n  objective.aggregation: [seq_mean_token_mean, constant]\n  objective.advantage: [group_std, group_mean]\n"
+        "seeds: [0, 1, 2]\n")
+    return d / "sweep.yaml"
+
+
+@pytest.fixture(scope="module")
+def store(sweep_file, tmp_path_factory) -> str:
+    """The sweep's 12 runs written straight to MLflow (tags as `harness sweep` sets them), one FAILED extra."""
+    plan = load_sweep(sweep_file)
+    uri = f"sqlite:///{tmp_path_factory.mktemp('report-store') / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment(plan.experiment)
+    parent = client.create_run(exp, run_name=plan.name, tags={"sweep_id": plan.sweep_id, "sweep_parent": "1"})
+    for job in plan.jobs:
+        agg, adv = job.config.objective.aggregation, job.config.objective.advantage
+        run = client.create_run(exp, run_name=f"r-{job.seed}", tags={
+            "sweep_id": plan.sweep_id, "arm": job.arm_id, "arm_label": job.arm, "seed": str(job.seed),
+            "config_hash": job.job_id, "job_id": job.job_id, "git_commit": "abc1234",
+            "mlflow.parentRunId": parent.info.run_id})
+        metrics = [Metric("train/length_incorrect_mean", truth(agg, adv, job.seed, s), 0, s) for s in range(1, STEPS + 1)]
+        metrics += [Metric("train/accuracy", 0.5 + 0.01 * job.seed, 0, s) for s in range(1, STEPS + 1)]
+        metrics += [Metric(f"eval/{b}/accuracy", 0.3 + 0.1 * i + 0.01 * job.seed, 0, STEPS) for i, b in
+                    enumerate(["math500", "aime24"])]
+        client.log_batch(run.info.run_id, metrics=metrics, params=[
+            Param("seed", str(job.seed)), Param("objective.aggregation", agg), Param("objective.advantage", adv)])
+        client.set_terminated(run.info.run_id)
+    bad = client.create_run(exp, run_name="r-9", tags={"sweep_id": plan.sweep_id, "arm_label": plan.jobs[0].arm,
+                                                        "seed": "9", "failure_reason": "timeout after 5 s"})
+    client.set_terminated(bad.info.run_id, status="FAILED")
+    _log_plan(client, parent.info.run_id, plan.jobs, cumulative=False)  # as `harness sweep` does
+    client.set_terminated(parent.info.run_id)
+    return uri
+
+
+def _data(uri):
+    reader = reader_for(uri)
+    return load_data(reader, sweeps(reader.runs())[0])
+
+
+def test_at_parsing_and_values(store):
+    assert At.parse("last-10") == At("last", k=10) and At.parse("step 7") == At("step", n=7)
+    assert At.parse("final").kind == "final" and At.parse("best").kind == "best"
+    data = _data(store)
+    last5 = run_values(data, "train/length_incorrect_mean", At.parse("last-5"))
+    row = last5[(last5["arm"] == "advantage=group_std aggregation=constant") & (last5["seed"] == 1)].iloc[0]
+    assert row["value"] == pytest.approx(np.mean([truth("constant", "group_std", 1, s) for s in range(16, 21)]))
+    at7 = run_values(data, "train/length_incorrect_mean", At.parse("step 7"))
+    assert at7["value"].iloc[0] == pytest.approx(truth(*_agg_adv(at7["arm"].iloc[0]), at7["seed"].iloc[0], 7))
+    assert len(last5) == 12  # the FAILED run has no value
+
+
+def _agg_adv(arm: str) -> tuple[str, str]:
+    kv = dict(p.split("=") for p in arm.split())
+    return kv["aggregation"], kv["advantage"]
+
+
+def test_tables_match_numpy_and_scipy(store):
+    data = _data(store)
+    r = build(data, metrics=["train/length_incorrect_mean", "train/accuracy"], at=At.parse("final"))
+    base = "advantage=group_std aggregation=seq_mean_token_mean"
+    assert r.settings["baseline"] == base == data.arms[0]
+    per = r.per_arm.set_index(["metric", "arm"]).loc[("train/length_incorrect_mean", base)]
+    x = np.array([truth("seq_mean_token_mean", "group_std", s, STEPS) for s in SEEDS])
+    assert per["n"] == 3 and per["failed"] == 1
+    assert per["mean"] == pytest.approx(x.mean()) and per["sd"] == pytest.approx(x.std(ddof=1))
+    arm = "advantage=group_mean aggregation=constant"
+    y = np.array([truth("constant", "group_mean", s, STEPS) for s in SEEDS])
+    c = r.comparisons.set_index(["metric", "arm"]).loc[("train/length_incorrect_mean", arm)]
+    assert c["diff"] == pytest.approx(y.mean() - x.mean())
+    assert c["welch_p"] == pytest.approx(sps.ttest_ind(y, x, equal_var=False).pvalue)
+    assert c["p"] == c["welch_p"]
+    fam = r.comparisons["p"].to_numpy()  # Holm over arms × metrics: 3 arms × 2 metrics
+    assert len(fam) == 6 and c["p_holm"] >= c["p"]
+    # main effect of the length normaliser: −24 exactly (noise cancels except the +1.5 on one cell's seed)
+    eff = r.effects.set_index(["metric", "factor", "level"]).loc[
+        ("train/length_incorrect_mean", "objective.aggregation", "constant")]
+    assert eff["effect"] == pytest.approx(-24.0 + 1.5 / 6)
+    assert eff["p"] < 0.01 and eff["welch_low"] < eff["effect"] < eff["welch_high"]
+    # the factorial model removes the advantage switch's +15 from the noise: a narrower interval than Welch's
+    assert eff["model_effect"] == pytest.approx(eff["effect"]) and eff["model_df"] == 12 - 4
+    assert eff["model_high"] - eff["model_low"] < eff["welch_high"] - eff["welch_low"]
+    assert eff["test_p"] == eff["model_p"] and eff["p_holm"] >= eff["test_p"]
+    assert any("objective.aggregation: seq_mean_token_mean → constant changes train/length_incorrect_mean by"
+               in f for f in r.findings)
+    assert len(r.interactions) == 2  # one pair of 2-level switches × 2 metrics
+    assert r.header["failed"] == 1 and r.header["failures"] == [f"{base} · seed 9: timeout after 5 s"]
+    assert r.header["code_version"] == ["abc1234"] and r.header["seeds"] == [0, 1, 2, 9]
+
+
+def test_small_n_rank_test_warning_and_stratified_benchmarks(store):
+    data = _data(store)
+    r = build(data, metrics=["train/length_incorrect_mean", "eval/math500/accuracy", "eval/aime24/accuracy"],
+              test="mannwhitney")
+    assert any("can never give p < 0.05" in w and "0.1" in w for w in r.warnings), r.warnings
+    assert r.comparisons["min_p"].tolist() == pytest.approx([0.1] * len(r.comparisons))
+    assert np.isinf(r.comparisons["mde"]).all()
+    strat = r.per_arm[r.per_arm["metric"] == "eval/mean of 2/accuracy"].set_index("arm")
+    arm = data.arms[0]
+    expected = np.mean([np.mean([0.3 + 0.01 * s for s in SEEDS]), np.mean([0.4 + 0.01 * s for s in SEEDS])])
+    assert strat.loc[arm, "mean"] == pytest.approx(expected)
+    assert strat.loc[arm, "ci_low"] <= expected <= strat.loc[arm, "ci_high"]
+
+
+def test_cli_writes_every_format(store, sweep_file, tmp_path, capsys):
+    out = tmp_path / "rep"
+    code = main(["report", str(sweep_file), "--tracking-uri", store, "--metric", "train/length_incorrect_mean",
+                 "--metric", "train/accuracy", "--out", str(out), "--format", "md,html,json,latex"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "objective.aggregation: seq_mean_token_mean → constant changes train/length_incorrect_mean" in printed
+    md = (out / "report.md").read_text()
+    assert "## Main effects" in md and "abc1234" in md and "timeout after 5 s" in md and "Holm" in md
+    assert "3 vs 3 seeds: smallest possible two-sided p — Welch any, MWU 0.1, perm. 0.1" in md
+    assert (out / "figures" / "train_length_incorrect_mean.png").stat().st_size > 10_000
+    assert (out / "figures" / "train_length_incorrect_mean.svg").read_text().lstrip().startswith("<?xml")
+    html = (out / "report.html").read_text()
+    assert "plotly" in html and "<table" in html and "Main effects" in html
+    tex = (out / "report.tex").read_text()
+    assert tex.count("\\begin{tabular}") == tex.count("\\end{tabular}") == 3  # 2 metrics + main effects
+    assert "objective.aggregation" in tex and "seq\\_mean\\_token\\_mean $\\to$ constant" in tex
+    assert tex.count("{") == tex.count("}")
+    doc = json.loads((out / "report.json").read_text())
+    assert {"header", "per_arm", "comparisons", "main_effects", "interactions"} <= set(doc)
+    assert main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path / "by-name"),
+                 "--format", "json"]) == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nope_sweep"], "nope_sweep: no sweep named or with id 'nope_sweep'"),
+    (["bias_report", "--at", "middle"], "--at: 'middle' is not one of"),
+    (["bias_report", "--format", "md,pdf"], "--format: pdf is not one of"),
+    (["bias_report", "--baseline", "zzz"], "--baseline: 'zzz' is not an arm"),
+    (["bias_report", "--test", "anova"], "--test: 'anova' is not one of"),
+])
+def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
+    assert main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
