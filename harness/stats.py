@@ -113,7 +113,7 @@ def cell_means_effects(final: pd.DataFrame, factors: list[str], *, alpha: float 
     import statsmodels.api as sm
 
     cols = ["factor", "level", "effect", "low", "high", "p", "df"]
-    data = final.dropna(subset=["value"])
+    data = final.dropna(subset=["value", *factors])  # a run without the settings (e.g. still starting) has no cell
     if data.empty:
         return pd.DataFrame(columns=cols)
     cell = data[factors].astype(str).agg("\x1f".join, axis=1)

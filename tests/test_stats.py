@@ -352,3 +352,12 @@ def test_cell_means_effects_against_hand_computed_anova_contrast():
     # one run per cell leaves no residual df: estimate only
     single = cell_means_effects(pd.DataFrame([{"A": a, "B": b, "value": m} for (a, b), m in cells.items()]), ["A", "B"])
     assert single["effect"].tolist() == pytest.approx([5.0, 3.0]) and single["p"].isna().all()
+
+
+def test_cell_means_effects_ignores_runs_without_settings():
+    from harness.stats import cell_means_effects
+
+    rows = [{"A": a, "value": v} for a, v in (("x", 1.0), ("x", 2.0), ("y", 4.0), ("y", 5.0))]
+    rows.append({"A": None, "value": 100.0})  # a run whose params were never logged
+    out = cell_means_effects(pd.DataFrame(rows), ["A"])
+    assert out["effect"].tolist() == [3.0] and out["df"].tolist() == [2]

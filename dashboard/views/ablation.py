@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import context, figures
-from harness.stats import main_effects, mean_ci
+from harness.stats import cell_means_effects, main_effects, mean_ci
 from trainer import metric_names as M
 
 st.title("Ablation table")
@@ -57,8 +57,10 @@ if chosen:
         st.subheader("Main effects")
         final = data.final(metric, int(last))
         final = final[final["run_id"].isin(runs_ok)]
-        effects = main_effects(final, data.varying)
-        st.caption(f"{metric}: mean over all runs at each level (averaging over the other switches) minus the "
-                   "first level's, with a 95% bootstrap CI resampling runs within levels.")
-        st.dataframe(effects.style.format({"mean": "{:.4g}", "effect": "{:+.4g}", "low": "{:.4g}", "high": "{:.4g}"},
+        model = cell_means_effects(final, data.varying)[["factor", "level", "low", "high", "p"]]
+        effects = main_effects(final, data.varying)[["factor", "level", "n", "mean", "effect", "low", "high"]].merge(
+            model, on=["factor", "level"], how="left", suffixes=(" (bootstrap)", " (model)"))
+        st.caption(f"{metric}: mean over the grid's cells at each level minus at the first level; 95% CI and p "
+                   "from the factorial cell-means model (as `harness report`), and a bootstrap CI.")
+        st.dataframe(effects.style.format({c: "{:.4g}" for c in effects.columns if c not in ("factor", "level", "n")},
                                           na_rep=""), hide_index=True, width="stretch")
