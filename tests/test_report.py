@@ -1,6 +1,8 @@
 """`harness report` on a store with known numbers: every table against numpy/scipy, all four formats, errors."""
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +175,16 @@ def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
     assert main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="needs pdflatex (Debian texlive-latex-base and "
+                    "texlive-latex-recommended; .ci/run installs them)")
+def test_latex_tables_compile(store, tmp_path):
+    assert main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path), "--format", "latex"]) == 0
+    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n"
+                                      "\\usepackage{booktabs,graphicx}\n\\begin{document}\n\\input{report.tex}\n"
+                                      "\\end{document}\n")
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tmp_path / "doc.pdf").stat().st_size > 10_000
