@@ -1,0 +1,315 @@
+"""trainer.data: loading every format, the data's quirks, answer extraction, templates, dedupe, MathTask."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer.data import (BENCHMARKS, FieldMap, TEMPLATES, dedupe, extract_answer, extract_boxed, extract_gsm8k,
+                          load_benchmark, load_problems, load_records, normalise_question, render_prompt)
+from trainer.data.benchmarks import data_dir
+from trainer.data.records import Problem, question_id
+from trainer.metric_names import task_metric
+from trainer.tasks.math import MathTask
+
+ROWS = [{"problem": "What is $1+1$?", "answer": "2", "solution": "So $\\boxed{2}$.", "uid": "a"},
+        {"problem": "What is  $2+2$?\n", "answer": 4.0, "solution": None, "uid": "b"},
+        {"problem": "Pick one.", "answer": ["3\n", "3.0"], "uid": "c"},
+        {"problem": "Null answer", "answer": None, "solution": "thus $\\boxed{\\frac{1}{2}}$", "uid": "d"},
+        {"problem": "Nothing at all", "answer": None, "solution": None, "uid": "e"},
+        {"problem": "Empty", "answer": "", "uid": "f"}]
+SHARED = data_dir()
+
+
+def _write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _plain(rows):
+    """The same records with every field a string (Arrow needs one type per column)."""
+    return [{k: json.dumps(v) if not isinstance(v, str) else v for k, v in r.items()} for r in rows]
+
+
+# ---- records: every format -------------------------------------------------------------------------------
+
+def test_jsonl_and_json_files(tmp_path):
+    rows = _write_jsonl(tmp_path / "d.jsonl", ROWS)
+    assert load_records(rows) == ROWS
+    (tmp_path / "list.json").write_text(json.dumps(ROWS))
+    assert load_records(tmp_path / "list.json") == ROWS
+    _write_jsonl(tmp_path / "lines.json", ROWS)  # JSON lines under a .json name
+    assert load_records(str(tmp_path / "lines.json")) == ROWS
+    (tmp_path / "obj.json").write_text(json.dumps({"rows": ROWS}))
+    with pytest.raises(ValueError):
+        load_records(tmp_path / "obj.json")
+    with pytest.raises(FileNotFoundError):
+        load_records(tmp_path / "missing.jsonl")
+
+
+def test_parquet_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rows = [{"problem": "p1", "answer": 27.0}, {"problem": "p2", "answer": 3.5}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    assert load_records(tmp_path / "d.parquet") == rows
+    assert [p.answer for p in load_problems(tmp_path / "d.parquet", fields=FieldMap(solution=None))] == ["27", "3.5"]
+
+
+def test_hf_dataset_saved_locally(tmp_path):
+    """Loading by HF id is exercised on a dataset saved locally in HF format (no hub here)."""
+    import datasets
+    rows = [{"question": "q1", "answer": "x\n#### 1,234"}, {"question": "q2", "answer": "y\n#### 7"}]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ds"))
+    assert load_records(tmp_path / "ds") == rows
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows),
+                          "test": datasets.Dataset.from_list(rows[:1])}).save_to_disk(str(tmp_path / "dd"))
+    assert load_records(tmp_path / "dd") == rows  # train by default
+    assert load_records(tmp_path / "dd", split="test") == rows[:1]
+    with pytest.raises(ValueError):
+        load_records(tmp_path / "dd", split="validation")
+    problems = load_problems(tmp_path / "dd", split="test", answer_format="gsm8k",
+                             fields=FieldMap(question="question", solution="answer"))
+    assert [(p.answer, p.solution) for p in problems] == [("1234", rows[0]["answer"])]
+
+
+def test_directory_of_data_files(tmp_path, monkeypatch):
+    """A folder `datasets.load_dataset(dir)` reads (data files, no save_to_disk metadata)."""
+    import datasets
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # keep ~/.cache clean
+    (tmp_path / "dir").mkdir()
+    _write_jsonl(tmp_path / "dir" / "train.jsonl", _plain(ROWS[:2]))
+    assert [r["problem"] for r in load_records(tmp_path / "dir")] == [r["problem"] for r in ROWS[:2]]
+
+
+def test_hub_id_goes_to_load_dataset(monkeypatch):
+    import datasets
+    calls = []
+
+    def fake(source, split=None):
+        calls.append((source, split))
+        return datasets.Dataset.from_list([{"problem": "p", "answer": "1"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    assert load_records("someorg/some-math", split="test") == [{"problem": "p", "answer": "1"}]
+    assert calls == [("someorg/some-math", "test")]
+
+
+# ---- quirks ---------------------------------------------------------------------------------------------
+
+def test_quirks_normalised(tmp_path):
+    problems = load_problems(_write_jsonl(tmp_path / "d.jsonl", ROWS), fields=FieldMap(id="uid"), name="toy")
+    assert [p.answer for p in problems] == ["2", "4", "3", "\\frac{1}{2}"]  # float, list, null -> boxed
+    assert problems.skipped == 2  # no answer and no solution; empty answer
+    assert [p.id for p in problems] == ["a", "b", "c", "d"]
+    assert problems[0].solution == "So $\\boxed{2}$." and problems[1].solution is None
+    assert {p.source for p in problems} == {"toy"}
+    assert len(load_problems(tmp_path / "d.jsonl", limit=2)) == 2
+
+
+def test_ids_hash_the_normalised_question(tmp_path):
+    problems = load_problems(_write_jsonl(tmp_path / "d.jsonl", ROWS[:2]))
+    assert problems[1].id == question_id("What is $2+2$?") == question_id(" What  is $2+2$? ")
+    assert len(problems[0].id) == 16 and problems[0].id != problems[1].id
+    assert load_problems(tmp_path / "d.jsonl")[0].id == problems[0].id  # stable across loads
+
+
+def test_answer_forms(tmp_path):
+    rows = [{"problem": str(i), "answer": a} for i, a in enumerate(
+        [27.0, 3, 0.5, "$2n$", "$69$,$84$", " 7 \n", "\\boxed{9}", ["", "5\n"], "$x$ and $y$", "30^\\circ.", "1, 2, ..."])]
+    answers = [p.answer for p in load_problems(_write_jsonl(tmp_path / "d.jsonl", rows), fields=FieldMap())]
+    assert answers == ["27", "3", "0.5", "2n", "69, 84", "7", "9", "5", "$x$ and $y$", "30^\\circ", "1, 2, ..."]
+
+
+def test_bad_field_map_says_so(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", ROWS)
+    with pytest.raises(ValueError, match="question"):
+        load_problems(path, fields=FieldMap(question="prompt"))
+    with pytest.raises(ValueError, match="answer"):
+        load_problems(path, fields=FieldMap(answer="gold", solution=None))
+    with pytest.raises(ValueError):
+        load_problems(path, answer_format="boxed")
+
+
+# ---- extraction -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("so \\boxed{5}", "5"),
+    ("\\boxed{3} no, \\boxed{4}.", "4"),  # the last one
+    ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{1}{\\sqrt{2}}"),  # nested braces
+    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are literal
+    ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("\\fbox{7}", "7"),
+    ("$\\boxed 5$.", "5"),
+    ("the answer is \\boxed 12.", "12"),
+    ("\\boxed{1} then \\boxed{2", "1"),  # an unclosed last box is skipped
+    ("\\boxed{a \\boxedfoo b}", "a \\boxedfoo b"),  # another command, not a box
+    ("\\boxed{}", None),
+    ("no box", None),
+    ("", None),
+])
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+def test_extract_boxed_on_runaway_text_is_fast():
+    import time
+    start = time.perf_counter()
+    assert extract_boxed("\\boxed{5} " + "\\boxed{" * 5000 + "x" * 50000) == "5"
+    assert time.perf_counter() - start < 1
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("She makes 9 * 2 = $<<9*2=18>>18.\n#### 18", "18"),
+    ("#### 1,234", "1234"),
+    ("#### 1,234,567.", "1234567"),
+    ("#### -3", "-3"),
+    ("no marker 42", None),
+])
+def test_extract_gsm8k(text, expected):
+    assert extract_gsm8k(text) == expected
+
+
+@pytest.mark.parametrize("text, tags, expected", [
+    ("\\boxed{2} and #### 3", True, "2"),  # box first
+    ("so #### 3,000", True, "3000"),
+    ("<think>\\boxed{1}</think> <answer> 5 </answer>", True, "5"),  # the tag wins over a box while thinking
+    ("<think>x</think> <answer>so \\boxed{7}</answer>", True, "7"),
+    ("<think>x</think> <answer> 8", True, "8"),  # generation stopped at `</answer>`
+    ("<think>\\boxed{1}</think> <answer> 5 </answer>", False, "1"),
+    ("\\boxed{104.}", True, "104"),  # a sentence's period
+    ("\\boxed{1, 2, ...}", True, "1, 2, ..."),
+    ("<answer></answer>", True, None),
+    ("nothing", True, None),
+])
+def test_extract_answer(text, tags, expected):
+    assert extract_answer(text, answer_tags=tags) == expected
+
+
+# ---- templates ------------------------------------------------------------------------------------------
+
+def test_templates():
+    q = "Find $\\{x\\}$ if $f(x)=\\frac{1}{2}$. {question}"
+    assert set(TEMPLATES) == {"r1", "qwen_math", "none"}
+    assert render_prompt("none", q) == q
+    r1 = render_prompt("r1", q)
+    assert r1.startswith("A conversation between User and Assistant.") and r1.endswith(f"\nUser: {q}\nAssistant: <think>")
+    assert "<answer> answer here </answer>" in r1
+    qwen = render_prompt("qwen_math", q)
+    assert qwen == ("<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}."
+                    f"<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n")
+    with pytest.raises(ValueError):
+        render_prompt("chatml", q)
+
+
+# ---- dedupe ---------------------------------------------------------------------------------------------
+
+def test_dedupe_on_whitespace_normalised_questions():
+    pool = [Problem("1", "What is\n 1+1?", "2"), Problem("2", "Other", "3"), Problem("3", "New", "4")]
+    kept, removed = dedupe(pool, [[Problem("x", "What is 1+1? ", "2")], [Problem("y", "Other", "3")]])
+    assert [p.id for p in kept] == ["3"] and removed == 2
+    assert normalise_question(" a \n\t b ") == "a b"
+
+
+# ---- MathTask -------------------------------------------------------------------------------------------
+
+PROBLEMS = [Problem(str(i), f"What is {i}+{i}?", str(2 * i)) for i in range(10)]
+
+
+def test_sampling_is_deterministic_and_one_prompt_per_group():
+    task = MathTask(PROBLEMS, template="r1")
+    a = task.sample_groups(np.random.default_rng(3), 4, 5)
+    b = task.sample_groups(np.random.default_rng(3), 4, 5)
+    assert a == b and len(a) == 4 and len({g.problem_id for g in a}) == 4  # distinct within a call
+    for g in a:
+        p = PROBLEMS[int(g.problem_id)]
+        assert g.answer == p.answer and g.prompts == (render_prompt("r1", p.question),) * 5
+    assert len(task.sample_groups(np.random.default_rng(0), 25, 2)) == 25  # more groups than problems
+
+
+def test_grading_right_wrong_and_missing():
+    task = MathTask(PROBLEMS)
+    group = task.sample_groups(np.random.default_rng(0), 1, 3)[0]
+    right = task.grade(group, 0, f"Adding up: \\boxed{{{group.answer}}}.")
+    wrong = task.grade(group, 1, f"Adding up: \\boxed{{{int(group.answer) + 1}}}.")
+    missing = task.grade(group, 2, "I am not sure.")
+    assert (right.reward, right.correct, right.info["extracted"]) == (1.0, True, 1)
+    assert (wrong.reward, wrong.correct, wrong.info["extracted"]) == (0.0, False, 1)
+    assert (missing.reward, missing.correct, missing.info["extracted"]) == (0.0, False, 0)
+    assert task.grade(group, 0, f"\\boxed{{{group.answer}}} no wait \\boxed{{-1}}").correct is False  # last box
+    assert task.step_metrics([group], [[right, wrong, missing]], [[5, 6, 7]]) == {
+        task_metric("no_answer_frac"): pytest.approx(1 / 3)}
+
+
+def test_r1_grading_reads_answer_tags():
+    problems = [Problem("h", "Half of one?", "\\frac{1}{2}")]
+    r1, qwen = MathTask(problems, template="r1"), MathTask(problems, template="qwen_math")
+    group = r1.sample_groups(np.random.default_rng(0), 1, 1)[0]
+    text = "maybe \\boxed{3}</think> <answer> 0.5 </answer>"
+    assert r1.grade(group, 0, text).correct and not qwen.grade(group, 0, text).correct
+    assert r1.grade(group, 0, "x</think> <answer>The answer is $\\frac{2}{4}$.").correct
+
+
+def test_task_rejects_bad_settings():
+    with pytest.raises(ValueError):
+        MathTask(PROBLEMS, template="chatml")
+    with pytest.raises(ValueError):
+        MathTask([])
+
+
+# ---- the real files in ../shared/data -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shared() -> Path:
+    if not (SHARED / "math500" / "test.jsonl").exists():
+        pytest.skip(f"shared data not found at {SHARED} (../shared/data next to the repo, or $HARNESS_DATA_DIR)")
+    return SHARED
+
+
+@pytest.mark.parametrize("name, rows, skipped", [
+    ("math500", 500, 0), ("aime24", 30, 0), ("amc23", 40, 0), ("gsm8k", 1319, 0), ("minerva", 272, 0),
+    ("olympiad_bench", 675, 0), ("amc22_23", 83, 0), ("math_test5000", 5000, 0), ("math_train", 7470, 4),
+    ("gsm8k_train", 7473, 0), ("drgrpo_math500", 500, 0), ("drgrpo_aime24", 30, 0)])
+def test_every_benchmark_loads_as_it_is(shared, name, rows, skipped):
+    problems = load_benchmark(name, data_dir=shared)
+    assert len(problems) == rows and problems.skipped == skipped
+    assert all(p.answer and p.answer == p.answer.strip() and p.source == name for p in problems)
+
+
+def test_real_quirks(shared):
+    assert load_benchmark("amc23", shared)[0].answer == "27"  # 27.0
+    assert load_benchmark("minerva", shared)[0].answer == "9.6"  # ["9.6\n"]
+    gsm = load_benchmark("gsm8k", shared)
+    raw = [json.loads(line)["answer"].split("#### ")[-1] for line in (shared / "gsm8k/test.jsonl").open()]
+    assert sum("," in a for a in raw) == 14
+    assert [p.answer for p in gsm] == [a.replace(",", "") for a in raw]
+    math500 = load_benchmark("math500", shared)
+    assert math500[0].id == "test/precalculus/807.json" and len({p.id for p in math500}) == 500
+    # math_test5000 has no answer field: the solution's last box equals MATH-500's gold on the shared 500
+    boxed = {normalise_question(p.question): p.answer for p in load_benchmark("math_test5000", shared)}
+    assert all(boxed[normalise_question(p.question)] == p.answer for p in math500)
+
+
+def test_math_test5000_minus_math500_leaves_4500(shared):
+    evals = [load_benchmark(n, shared) for n in ("math500", "aime24", "amc23", "minerva", "olympiad_bench")]
+    pool, removed = dedupe(load_benchmark("math_test5000", shared), evals)
+    assert (len(pool), removed) == (4500, 500)
+    train, removed = dedupe(load_benchmark("math_train", shared), evals)
+    assert removed == 0 and len(train) == 7470
+
+
+def test_data_dir_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("HARNESS_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    (tmp_path / "aime24").mkdir()
+    _write_jsonl(tmp_path / "aime24" / "test.jsonl", [{"id": 1, "problem": "p", "answer": "5", "solution": "s"}])
+    assert load_benchmark("aime24")[0] == Problem("1", "p", "5", "s", "aime24")
+    with pytest.raises(FileNotFoundError, match="HARNESS_DATA_DIR"):
+        load_benchmark("math500")
+    with pytest.raises(KeyError):
+        load_benchmark("nope")
+    assert set(BENCHMARKS) >= {"math500", "aime24", "amc23", "gsm8k", "minerva", "olympiad_bench", "amc22_23",
+                               "math_test5000", "math_train", "gsm8k_train"}

@@ -1,0 +1,175 @@
+"""Problems from local files, local HF datasets or HF hub ids, with a field mapping and the data's quirks normalised.
+
+Quirks handled by `load_problems` (see ../shared/data/SOURCES.md):
+
+- answers as floats (`27.0` -> `"27"`) or ints -> strings;
+- answers as lists (Minerva, OlympiadBench): the elements are alternative spellings of ONE answer
+  (`["0.01\\n", "0.02\\n"]`, `["4.4e7\\n", "4.4 \\times 10^7\\n"]`), so the first non-empty one is kept, stripped;
+  joining them would make a different answer;
+- answers stored boxed (`\\boxed{5}`) -> the box's content;
+- answers wrapped in math delimiters (`$2n$`, `$69$,$84$`) -> the inner text (`2n`, `69, 84`);
+- a final period (`30^\\circ.`) is dropped, as in extracted answers;
+- a null or empty answer (or none at all, as in math_test5000) -> the last `\\boxed{}` of the solution when
+  there is one, else the record is skipped and counted in `Problems.skipped`;
+- `answer_format="gsm8k"`: the answer is the text after `#### ` with thousands commas removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from trainer.data.answers import clean_answer, extract_boxed, extract_gsm8k
+
+log = logging.getLogger(__name__)
+_DOLLARS = re.compile(r"\s*\$([^$]+)\$(?:\s*,\s*\$([^$]+)\$)*\s*\.?\s*")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One question with its gold answer."""
+
+    id: str
+    question: str
+    answer: str
+    solution: str | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Which record fields hold the question, the answer, a worked solution and an id (None: absent)."""
+
+    question: str = "problem"
+    answer: str = "answer"
+    solution: str | None = "solution"
+    id: str | None = None
+
+
+class Problems(list):
+    """A list of Problem that also says how many records were skipped for want of an answer."""
+
+    def __init__(self, problems=(), skipped: int = 0):
+        super().__init__(problems)
+        self.skipped = skipped
+
+
+def normalise_question(text: str) -> str:
+    """Whitespace-normalised question text (runs of whitespace -> one space, ends stripped): the dedupe key."""
+    return " ".join(str(text).split())
+
+
+def question_id(question: str) -> str:
+    """Stable id from the normalised question: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(normalise_question(question).encode("utf-8")).hexdigest()[:16]
+
+
+def load_records(source: str | Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a `.jsonl`, `.json` (a list, or JSON lines), `.parquet` file, a local HF dataset directory
+    (`save_to_disk` output, or anything `datasets.load_dataset(dir)` reads) or an HF hub id.
+
+    `split` picks the split of a dataset with several (default: the only one, else `train`/`test` if present).
+    """
+    path = Path(source)
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+            return pq.read_table(path).to_pylist()
+        text = path.read_text(encoding="utf-8")
+        if suffix == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                data = None  # JSON lines under a .json name
+            if isinstance(data, list):
+                return data
+            if isinstance(data, dict):
+                raise ValueError(f"{path}: expected a JSON list of records, got an object")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    import datasets
+    if path.is_dir():
+        if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+            return _rows(datasets.load_from_disk(str(path)), split, str(path))
+        return _rows(datasets.load_dataset(str(path), split=split), split, str(path))
+    if path.suffix.lower() in {".jsonl", ".json", ".parquet"}:
+        raise FileNotFoundError(f"no such data file: {path}")
+    return _rows(datasets.load_dataset(str(source), split=split), split, str(source))
+
+
+def _rows(data: Any, split: str | None, where: str) -> list[dict[str, Any]]:
+    """Rows of a Dataset, or of one split of a DatasetDict."""
+    if isinstance(data, dict):  # a DatasetDict
+        names = list(data.keys())
+        if split is None:
+            split = names[0] if len(names) == 1 else next((s for s in ("train", "test") if s in names), None)
+        if split not in names:
+            raise ValueError(f"{where}: choose a split among {names} (got {split!r})")
+        data = data[split]
+    return data.to_list()
+
+
+def normalise_answer(value: Any) -> str | None:
+    """A record's answer as a string (None when missing or empty); see the module doc for the rules."""
+    if isinstance(value, (list, tuple)):
+        value = next((v for v in value if normalise_answer(v) is not None), None)
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return str(int(value)) if value.is_integer() else repr(value)
+    text = str(value).strip()
+    if "\\boxed" in text or "\\fbox" in text:
+        text = extract_boxed(text) or ""
+    whole = _DOLLARS.fullmatch(text)
+    if whole:
+        text = ", ".join(part.strip() for part in re.findall(r"\$([^$]+)\$", text))
+    return text or None
+
+
+def load_problems(source: str | Path, *, fields: FieldMap = FieldMap(), split: str | None = None,
+                  answer_format: Literal["plain", "gsm8k"] = "plain", limit: int | None = None,
+                  name: str | None = None) -> Problems:
+    """Problems from `source` (see `load_records`), first `limit` usable ones; `Problem.source` = `name` or
+    `source`. Records without a usable answer are skipped and counted in the result's `skipped`.
+    Ids: the `fields.id` value as a string, else `question_id` of the question."""
+    if answer_format not in ("plain", "gsm8k"):
+        raise ValueError(f"answer_format must be 'plain' or 'gsm8k', got {answer_format!r}")
+    records = load_records(source, split)
+    out, skipped = Problems(), 0
+    for i, row in enumerate(records):
+        if limit is not None and len(out) >= limit:
+            break
+        if fields.question not in row:
+            raise ValueError(f"{source}: record {i} has no question field {fields.question!r}; fields: {sorted(row)}")
+        question = str(row[fields.question])
+        solution = row.get(fields.solution) if fields.solution else None
+        solution = str(solution) if solution not in (None, "") else None
+        raw = row.get(fields.answer)
+        if answer_format == "gsm8k":
+            answer = extract_gsm8k(str(raw)) if raw is not None else None
+        else:
+            answer = normalise_answer(raw)
+        if answer is None and solution is not None:
+            answer = extract_boxed(solution)
+        answer = clean_answer(answer)
+        if answer is None:
+            skipped += 1
+            continue
+        pid = str(row[fields.id]) if fields.id and row.get(fields.id) is not None else question_id(question)
+        out.append(Problem(id=pid, question=question, answer=answer, solution=solution,
+                           source=name or str(source)))
+    if records and not out:
+        raise ValueError(f"{source}: none of {len(records)} records has an answer in {fields.answer!r} "
+                         f"or a boxed solution in {fields.solution!r}")
+    if skipped:
+        log.info("%s: skipped %d records without an answer", name or source, skipped)
+    out.skipped = skipped
+    return out
