@@ -133,6 +133,25 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from harness.eval_run import EvalSettings, print_table, run_eval
+
+    names = tuple(b.strip() for b in args.benchmarks.split(",") if b.strip())
+    from trainer.data.benchmarks import BENCHMARKS
+
+    unknown = [b for b in names if b not in BENCHMARKS]
+    if unknown or not names:
+        raise ConfigError(f"--benchmarks: {', '.join(unknown) or 'nothing'} is not one of {', '.join(BENCHMARKS)}")
+    if args.k < 1 or args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise ConfigError("--k must be >= 1, --temperature >= 0 and --top-p in (0, 1]")
+    s = EvalSettings(model=args.model, benchmarks=names, k=args.k, temperature=args.temperature, top_p=args.top_p,
+                     max_new_tokens=args.max_new_tokens, template=args.template, limit=args.limit, seed=args.seed,
+                     device=args.device, dtype=args.dtype)
+    result = run_eval(s, tracking_uri=args.tracking_uri, experiment=args.experiment)
+    print_table(result, names, args.k)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
@@ -196,6 +215,25 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--tracking-uri", default=None,
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
     rep.set_defaults(func=_report)
+
+    ev = sub.add_parser("eval", help="evaluate a model on math benchmarks (avg@k, pass@k, maj@k, lengths)",
+                        description="Sample k responses per problem, grade them with math-verify, log one MLflow "
+                                    "run and print a table per benchmark.")
+    ev.add_argument("--model", required=True, help="HF model id or local directory (safetensors)")
+    ev.add_argument("--benchmarks", default="math500,aime24,amc23,gsm8k", help="comma-separated benchmark names")
+    ev.add_argument("--k", type=int, default=1, help="samples per problem (default 1)")
+    ev.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
+    ev.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    ev.add_argument("--max-new-tokens", type=int, default=3000, help="generation budget (default 3000)")
+    ev.add_argument("--template", choices=["r1", "qwen_math", "none"], default="qwen_math", help="prompt template")
+    ev.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
+    ev.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
+    ev.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    ev.set_defaults(func=_eval)
     return parser
 
 

@@ -34,6 +34,10 @@ class ModelConfig(BaseModel):
     """Build settings of the toy model (source toy only); their hash names the cached build."""
     cache_dir: str = "results/cache"
     """Where built toy models are cached (relative to the working directory)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights' dtype: auto = bfloat16 on a CUDA device with bf16, else float32."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute) — for large models."""
 
     @model_validator(mode="after")
     def _check(self) -> "ModelConfig":
@@ -46,15 +50,75 @@ class ModelConfig(BaseModel):
         return self
 
 
+class FieldsConfig(BaseModel):
+    """Which record fields hold what (a dataset's own column names)."""
+
+    model_config = _STRICT
+
+    question: str = "problem"
+    """The problem text."""
+    answer: str = "answer"
+    """The gold answer (with answer_format gsm8k: the text whose '#### ' line holds it)."""
+    solution: str | None = "solution"
+    """A worked solution, used for a missing answer's last \\boxed{} (null = none)."""
+    id: str | None = None
+    """A stable id field (null = a hash of the normalised question)."""
+
+
+class MathTaskConfig(BaseModel):
+    """Math problems graded with math-verify."""
+
+    model_config = _STRICT
+
+    train: str = "math_train"
+    """Training pool: a benchmark name of trainer.data.benchmarks (math_train, gsm8k_train, ...), a .jsonl /
+    .json / .parquet file, a local HF dataset directory, or an HF dataset id."""
+    split: str | None = None
+    """Split of an HF dataset (null = the dataset's default / train)."""
+    fields: FieldsConfig = FieldsConfig()
+    """Field mapping of a file or HF dataset (ignored for a registered benchmark name)."""
+    answer_format: Literal["plain", "gsm8k"] = "plain"
+    """plain: the answer field is the answer; gsm8k: the answer follows '#### ' in it."""
+    template: Literal["r1", "qwen_math", "none"] = "qwen_math"
+    """Prompt template (the Dr. GRPO template study compares them)."""
+    dedupe_against: list[str] = ["math500", "aime24", "amc23", "minerva", "olympiad_bench"]
+    """Evaluation benchmarks whose problems are removed from the training pool."""
+    limit: int | None = Field(None, ge=1)
+    """Use only the first N problems of the pool (after de-duplication)."""
+
+
 class TaskConfig(BaseModel):
     """Where prompts and rewards come from."""
 
     model_config = _STRICT
 
-    name: Literal["toy_addition"] = "toy_addition"
-    """The task; math datasets come with the paper-scale issue."""
+    name: Literal["toy_addition", "math"] = "toy_addition"
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify."""
     toy_addition: ToyAdditionConfig = ToyAdditionConfig()
     """Settings of the toy addition task."""
+    math: MathTaskConfig = MathTaskConfig()
+    """Settings of the math task."""
+
+
+class EvalConfig(BaseModel):
+    """Periodic benchmark evaluation inside a training run (eval/<benchmark>/...)."""
+
+    model_config = _STRICT
+
+    every: int = Field(0, ge=0)
+    """Evaluate every N RL steps and after the last (0 = never)."""
+    benchmarks: list[str] = ["math500"]
+    """Benchmark names of trainer.data.benchmarks."""
+    k: int = Field(1, ge=1)
+    """Samples per problem (avg@k, pass@k, maj@k)."""
+    temperature: float = Field(0.6, ge=0)
+    """Sampling temperature (0 = greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Generation budget (null = rollout.max_new_tokens)."""
+    limit: int | None = Field(None, ge=1)
+    """Evaluate on the first N problems of each benchmark (null = all)."""
 
 
 class TrackingConfig(BaseModel):
@@ -90,6 +154,7 @@ class RunConfig(BaseModel):
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
     train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="before")

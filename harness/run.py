@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import transformers
@@ -15,7 +16,9 @@ from trainer import metric_names as M
 from trainer.loop import Trainer
 from trainer.models.load import load_policy, pick_device
 from trainer.models.toy import ensure_toy_model
+from trainer.rollout.base import RolloutBackend
 from trainer.rollout.hf import TransformersBackend
+from trainer.tasks.base import Task
 from trainer.tasks.toy_addition import ToyAdditionTask
 
 
@@ -46,20 +49,69 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.seed)
-    policy, tokenizer = load_policy(path, device)
-    task = ToyAdditionTask(cfg.task.toy_addition)
-    trainer = Trainer(policy, task, TransformersBackend(policy, tokenizer), tokenizer.pad_token_id,
-                      cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    policy, tokenizer = load_policy(path, device, cfg.model.dtype, cfg.model.gradient_checkpointing)
+    task = build_task(cfg)
+    backend = build_backend(cfg, path, policy, tokenizer)
+    trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    evaluate_at = periodic_eval(cfg, backend)
     name = run_name(cfg)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
     with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
         bar = tqdm(total=cfg.train.steps, desc=name, unit="step", disable=not progress, dynamic_ncols=True)
         try:
-            trainer.run(tracker, on_step=lambda step, m: _progress(bar, m))
+            def on_step(step: int, m: dict[str, float]) -> None:
+                _progress(bar, m)
+                if evaluate_at is not None and (step % cfg.eval.every == 0 or step == cfg.train.steps):
+                    tracker.log_metrics(step, evaluate_at(step))
+
+            trainer.run(tracker, on_step=on_step)
         finally:
             bar.close()
             tracker.log_table("rollouts", trainer.rollout_table())  # kept even when the run fails
         return RunResult(tracker.run_id, uri, experiment_id)
+
+
+def build_backend(cfg: RunConfig, path: str, policy, tokenizer) -> RolloutBackend:
+    """The configured rollout backend; vLLM is imported only when asked for (a clear error where missing)."""
+    if cfg.rollout.backend == "vllm":
+        from trainer.rollout.vllm import VLLMBackend
+
+        dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(policy.dtype, "float32")
+        return VLLMBackend(path, tokenizer, dtype=dtype, seed=cfg.seed,
+                           gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+    return TransformersBackend(policy, tokenizer)
+
+
+def build_task(cfg: RunConfig) -> Task:
+    """The configured task; a math pool is de-duplicated against the evaluation sets first."""
+    if cfg.task.name == "toy_addition":
+        return ToyAdditionTask(cfg.task.toy_addition)
+    from trainer.data.benchmarks import BENCHMARKS, dedupe, load_benchmark
+    from trainer.data.records import FieldMap, load_problems
+    from trainer.tasks.math import MathTask
+
+    m = cfg.task.math
+    pool = (load_benchmark(m.train) if m.train in BENCHMARKS else
+            load_problems(m.train, fields=FieldMap(**m.fields.model_dump()), split=m.split,
+                          answer_format=m.answer_format))
+    pool, _ = dedupe(pool, [load_benchmark(b) for b in m.dedupe_against])
+    return MathTask(pool[:m.limit] if m.limit else pool, template=m.template)
+
+
+def periodic_eval(cfg: RunConfig, backend: RolloutBackend) -> Callable[[int], dict[str, float]] | None:
+    """eval/<benchmark>/... at a step, with the task's template; None when eval.every is 0."""
+    if not cfg.eval.every:
+        return None
+    from harness.eval_run import load_benchmarks
+    from trainer.evaluate import evaluate
+    from trainer.rollout.base import SamplingParams
+
+    e = cfg.eval
+    benchmarks = load_benchmarks(e.benchmarks, e.limit)
+    budget = e.max_new_tokens or cfg.rollout.max_new_tokens
+    params = SamplingParams(budget, e.temperature, e.top_p) if e.temperature > 0 else SamplingParams(budget, 0.0)
+    template = cfg.task.math.template if cfg.task.name == "math" else "none"
+    return lambda step: evaluate(backend, benchmarks, template=template, k=e.k, params=params, seed=cfg.seed + step)
 
 
 def _progress(bar: tqdm, m: dict[str, float]) -> None:

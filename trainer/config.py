@@ -12,8 +12,11 @@ class RolloutConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    backend: Literal["transformers"] = "transformers"
-    """Generation backend: transformers (in-process, CPU or GPU); vllm joins with the paper-scale work."""
+    backend: Literal["transformers", "vllm"] = "transformers"
+    """Generation backend: transformers (in-process, CPU or GPU) or vllm (a colocated vLLM engine on a CUDA
+    host, the `vllm` extra; weights synced after every update)."""
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1)
+    """vLLM only: the share of GPU memory its engine may take (the trainer needs the rest)."""
     prompts_per_step: int = Field(16, ge=1)
     """Groups (prompts) in each optimisation batch; with dynamic sampling, the number that must survive
     the filter."""

@@ -209,6 +209,7 @@ class Trainer:
         t = self._tensors(kept)
         resp_mask = loss_mask(t["resp_mask"], kept.truncated.to(self.device), self.obj)
         metrics.update(self.update(step, t, advantages.to(self.device), resp_mask))
+        self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
         done = time.perf_counter()
         shaped_all, correct_all = self._rewards(everything)
         shaped_all = shaped_all.flatten()

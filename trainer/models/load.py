@@ -6,10 +6,28 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 
-def load_policy(name_or_path: str, device: torch.device) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Model (safetensors only: weights are untrusted input, never unpickled) and tokenizer."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(choice: str, device: torch.device) -> torch.dtype:
+    """auto → bfloat16 on a CUDA device that supports it, else float32 (CPU bf16 matmuls are slow)."""
+    if choice == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float32
+    return DTYPES[choice]
+
+
+def load_policy(name_or_path: str, device: torch.device, dtype: str = "auto", gradient_checkpointing: bool = False
+                ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Model (safetensors only: weights are untrusted input, never unpickled) and tokenizer, by hub id or
+    local directory."""
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, use_safetensors=True).to(device)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, use_safetensors=True,
+                                                 dtype=resolve_dtype(dtype, device)).to(device)
+    if gradient_checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()  # transformers 5 renamed gradient_checkpointing_enable (the old name warns there)
+        model.config.use_cache = False  # recomputation and a KV cache do not mix in the training forward
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
