@@ -174,6 +174,12 @@ class RunConfig(BaseModel):
             objective["max_len"] = rollout.get("max_new_tokens", RolloutConfig.model_fields["max_new_tokens"].default)
         return {**data, "objective": objective}
 
+    @model_validator(mode="after")
+    def _eval_only(self) -> "RunConfig":
+        if self.train.steps == 0 and self.eval.every == 0:
+            raise ValueError("train.steps is 0 (an evaluation-only run) but eval.every is 0: nothing to do")
+        return self
+
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
         """What defines the run's result: everything but tracking (and optionally the seed)."""
         data = self.model_dump(mode="json", exclude=_NOT_IDENTITY)

@@ -64,6 +64,8 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
                 if evaluate_at is not None and (step % cfg.eval.every == 0 or step == cfg.train.steps):
                     tracker.log_metrics(step, evaluate_at(step))
 
+            if cfg.train.steps == 0:  # evaluation only (e.g. the template study): the initial policy at step 0
+                tracker.log_metrics(0, evaluate_at(0))
             trainer.run(tracker, on_step=on_step)
         finally:
             bar.close()

@@ -97,3 +97,25 @@ def test_harness_eval_logs_and_prints(tiny_qwen, tmp_path, capsys):
 def test_eval_rejects_unknown_benchmark(capsys):
     assert main(["eval", "--model", "x", "--benchmarks", "math500,nope"]) == 2
     assert "--benchmarks: nope is not one of" in capsys.readouterr().err
+
+
+@needs_data
+def test_evaluation_only_run_scores_the_initial_model(tiny_qwen, tmp_path):
+    """train.steps 0: the template study's unit (one model × one template, every benchmark at step 0)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = main(["run", str(ROOT / "ablations" / "toy_run.yaml"), "--tracking-uri", uri, "--quiet",
+                 "--set", "model.source=hf", "--set", f"model.name_or_path={tiny_qwen}", "--set", "task.name=math",
+                 "--set", "task.math.train=gsm8k_train", "--set", "task.math.limit=4", "--set", "task.math.template=r1",
+                 "--set", "train.steps=0", "--set", "eval.every=1", "--set", "eval.benchmarks=[aime24]",
+                 "--set", "eval.limit=2", "--set", "eval.max_new_tokens=6", "--set", "eval.temperature=0"])
+    assert code == 0
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["task.math.template"] == "r1"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/aime24/accuracy")] == [0]
+    assert "train/accuracy" not in run.data.metrics
+
+
+def test_eval_only_needs_eval(tmp_path, capsys):
+    assert main(["run", str(ROOT / "ablations" / "toy_run.yaml"), "--set", "train.steps=0"]) == 2
+    assert "evaluation-only run" in capsys.readouterr().err

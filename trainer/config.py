@@ -35,8 +35,8 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    steps: int = Field(200, ge=1)
-    """RL steps (one rollout batch each)."""
+    steps: int = Field(200, ge=0)
+    """RL steps (one rollout batch each); 0 = an evaluation-only run (needs eval.every >= 1)."""
     lr: float = Field(5e-4, gt=0)
     """AdamW learning rate (the toy default; papers use ~1e-6 for 1.5B models)."""
     warmup_steps: int = Field(0, ge=0)
