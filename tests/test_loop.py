@@ -64,3 +64,37 @@ def test_micro_batches_do_not_change_the_update(tiny_run_overrides, preset):
         for key in (M.LOSS, M.ENTROPY, M.KL, M.ACCURACY, M.ADV_MEAN):
             assert a[key] == pytest.approx(b[key], abs=1e-5), key
     assert max((x - y).abs().max().item() for x, y in zip(p1, p2)) < 1e-4
+
+
+def test_cuda_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_run_overrides, monkeypatch):
+    """A forward over more than 4 responses 'runs out of memory' (simulated on CPU): the trainer halves the
+    micro-batch until it fits (16 → 8 → 4), redoes the mini-batch, and ends where a run with 4 from the
+    start ends."""
+    reference = _trainer(tiny_run_overrides, "train.micro_batch_size=4")
+    expected = [reference.step(s) for s in (1, 2)]
+    tr = _trainer(tiny_run_overrides)  # a whole mini-batch (16 responses) per forward
+    logits = tr._logits
+
+    def small_only(model, t, rows):
+        if rows.numel() > 4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return logits(model, t, rows)
+
+    monkeypatch.setattr(tr, "_logits", small_only)
+    got = [tr.step(s) for s in (1, 2)]
+    assert tr.micro_size == 4 and [m[M.MICRO_BATCH] for m in got] == [4.0, 4.0]
+    for a, b in zip(expected, got):
+        for key in (M.LOSS, M.ENTROPY, M.KL, M.GRAD_NORM):
+            assert a[key] == pytest.approx(b[key], abs=1e-5), key
+    assert max((x - y).abs().max().item() for x, y in zip(reference.policy.parameters(), tr.policy.parameters())) < 1e-5
+
+
+def test_out_of_memory_at_one_response_is_raised(tiny_run_overrides, monkeypatch):
+    tr = _trainer(tiny_run_overrides, "train.micro_batch_size=1")
+
+    def never(model, t, rows):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(tr, "_logits", never)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        tr.step(1)

@@ -54,7 +54,8 @@ class TrainConfig(BaseModel):
     """Passes over each rollout batch."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Responses per forward/backward (gradient accumulation); null = a whole mini-batch at once. The
-    loss and gradient do not depend on it."""
+    loss and gradient do not depend on it. On a CUDA out-of-memory error it is halved (and kept) and the
+    mini-batch redone, down to 1 (policy/micro_batch_size logs the size in use)."""
     max_gen_rounds: int = Field(8, ge=1)
     """Dynamic sampling: generation rounds allowed per step to fill the batch before the run fails."""
     reference_kl: bool = True

@@ -80,6 +80,7 @@ class Trainer:
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimiser, lambda k: min(1.0, (k + 1) / warm) if warm else 1.0)
         self.rows: list[dict[str, Any]] = []
         self.tokens_generated = 0  # the run explorer's "tokens seen" axis
+        self.micro_size = train.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> Samples:
@@ -154,13 +155,29 @@ class Trainer:
 
     def _logprobs(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
         P = int(t["prompt_len"])
+        everything = torch.arange(t["ids"].shape[0], device=self.device)
         with torch.no_grad():
-            return torch.cat([token_logprobs(self._logits(model, t, rows), t["ids"][rows, P:])
-                              for rows in self._micro(torch.arange(t["ids"].shape[0], device=self.device))])
+            return self._fitting(everything, lambda: torch.cat(
+                [token_logprobs(self._logits(model, t, rows), t["ids"][rows, P:]) for rows in self._micro(everything)]))
 
     def _micro(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        size = self.cfg.micro_batch_size or rows.numel()
+        size = self.micro_size or rows.numel()
         return list(rows.split(size))
+
+    def _fitting(self, rows: torch.Tensor, work: Callable[[], Any]) -> Any:
+        """Run `work` (micro-batches of `rows`); on a CUDA out-of-memory error halve the micro-batch, kept for
+        the rest of the run, and run it again from the start. The result does not depend on the size."""
+        while True:
+            try:
+                return work()
+            except torch.cuda.OutOfMemoryError:
+                size = self.micro_size or rows.numel()
+                if size <= 1:
+                    raise
+                self.micro_size = size // 2
+                self.optimiser.zero_grad(set_to_none=True)  # drop the partial accumulation
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
 
     def update(self, step: int, t: dict[str, torch.Tensor], advantages: torch.Tensor,
                mask: torch.Tensor) -> dict[str, float]:
@@ -176,23 +193,29 @@ class Trainer:
             order = torch.randperm(n, generator=gen).to(self.device) if several else torch.arange(n, device=self.device)
             for mini in order.tensor_split(self.cfg.mini_batches):
                 norm = Normaliser.from_mask(mask[mini], self.obj.max_len)  # counts of the whole optimisation batch
-                parts = []
-                for rows in self._micro(mini):
-                    logits = self._logits(self.policy, t, rows)
-                    logp = token_logprobs(logits, t["ids"][rows, P:])
-                    out = policy_loss(logp, old[rows] if several else logp.detach(), advantages[rows], mask[rows],
-                                      self.obj, ref_logp=None if ref is None else ref[rows],
-                                      entropy=token_entropy(logits.detach()), norm=norm)
-                    if not torch.isfinite(out.loss):
-                        raise TrainingDiverged(f"non-finite loss ({out.loss.item()}) at step {step}")
-                    out.loss.backward()
-                    parts.append(out.metrics)
+
+                def accumulate(mini: torch.Tensor = mini, norm: Normaliser = norm) -> list[dict[str, float]]:
+                    parts = []
+                    for rows in self._micro(mini):
+                        logits = self._logits(self.policy, t, rows)
+                        logp = token_logprobs(logits, t["ids"][rows, P:])
+                        out = policy_loss(logp, old[rows] if several else logp.detach(), advantages[rows],
+                                          mask[rows], self.obj, ref_logp=None if ref is None else ref[rows],
+                                          entropy=token_entropy(logits.detach()), norm=norm)
+                        if not torch.isfinite(out.loss):
+                            raise TrainingDiverged(f"non-finite loss ({out.loss.item()}) at step {step}")
+                        out.loss.backward()
+                        parts.append(out.metrics)
+                    return parts
+
+                parts = self._fitting(mini, accumulate)
                 clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip).item()
                 if not math.isfinite(grad_norm):
                     raise TrainingDiverged(f"non-finite gradient norm at step {step}")
                 metrics = merge_metrics(parts)
-                metrics.update({M.GRAD_NORM: grad_norm, M.LR: self.optimiser.param_groups[0]["lr"]})
+                metrics.update({M.GRAD_NORM: grad_norm, M.LR: self.optimiser.param_groups[0]["lr"],
+                                M.MICRO_BATCH: float(self.micro_size or mini.numel())})
                 self.optimiser.step()
                 self.optimiser.zero_grad(set_to_none=True)
                 self.schedule.step()

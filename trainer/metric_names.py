@@ -29,6 +29,7 @@ KL = "policy/kl"
 LOSS = "policy/loss"
 GRAD_NORM = "policy/grad_norm"
 LR = "policy/lr"
+MICRO_BATCH = "policy/micro_batch_size"  # responses per forward/backward (halved on CUDA out-of-memory)
 RATIO_MEAN = "policy/ratio_mean"
 RATIO_MIN = "policy/ratio_min"
 RATIO_MAX = "policy/ratio_max"
