@@ -19,6 +19,13 @@ class SamplingParams:
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]; 1 disables it."""
 
+    def check(self) -> None:
+        """Raise ValueError on settings no backend can honour (every backend calls this first)."""
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
+
 
 @dataclass
 class RolloutBatch:

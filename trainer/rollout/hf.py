@@ -79,10 +79,7 @@ class TransformersBackend:
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> RolloutBatch:
         """Sample one response per prompt (see the module docstring for how)."""
-        if params.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {params.max_new_tokens}")
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
-            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {params.temperature}, {params.top_p}")
+        params.check()
         unique_ids, unique_mask, inverse = self._encode(prompts)
         with _eval_mode(self.model), torch.inference_mode():
             response_ids, logprobs, ends = self._decode(unique_ids, unique_mask, inverse, params, seed)

@@ -123,10 +123,7 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> RolloutBatch:
         """Sample one response per prompt (see the module docstring for how)."""
-        if params.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {params.max_new_tokens}")
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
-            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {params.temperature}, {params.top_p}")
+        params.check()
         if not prompts:
             raise ValueError("no prompts")
         encoded = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
