@@ -74,19 +74,23 @@ def _print_jobs(plan, uri: str) -> None:
     Console(width=200).print(table)
 
 
-def dashboard_command(uri: str, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+def dashboard_command(uri: str, host: str, port: int, optuna_storage: str | None = None
+                      ) -> tuple[list[str], dict[str, str]]:
     """The `streamlit run` command line and environment of `harness dashboard`."""
     import os
     from pathlib import Path
 
     import dashboard
-    from dashboard.context import URI_ENV
+    from dashboard.context import OPTUNA_ENV, URI_ENV
 
     app = Path(dashboard.__file__).resolve().parent / "app.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
            "--client.toolbarMode", "viewer"]
-    return cmd, {**os.environ, URI_ENV: uri}
+    env = {**os.environ, URI_ENV: uri}
+    if optuna_storage:
+        env[OPTUNA_ENV] = optuna_storage
+    return cmd, env
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -95,7 +99,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     from harness.tracking import default_tracking_uri
 
     uri = default_tracking_uri("results", args.tracking_uri)
-    cmd, env = dashboard_command(uri, args.host, args.port)
+    cmd, env = dashboard_command(uri, args.host, args.port, args.optuna_storage)
     print(f"harness dashboard: http://{args.host}:{args.port} reading {uri}", file=sys.stderr)
     return subprocess.call(cmd, env=env)
 
@@ -152,6 +156,23 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from harness.tune import run_tune
+
+    if args.workers < 1 or (args.trials is not None and args.trials < 1):
+        raise ConfigError("--workers and --trials must be >= 1")
+    result = run_tune(args.file, overrides=args.set, trials=args.trials, workers=args.workers,
+                      storage_url=args.storage, tracking_uri=args.tracking_uri, executor=args.executor,
+                      address=args.address)
+    import optuna
+
+    study = optuna.load_study(study_name=result.study, storage=result.storage)
+    best = study.best_trial if any(t.value is not None for t in study.trials) else None
+    print(f"study {result.study}: {result.finished} finished trials in {result.storage}"
+          + (f"; best {best.value:.4g} (trial {best.number}: {best.params})" if best else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
@@ -192,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
     dash.add_argument("--tracking-uri", default=None,
                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    dash.add_argument("--optuna-storage", default=None,
+                      help="Optuna storage of the Studies page (default sqlite:///results/optuna.db)")
     dash.set_defaults(func=_dashboard)
 
     rep = sub.add_parser("report", help="across-seed statistics of a sweep (CIs, tests, effect sizes, Holm)",
@@ -234,6 +257,21 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
     ev.set_defaults(func=_eval)
+
+    tu = sub.add_parser("tune", help="hyperparameter search with Optuna; every trial a tracked run",
+                        description="Run (or resume) an Optuna study from a tune file: each trial trains one "
+                                    "run, logged to MLflow under the study's parent run.")
+    tu.add_argument("file", help="tune file (YAML), e.g. ablations/tune_dr_grpo_lr.yaml")
+    tu.add_argument("--trials", type=int, default=None, help="finished trials wanted (default: the file's)")
+    tu.add_argument("--workers", type=int, default=1, help="workers sharing the storage (default 1)")
+    tu.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///results/optuna.db)")
+    tu.add_argument("--executor", choices=["local", "ray"], default="local", help="where workers run")
+    tu.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    tu.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a run-config key for every trial (repeatable)")
+    tu.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    tu.set_defaults(func=_tune)
     return parser
 
 

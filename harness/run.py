@@ -36,10 +36,14 @@ def tracking_target(cfg: RunConfig, tracking_uri: str | None = None) -> tuple[st
 
 
 def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: str = "",
-                 extra_tags: dict[str, str] | None = None, progress: bool = True) -> RunResult:
+                 extra_tags: dict[str, str] | None = None, progress: bool = True,
+                 watch: Callable[[int, dict[str, float]], None] | None = None,
+                 started: Callable[[str], None] | None = None) -> RunResult:
     """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises.
 
-    `extra_tags` are added to the run's tags (a sweep passes its arm label and `mlflow.parentRunId`)."""
+    `extra_tags` are added to the run's tags (a sweep passes its arm label and `mlflow.parentRunId`).
+    `started(run_id)` is called once the MLflow run exists; `watch(step, metrics)` after every step, and
+    may raise `RunStopped` to end the run early (KILLED, status tag PRUNED)."""
     transformers.utils.logging.disable_progress_bar()  # our own progress line is the one to read
     uri, experiment_id = tracking_target(cfg, tracking_uri)
     device = pick_device(cfg.train.device)
@@ -57,12 +61,16 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     name = run_name(cfg)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
     with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
+        if started is not None:
+            started(tracker.run_id)
         bar = tqdm(total=cfg.train.steps, desc=name, unit="step", disable=not progress, dynamic_ncols=True)
         try:
             def on_step(step: int, m: dict[str, float]) -> None:
                 _progress(bar, m)
                 if evaluate_at is not None and (step % cfg.eval.every == 0 or step == cfg.train.steps):
                     tracker.log_metrics(step, evaluate_at(step))
+                if watch is not None:
+                    watch(step, m)
 
             if cfg.train.steps == 0:  # evaluation only (e.g. the template study): the initial policy at step 0
                 tracker.log_metrics(0, evaluate_at(0))

@@ -118,9 +118,11 @@ def arm_setting(data: SweepData, key: str) -> dict[str, str]:
 
 
 def _state(run) -> str:
-    """done / running / stalled / failed, from MLflow's status and the last metric's age."""
+    """done / running / stalled / pruned / failed, from MLflow's status and the last metric's age."""
     if run.status == "FINISHED":
         return "done"
+    if run.status == "KILLED" and getattr(run, "status_tag", None) == "PRUNED":
+        return "pruned"  # an Optuna trial stopped early on purpose
     if run.status in ("FAILED", "KILLED"):
         return "failed"
     logged = run.last_logged if isinstance(run.last_logged, (int, float)) and not np.isnan(run.last_logged) \

@@ -39,6 +39,12 @@ TRUNCATION_MARKER = "...[truncated]"
 _REASON_MAX_CHARS = 500
 _SQLITE_PREFIX = "sqlite:///"
 _log = logging.getLogger(__name__)
+PRUNED = "PRUNED"  # the status tag of a run stopped early on purpose (an Optuna trial pruned)
+
+
+class RunStopped(Exception):
+    """Raised from inside a run to end it early on purpose (e.g. a pruned trial): the run ends KILLED with
+    status tag PRUNED and the message as stop_reason, its metrics kept."""
 
 
 def default_tracking_uri(results_dir: str | os.PathLike, explicit: str | None = None) -> str:
@@ -188,6 +194,10 @@ class RunTracker:
             except Exception as err:  # e.g. the store went away during the final flush
                 self._end_failed(failure_reason(err), "".join(traceback.format_exception(err)))
                 raise
+        elif isinstance(exc, RunStopped):
+            self.flush()
+            self.set_tags({STATUS_TAG: PRUNED, "stop_reason": str(exc)})
+            self._end(RunStatus.KILLED)
         else:
             self._end_failed(failure_reason(exc), "".join(traceback.format_exception(exc)))
         return False  # never swallow the exception

@@ -1,0 +1,181 @@
+"""Tune files → a validated study spec: the search space over run settings, the objective, sampler,
+pruner and trial budget. Every problem is one `ConfigError` line naming the file and key."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.config import RunConfig
+from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class Dimension(BaseModel):
+    """One searched setting."""
+
+    model_config = _STRICT
+
+    type: Literal["float", "log_float", "int", "categorical"]
+    """float (uniform), log_float (log-uniform), int, or categorical."""
+    low: float | None = None
+    """Lower bound (float, log_float, int)."""
+    high: float | None = None
+    """Upper bound, inclusive (float, log_float, int)."""
+    step: float | None = Field(None, gt=0)
+    """Grid step (int, float; required by the grid sampler for them)."""
+    choices: list[Any] | None = None
+    """The values of a categorical setting."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Dimension":
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical setting needs choices")
+        elif self.low is None or self.high is None or self.low > self.high:
+            raise ValueError("needs low <= high")
+        elif self.type == "log_float" and self.low <= 0:
+            raise ValueError("log_float needs low > 0")
+        return self
+
+    def grid(self) -> list[Any]:
+        """Every value, for the grid sampler."""
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.step is None:
+            raise ValueError("the grid sampler needs a step for non-categorical settings")
+        n = int(round((self.high - self.low) / self.step)) + 1
+        values = [self.low + i * self.step for i in range(n)]
+        return [int(v) for v in values] if self.type == "int" else values
+
+
+class Objective(BaseModel):
+    """What a trial is scored on."""
+
+    model_config = _STRICT
+
+    metric: str = "train/accuracy"
+    """A metric every step logs (pruning reports it each step)."""
+    at: str = "last-10"
+    """final (last value), last-K (mean of the last K), or best (over training, in the direction)."""
+    direction: Literal["maximize", "minimize"] = "maximize"
+    """Whether larger is better."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Objective":
+        if not (self.at in ("final", "best") or (self.at.startswith("last-") and self.at[5:].isdigit()
+                                                 and int(self.at[5:]) >= 1)):
+            raise ValueError(f"at: {self.at!r} is not one of final, last-K (e.g. last-10), best")
+        return self
+
+
+class Sampler(BaseModel):
+    """Optuna's sampler."""
+
+    model_config = _STRICT
+
+    name: Literal["tpe", "random", "grid"] = "tpe"
+    """TPE (default), random search, or the full grid."""
+    seed: int = 0
+    """Seed of the sampler (each worker adds its index, so workers draw differently)."""
+
+
+class Pruner(BaseModel):
+    """Stopping unpromising trials on the metric reported each step."""
+
+    model_config = _STRICT
+
+    name: Literal["none", "median", "hyperband"] = "median"
+    """none, median (stop a trial below the median of earlier trials at the same step), or hyperband."""
+    startup_trials: int = Field(2, ge=0)
+    """Median: trials that run to the end before any is pruned."""
+    warmup_steps: int = Field(10, ge=0)
+    """Median: steps of each trial before it may be pruned."""
+    min_resource: int = Field(10, ge=1)
+    """Hyperband: the smallest budget in steps."""
+    reduction_factor: int = Field(3, ge=2)
+    """Hyperband: successive-halving rate."""
+
+
+class TuneSpec(BaseModel):
+    """A tune file."""
+
+    model_config = _STRICT
+
+    name: str = Field(min_length=1)
+    """Study name (resumes when it exists in the storage); also the MLflow experiment unless set."""
+    experiment: str | None = None
+    """MLflow experiment of the trials (null = the name)."""
+    base: str | None = None
+    """Run config every trial starts from, relative to the tune file."""
+    set: dict[str, Any] = {}
+    """Overrides applied to the base for every trial."""
+    space: dict[str, Dimension] = Field(min_length=1)
+    """Searched settings: dotted run-config key → dimension."""
+    objective: Objective = Objective()
+    sampler: Sampler = Sampler()
+    pruner: Pruner = Pruner()
+    trials: int = Field(12, ge=1)
+    """Finished (complete or pruned) trials wanted in the study."""
+    storage: str | None = None
+    """Optuna RDB storage URL (null = sqlite under the base config's results dir, optuna.db)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "TuneSpec":
+        if self.sampler.name == "grid":
+            size = 1
+            for key, dim in self.space.items():
+                try:
+                    size *= len(dim.grid())
+                except ValueError as exc:
+                    raise ValueError(f"space.{key}: {exc}") from None
+            if self.trials > size:
+                raise ValueError(f"trials: {self.trials} exceeds the grid's {size} points")
+        return self
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    """A validated study: the spec, the trials' base run config (as data), and where things go."""
+
+    spec: TuneSpec
+    source: Path
+    base: dict[str, Any]
+    experiment: str
+    study_id: str
+    """Stable id of (name, experiment): the MLflow `sweep_id` of the study's runs."""
+    results_dir: str
+
+    def trial_config(self, params: dict[str, Any]) -> RunConfig:
+        return validate(RunConfig, set_dotted(self.base, params, f"{self.source}: trial"), f"{self.source}: trial")
+
+
+def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
+    """Read and validate a tune file; each searched key is checked at both ends of its range."""
+    path = Path(path)
+    spec = validate(TuneSpec, load_yaml(path), str(path))
+    base: dict[str, Any] = {}
+    if spec.base is not None:
+        base_path = path.parent / spec.base
+        if not base_path.is_file():
+            raise ConfigError(f"{path}: base: no run config at {base_path}")
+        base = load_yaml(base_path)
+    experiment = spec.experiment or spec.name
+    base = apply_overrides(set_dotted(base, spec.set, f"{path}: set"), overrides or [])
+    base = set_dotted(base, {"tracking.experiment": experiment}, str(path))
+    plan = TunePlan(spec, path, base, experiment,
+                    hashlib.sha256(f"tune:{spec.name}:{experiment}".encode()).hexdigest()[:12],
+                    validate(RunConfig, base, f"{path}: base").tracking.results_dir)
+    for key, dim in spec.space.items():
+        for value in (dim.choices or [dim.low, dim.high]):
+            value = int(value) if dim.type == "int" else value
+            try:
+                plan.trial_config({key: value})
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: space.{key}: {value!r} is not a valid value ({exc})") from None
+    return plan

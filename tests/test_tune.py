@@ -1,0 +1,165 @@
+"""`harness tune`: Optuna trials that are ordinary runs; pruning, resuming after a kill, parallel workers."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from harness.cli import main
+from harness.config_io import ConfigError
+from harness.tune import run_tune, score
+from harness.tune_spec import load_tune
+
+ROOT = Path(__file__).resolve().parents[1]
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def _tune_file(tmp_path: Path, trials: int = 4, pruner: str = "{name: median, startup_trials: 1, warmup_steps: 1}"
+               ) -> Path:
+    path = tmp_path / "tune.yaml"
+    path.write_text(f"name: tiny_tune\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\nset: {{objective.preset: dr_grpo}}\n"
+                    "space:\n  train.lr: {type: log_float, low: 1.0e-4, high: 2.0e-3}\n"
+                    "  objective.clip_high: {type: float, low: 0.2, high: 0.3}\n"
+                    "objective: {metric: train/accuracy, at: last-2, direction: maximize}\n"
+                    f"pruner: {pruner}\ntrials: {trials}\n")
+    return path
+
+
+def _stores(tmp_path: Path) -> tuple[str, str]:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+
+
+def _trial_runs(uri: str) -> list:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("tiny_tune")
+    return [r for r in client.search_runs([exp.experiment_id]) if "trial" in r.data.tags]
+
+
+def test_score_and_spec_errors(tmp_path):
+    assert score([1.0, 3.0, 2.0], "final", "maximize") == 2.0
+    assert score([1.0, 3.0, 2.0], "last-2", "maximize") == 2.5
+    assert score([1.0, 3.0, 2.0], "best", "minimize") == 1.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
+                   "space:\n  train.lr: {type: log_float, low: 0.0, high: 1.0}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: space.train.lr: .*log_float needs low > 0"):
+        load_tune(bad)
+    bad.write_text(f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
+                   "space:\n  rollout.group_size: {type: int, low: 1, high: 8}\n")
+    with pytest.raises(ConfigError, match=r"space.rollout.group_size: 1 is not a valid value"):
+        load_tune(bad)  # group_size must be >= 2: caught before any trial runs
+    bad.write_text(f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\nsampler: {{name: grid}}\ntrials: 5\n"
+                   "space:\n  objective.aggregation: {type: categorical, choices: [constant, token_mean]}\n")
+    with pytest.raises(ConfigError, match="trials: 5 exceeds the grid's 2 points"):
+        load_tune(bad)
+
+
+def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_overrides, monkeypatch):
+    """Trial 1 is told to prune at step 2 (Optuna's pruner decides in real studies; here it is forced, to
+    check what a pruned trial leaves behind): 3 complete trials, 1 pruned, each one MLflow run."""
+    should_prune = optuna.trial.Trial.should_prune
+    monkeypatch.setattr(optuna.trial.Trial, "should_prune",
+                        lambda self: True if self.number == 1 and len(self.storage.get_trial(self._trial_id)
+                                                                      .intermediate_values) == 2
+                        else should_prune(self))
+    uri, url = _stores(tmp_path)
+    result = run_tune(_tune_file(tmp_path), overrides=tiny_run_overrides, tracking_uri=uri, storage_url=url)
+    assert result.finished == 4
+    study = optuna.load_study(study_name="tiny_tune", storage=url)
+    states = {t.number: t.state for t in study.trials}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED, 2: TrialState.COMPLETE, 3: TrialState.COMPLETE}
+    runs = {r.data.tags["trial"]: r for r in _trial_runs(uri)}
+    assert sorted(runs) == ["0", "1", "2", "3"]
+    for t in study.trials:
+        run = runs[str(t.number)]
+        assert t.user_attrs["mlflow_run_id"] == run.info.run_id and run.data.tags["study"] == "tiny_tune"
+        assert float(run.data.params["train.lr"]) == pytest.approx(t.params["train.lr"])
+        assert run.info.run_name == f"tiny_tune-trial{t.number}"
+    assert runs["1"].info.status == "KILLED" and runs["1"].data.tags["status"] == "PRUNED"
+    assert runs["0"].info.status == "FINISHED"
+    assert study.trials[0].value == pytest.approx((runs["0"].data.metrics["train/accuracy"] +
+        MlflowClient(uri).get_metric_history(runs["0"].info.run_id, "train/accuracy")[-2].value) / 2)
+    client = MlflowClient(uri)
+    parent = client.get_run(runs["0"].data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep_parent"] == "1"
+    assert {r.data.tags["sweep_id"] for r in _trial_runs(uri)} == {parent.data.tags["sweep_id"]}
+    # the dashboard and `harness report` read the study like a sweep: one arm per trial
+    from harness.store import reader_for, sweeps
+    from harness.sweep_data import load_sweep
+
+    data = load_sweep(reader_for(uri), sweeps(reader_for(uri).runs())[0])
+    assert data.sweep.name == "tiny_tune" and data.runs["state"].value_counts().to_dict() == {"done": 3, "pruned": 1}
+    assert len(data.arms) == 4 and all(a.startswith("trial ") for a in data.arms)
+
+
+def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_run_overrides):
+    uri, url = _stores(tmp_path)
+    path = _tune_file(tmp_path, trials=3, pruner="{name: none}")  # trials long enough to be caught running
+    cmd = [sys.executable, "-m", "harness.cli", "tune", str(path), "--tracking-uri", uri, "--storage", url,
+           *[x for o in tiny_run_overrides for x in ("--set", o)], "--set", "train.steps=12"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # kill it while its second trial runs
+            time.sleep(0.2)
+            try:
+                trials = optuna.load_study(study_name="tiny_tune", storage=url).trials
+            except KeyError:
+                trials = []
+            if [t.state for t in trials][:2] == [TrialState.COMPLETE, TrialState.RUNNING]:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, [t.state for t in trials]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    first = optuna.load_study(study_name="tiny_tune", storage=url).trials[0]
+    assert main(["tune", str(path), "--tracking-uri", uri, "--storage", url,
+                 *[x for o in tiny_run_overrides for x in ("--set", o)], "--set", "train.steps=12"]) == 0
+    study = optuna.load_study(study_name="tiny_tune", storage=url)
+    assert study.trials[0].value == first.value and study.trials[0].params == first.params  # not redone
+    assert study.trials[1].state == TrialState.FAIL  # the killed one
+    assert len(study.get_trials(states=DONE)) == 3
+    runs = _trial_runs(uri)
+    by_trial = {}
+    for r in runs:
+        by_trial.setdefault(r.data.tags["trial"], []).append(r)
+    assert [r.info.status for r in by_trial["1"]] == ["FAILED"] and "orphaned" in by_trial["1"][0].data.tags["failure_reason"]
+    done = [t.number for t in study.get_trials(states=DONE)]
+    # one run per finished trial: FINISHED, or KILLED when the pruner stopped it
+    assert {n: len(by_trial[str(n)]) for n in done} == {n: 1 for n in done}
+    for t in study.get_trials(states=DONE):
+        assert by_trial[str(t.number)][0].info.status == ("FINISHED" if t.state == TrialState.COMPLETE else "KILLED")
+
+
+def test_two_workers_share_the_storage_without_lost_or_duplicated_trials(tmp_path, tiny_run_overrides):
+    uri, url = _stores(tmp_path)
+    result = run_tune(_tune_file(tmp_path, trials=4), overrides=tiny_run_overrides, tracking_uri=uri,
+                      storage_url=url, workers=2)
+    study = optuna.load_study(study_name="tiny_tune", storage=url)
+    done = sorted(t.number for t in study.get_trials(states=DONE))
+    assert result.finished == 4 and len(done) == 4
+    surplus = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert all(t.user_attrs.get("surplus") for t in surplus)  # a slot taken twice is given back, never run
+    runs = _trial_runs(uri)
+    assert sorted(int(r.data.tags["trial"]) for r in runs) == done  # one run per finished trial, no other
+    assert {t.user_attrs["mlflow_run_id"] for t in study.get_trials(states=DONE)} == {r.info.run_id for r in runs}
+
+
+def test_ray_workers(tmp_path, tiny_run_overrides):
+    pytest.importorskip("ray")
+    uri, url = _stores(tmp_path)
+    result = run_tune(_tune_file(tmp_path, trials=2), overrides=tiny_run_overrides, tracking_uri=uri,
+                      storage_url=url, workers=2, executor="ray")
+    study = optuna.load_study(study_name="tiny_tune", storage=url)
+    assert result.finished == 2 and len(study.get_trials(states=DONE)) == 2
+    assert sorted(int(r.data.tags["trial"]) for r in _trial_runs(uri)) == sorted(
+        t.number for t in study.get_trials(states=DONE))
