@@ -15,6 +15,7 @@ page = st.navigation([
     st.Page("views/dynamic_sampling.py", title="Dynamic sampling"),
     st.Page("views/ablation.py", title="Ablation table"),
     st.Page("views/explorer.py", title="Run explorer"),
+    st.Page("views/studies.py", title="Studies (Optuna)"),
 ])
 context.sidebar()
 page.run()

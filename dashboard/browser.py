@@ -30,6 +30,7 @@ PAGES = [
     ("dynamic_sampling", "dynamic_sampling", "Dynamic sampling", 3),
     ("ablation", "ablation", "Ablation table", 1),
     ("explorer", "explorer", "Run explorer", 1),
+    ("studies", "studies", "Studies (Optuna)", 0),  # `harness tune`'s Optuna storage, not the tracking store
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -13,11 +14,21 @@ from harness.tracking import default_tracking_uri
 from trainer import metric_names as M
 
 URI_ENV = "HARNESS_DASHBOARD_URI"  # set by `harness dashboard --tracking-uri`
+OPTUNA_ENV = "HARNESS_DASHBOARD_OPTUNA"  # set by `harness dashboard --optuna-storage`
 TTL_S = 20  # a running sweep's data is at most this old
 
 
 def tracking_uri() -> str:
     return st.session_state.get("uri") or default_tracking_uri("results", os.environ.get(URI_ENV))
+
+
+def optuna_storage() -> str:
+    """The Optuna storage URL: the page's override, else $HARNESS_DASHBOARD_OPTUNA, else `harness tune`'s default
+    (results/optuna.db under the working directory); a bare path is read as a SQLite file."""
+    url = (st.session_state.get("optuna_storage") or os.environ.get(OPTUNA_ENV) or "").strip()
+    if not url or "://" not in url:  # a bare path is a SQLite file
+        url = f"sqlite:///{Path(url or 'results/optuna.db').expanduser().resolve()}"
+    return url
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -83,3 +94,119 @@ def curve_page(title: str, prefix: str) -> tuple[SweepData, dict, str]:
         st.stop()
     opts = curve_controls(prefix, data)
     return data, {k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, opts["x"]
+
+
+def _open_optuna(url: str):
+    """An RDB storage on `url` opened read-only in effect, or None when it holds no Optuna tables: a SQLite file that
+    does not exist is never created, and tables are never added to a database that lacks them."""
+    import sqlalchemy
+    from optuna.storages import RDBStorage
+
+    parsed = sqlalchemy.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database or ""
+        if db in ("", ":memory:") or db.startswith("file:") or not Path(db).is_file():
+            return None
+    engine = sqlalchemy.create_engine(url)
+    try:
+        tables = sqlalchemy.inspect(engine)
+        if not (tables.has_table("studies") and tables.has_table("version_info")):
+            return None
+    finally:
+        engine.dispose()
+    return RDBStorage(url, skip_table_creation=True)
+
+
+def _close_optuna(storage) -> None:
+    storage.remove_session()
+    storage.engine.dispose()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def optuna_studies(url: str) -> list[dict]:
+    """The studies of an Optuna storage, newest first, as plain records (empty when it has none)."""
+    import optuna
+
+    storage = _open_optuna(url)
+    if storage is None:
+        return []
+    try:
+        found = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    finally:
+        _close_optuna(storage)
+    return [{"name": s.study_name, "n_trials": s.n_trials, "directions": [d.name.lower() for d in s.directions],
+             "start": s.datetime_start, "user_attrs": dict(s.user_attrs)}
+            for s in sorted(found, key=lambda s: getattr(s, "_study_id", 0), reverse=True)]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Loading the study…")
+def optuna_study(url: str, name: str) -> dict | None:
+    """One study as plain data: directions, user attrs, a trials table, counts by state, the best trial, and
+    Optuna's own Plotly figures (history, importances, parallel coordinates), built here since a Study holding a
+    live storage is not cached, while its figures are."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator
+    from optuna.trial import TrialState
+
+    storage = _open_optuna(url)
+    if storage is None:
+        return None
+    try:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:  # deleted since the study list was read
+            return None
+        trials = study.get_trials(deepcopy=False)
+        directions = [d.name.lower() for d in study.directions]
+        attrs = dict(study.user_attrs)
+        label = str(attrs.get("objective_metric") or "objective value")
+        if len(directions) > 1:  # Optuna's plots need one target: the first objective
+            plot_kw = {"target": lambda t: t.values[0], "target_name": f"{label} [0]"}
+        else:
+            plot_kw = {"target_name": label}
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        varying = sorted({k for t in complete for k in t.params
+                          if len({repr(u.params.get(k)) for u in complete}) > 1})
+        figures, notes = {}, {}
+        if complete:
+            figures["history"] = optuna.visualization.plot_optimization_history(study, **plot_kw)
+            figures["parallel"] = optuna.visualization.plot_parallel_coordinate(study, **plot_kw)
+            if len(complete) < 2 or not varying:
+                notes["importances"] = (f"Parameter importances need at least 2 completed trials and a parameter that "
+                                        f"varies between them ({len(complete)} completed, "
+                                        f"{len(varying)} varying).")
+            else:
+                try:
+                    figures["importances"] = optuna.visualization.plot_param_importances(
+                        study, evaluator=FanovaImportanceEvaluator(seed=0), **plot_kw)
+                except Exception as e:  # noqa: BLE001 (the evaluator's failures are many and uninteresting here)
+                    notes["importances"] = f"Parameter importances could not be evaluated: {type(e).__name__}: {e}"
+        best, pareto = None, None
+        if complete and len(directions) == 1:
+            b = study.best_trial
+            best = {"number": b.number, "value": b.value, "params": dict(b.params),
+                    "mlflow_run_id": b.user_attrs.get("mlflow_run_id")}
+        elif complete:
+            pareto = len(study.best_trials)
+    finally:
+        _close_optuna(storage)
+    names = sorted({k for t in trials for k in t.params})
+    fixed = {"number", "state", "value", "started", "duration (s)", "last reported step", "mlflow_run_id"}
+    column = {k: f"param {k}" if k in fixed else k for k in names}
+    rows = []
+    for t in trials:
+        done = t.datetime_start is not None and t.datetime_complete is not None
+        values = list(t.values) if t.values else [None] * len(directions)
+        value = {"value": values[0]} if len(directions) == 1 else {f"value {i}": v for i, v in enumerate(values)}
+        rows.append({"number": t.number, "state": t.state.name, **value,
+                     **{column[k]: t.params.get(k) for k in names},
+                     "started": t.datetime_start,
+                     "duration (s)": (t.datetime_complete - t.datetime_start).total_seconds() if done else None,
+                     "last reported step": max(t.intermediate_values) if t.intermediate_values else None,
+                     "mlflow_run_id": t.user_attrs.get("mlflow_run_id")})
+    table = pd.DataFrame(rows)
+    if not table.empty and table["last reported step"].isna().all():
+        table = table.drop(columns="last reported step")
+    states = {s: sum(t.state == TrialState[s] for t in trials) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+    return {"directions": directions, "user_attrs": attrs, "objective": label, "trials": table, "states": states,
+            "best": best, "pareto": pareto, "varying": varying, "figures": figures, "notes": notes}
