@@ -69,9 +69,15 @@ seeds: [0]
 
 
 def test_shipped_ablation_files_plan(tmp_path):
-    sizes = {f.stem: len(load_sweep(f).jobs) for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run"}
+    from harness.tune_spec import load_tune
+
+    sweeps = [f for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run" and not f.stem.startswith("tune_")]
+    sizes = {f.stem: len(load_sweep(f).jobs) for f in sweeps}
     assert sizes == {"smoke": 4, "dr_grpo_bias": 20, "dapo_progressive": 18, "clip_higher_entropy": 6,
                      "gspo_vs_grpo": 6}
+    paper = {f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"}
+    assert paper == {"dr_grpo": 12, "dapo_progressive": 18, "gspo": 6, "template_study": 12}
+    assert load_tune(ABLATIONS / "tune_dr_grpo_lr.yaml").spec.trials == 12
     paper = load_sweep(ABLATIONS / "dr_grpo_bias.yaml", profile="paper").jobs[0].config
     assert (paper.model.name_or_path, paper.rollout.max_new_tokens, paper.train.lr) == ("Qwen/Qwen2.5-Math-1.5B", 3000, 1e-6)
 
