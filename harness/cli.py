@@ -173,6 +173,11 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tracking_uri_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
@@ -182,8 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="run config (YAML), e.g. ablations/toy_run.yaml")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set objective.preset=dr_grpo --set seed=1 (repeatable)")
-    run.add_argument("--tracking-uri", default=None,
-                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    _tracking_uri_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.set_defaults(func=_run)
 
@@ -202,8 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--timeout", type=float, default=None, help="seconds before a job is killed and FAILED")
     sweep.add_argument("--cpus-per-job", type=float, default=1.0, help="Ray: CPUs declared per job")
     sweep.add_argument("--gpus-per-job", type=float, default=0.0, help="Ray: GPUs declared per job")
-    sweep.add_argument("--tracking-uri", default=None,
-                       help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    _tracking_uri_option(sweep)
     sweep.set_defaults(func=_sweep)
 
     dash = sub.add_parser("dashboard", help="browse sweeps: the papers' bias analyses on your runs",
@@ -211,8 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--port", type=int, default=8501, help="port (default 8501)")
     dash.add_argument("--host", default="127.0.0.1",
                       help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    dash.add_argument("--tracking-uri", default=None,
-                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    _tracking_uri_option(dash)
     dash.add_argument("--optuna-storage", default=None,
                       help="Optuna storage of the Studies page (default sqlite:///results/optuna.db)")
     dash.set_defaults(func=_dashboard)
@@ -235,8 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated: md, html, json, latex (default: all four)")
     rep.add_argument("--out", default=None, help="output folder (default results/reports/<sweep>)")
     rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
-    rep.add_argument("--tracking-uri", default=None,
-                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    _tracking_uri_option(rep)
     rep.set_defaults(func=_report)
 
     ev = sub.add_parser("eval", help="evaluate a model on math benchmarks (avg@k, pass@k, maj@k, lengths)",
@@ -254,8 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
     ev.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
-    ev.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    _tracking_uri_option(ev)
     ev.set_defaults(func=_eval)
 
     tu = sub.add_parser("tune", help="hyperparameter search with Optuna; every trial a tracked run",
@@ -269,8 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
     tu.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a run-config key for every trial (repeatable)")
-    tu.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    _tracking_uri_option(tu)
     tu.set_defaults(func=_tune)
     return parser
 

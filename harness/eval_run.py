@@ -50,8 +50,7 @@ def run_eval(s: EvalSettings, *, tracking_uri: str | None = None, experiment: st
     torch.manual_seed(s.seed)
     model, tokenizer = load_policy(s.model, device, s.dtype)
     backend = TransformersBackend(model, tokenizer)
-    params = SamplingParams(s.max_new_tokens, s.temperature if s.temperature > 0 else 1.0, s.top_p) \
-        if s.temperature > 0 else SamplingParams(s.max_new_tokens, 0.0, 1.0)
+    params = SamplingParams(s.max_new_tokens, s.temperature, s.top_p)  # temperature 0: greedy
     result = evaluate(backend, benchmarks, template=s.template, k=s.k, params=params, seed=s.seed)
     uri = default_tracking_uri("results", tracking_uri)
     with RunTracker(uri, prepare_store(uri, experiment), run_name=f"eval-{s.model.rstrip('/').split('/')[-1]}",

@@ -46,19 +46,33 @@ class ExecutorSettings(BaseModel):
     """Extra attempts for a failed job."""
 
 
-class SweepSpec(BaseModel):
-    """A sweep file."""
+class RunsFile(BaseModel):
+    """What sweep and tune files share: a name, where runs are logged, the base run config."""
 
     model_config = _STRICT
 
     name: str = Field(min_length=1)
-    """Sweep name; also the MLflow experiment unless `experiment` is set."""
+    """Sweep or study name; also the MLflow experiment unless `experiment` is set."""
     experiment: str | None = None
-    """MLflow experiment of the sweep (null = the name)."""
+    """MLflow experiment of the runs (null = the name)."""
     base: str | None = None
-    """Run config file every job starts from, relative to the sweep file."""
+    """Run config file every run starts from, relative to this file."""
     set: Overrides = {}
-    """Overrides applied to the base for every job."""
+    """Overrides applied to the base for every run."""
+
+    def base_config(self, path: Path) -> dict[str, Any]:
+        """The base run config's data (empty without one); a missing file is a one-line error."""
+        if self.base is None:
+            return {}
+        base_path = path.parent / self.base
+        if not base_path.is_file():
+            raise ConfigError(f"{path}: base: no run config at {base_path}")
+        return load_yaml(base_path)
+
+
+class SweepSpec(RunsFile):
+    """A sweep file."""
+
     arms: list[Arm] = []
     """Named arms (optional); combined with the grid and zipped axes."""
     cumulative: bool = False
@@ -139,12 +153,7 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
     path = Path(path)
     raw = load_yaml(path)
     spec = validate(SweepSpec, raw, str(path))
-    base: dict[str, Any] = {}
-    if spec.base is not None:
-        base_path = path.parent / spec.base
-        if not base_path.is_file():
-            raise ConfigError(f"{path}: base: no run config at {base_path}")
-        base = load_yaml(base_path)
+    base = spec.base_config(path)
     if profile is not None and profile not in spec.profiles:
         known = ", ".join(spec.profiles) or "none"
         raise ConfigError(f"{path}: profiles: no profile {profile!r} (known: {known})")

@@ -119,7 +119,7 @@ def periodic_eval(cfg: RunConfig, backend: RolloutBackend) -> Callable[[int], di
     e = cfg.eval
     benchmarks = load_benchmarks(e.benchmarks, e.limit)
     budget = e.max_new_tokens or cfg.rollout.max_new_tokens
-    params = SamplingParams(budget, e.temperature, e.top_p) if e.temperature > 0 else SamplingParams(budget, 0.0)
+    params = SamplingParams(budget, e.temperature, e.top_p)  # temperature 0: greedy
     template = cfg.task.math.template if cfg.task.name == "math" else "none"
     return lambda step: evaluate(backend, benchmarks, template=template, k=e.k, params=params, seed=cfg.seed + step)
 

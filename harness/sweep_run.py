@@ -65,13 +65,13 @@ def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], j
     done = finished_job_ids(tracking_uri, experiment, sweep_id)
     result = SweepResult(skipped=[job for job in jobs if job.job_id in done])
     todo = [job for job in jobs if job.job_id not in done]
-    result.parent_run_id = parent = _parent_run(client, experiment_id, experiment, name, sweep_id, spec)
+    result.parent_run_id = parent = parent_run(client, experiment_id, experiment, name, sweep_id, spec)
     _log_plan(client, parent, jobs, cumulative=bool(spec.get("cumulative")))
     out = Console(stderr=True)
     if not todo:
         if console:
             out.print(f"sweep {name}: all {len(jobs)} jobs are done")
-        _end_parent(client, parent, failed=False)
+        end_parent(client, parent, failed=False)
         return result
 
     view = _Progress(name, len(todo), len(result.skipped), getattr(executor, "workers", 1))
@@ -85,13 +85,15 @@ def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], j
         raise
     result.finished = [o for o in outcomes if o.status == "FINISHED"]
     result.failed = [o for o in outcomes if o.status != "FINISHED"]
-    _end_parent(client, parent, failed=bool(result.failed))
+    end_parent(client, parent, failed=bool(result.failed))
     return result
 
 
-def _parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: str, sweep_id: str,
-                spec: dict[str, Any]) -> str:
-    """The sweep's parent run, set RUNNING: the existing one on a rerun, else a new one with the spec."""
+def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: str, sweep_id: str,
+               spec: dict[str, Any], *, tags: dict[str, str] | None = None, artifact: str = "sweep.yaml",
+               text: str | None = None) -> str:
+    """The sweep's (or study's) parent run, set RUNNING: the existing one on a rerun, else a new one with
+    the spec as params and `text` (default: the spec as YAML) as `artifact`."""
     existing = sweep_runs(client, experiment, sweep_id, f"tags.{PARENT_TAG} = '1'")
     if existing:
         run_id = existing[-1].info.run_id  # the oldest, should a race ever have made two
@@ -99,12 +101,13 @@ def _parent_run(client: MlflowClient, experiment_id: str, experiment: str, name:
         client.set_tag(run_id, STATUS_TAG, "RUNNING")
         return run_id
     run = client.create_run(experiment_id, run_name=name,
-                            tags={"sweep_id": sweep_id, PARENT_TAG: "1", "name": name, STATUS_TAG: "RUNNING"})
+                            tags={"sweep_id": sweep_id, PARENT_TAG: "1", "name": name, STATUS_TAG: "RUNNING",
+                                  **(tags or {})})
     run_id = run.info.run_id
     params = [Param(k, v) for k, v in flatten_params(spec).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
         client.log_batch(run_id, params=params[start:start + MAX_PARAMS_TAGS_PER_BATCH])
-    client.log_text(run_id, yaml.safe_dump(spec, sort_keys=False), "sweep.yaml")
+    client.log_text(run_id, text if text is not None else yaml.safe_dump(spec, sort_keys=False), artifact)
     return run_id
 
 
@@ -118,9 +121,9 @@ def _log_plan(client: MlflowClient, run_id: str, jobs: Sequence[Job], *, cumulat
     client.log_dict(run_id, {"cumulative": cumulative, "jobs": planned}, JOBS_ARTIFACT)
 
 
-def _end_parent(client: MlflowClient, run_id: str, *, failed: bool) -> None:
+def end_parent(client: MlflowClient, run_id: str, *, failed: bool, reason: str = "some jobs failed") -> None:
     if failed:
-        end_failed(client, run_id, "some jobs failed")
+        end_failed(client, run_id, reason)
         return
     client.log_batch(run_id, tags=[RunTag(STATUS_TAG, "FINISHED")])
     client.set_terminated(run_id, status=RunStatus.to_string(RunStatus.FINISHED))

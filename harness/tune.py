@@ -19,9 +19,9 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from harness.resume import fail_orphans, sweep_runs
-from harness.sweep_run import PARENT_TAG
-from harness.tracking import STATUS_TAG, RunStopped, flatten_params, prepare_store
+from harness.resume import fail_orphans
+from harness.sweep_run import end_parent, parent_run
+from harness.tracking import RunStopped, prepare_store
 from harness.tune_spec import TunePlan, TuneSpec, load_tune
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -120,7 +120,10 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
 
         ensure_toy_model(base.model.toy, base.model.cache_dir)
     fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
-    parent = _parent_run(MlflowClient(uri), experiment_id, plan, url)
+    client = MlflowClient(uri)
+    parent = parent_run(client, experiment_id, plan.experiment, spec.name, plan.study_id,
+                        spec.model_dump(mode="json"), tags={"study": spec.name, "optuna_storage": url},
+                        artifact="tune.yaml", text=plan.source.read_text())
     args = (str(path), overrides or [], n_trials, url, uri, parent)
     if executor == "ray":
         import ray
@@ -143,29 +146,8 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
         for p in procs:
             p.join()
     finished = len(study.get_trials(deepcopy=False, states=DONE))
-    client = MlflowClient(uri)
-    client.set_tag(parent, STATUS_TAG, "FINISHED" if finished >= n_trials else "FAILED")
-    client.set_terminated(parent, "FINISHED" if finished >= n_trials else "FAILED")
+    end_parent(client, parent, failed=finished < n_trials, reason=f"{finished} of {n_trials} trials finished")
     return TuneResult(spec.name, url, finished, parent)
-
-
-def _parent_run(client: MlflowClient, experiment_id: str, plan: TunePlan, url: str) -> str:
-    existing = sweep_runs(client, plan.experiment, plan.study_id, f"tags.{PARENT_TAG} = '1'")
-    if existing:
-        run_id = existing[-1].info.run_id
-        client.update_run(run_id, status="RUNNING")
-        client.set_tag(run_id, STATUS_TAG, "RUNNING")
-        return run_id
-    run = client.create_run(experiment_id, run_name=plan.spec.name, tags={
-        "sweep_id": plan.study_id, PARENT_TAG: "1", "name": plan.spec.name, "study": plan.spec.name,
-        "optuna_storage": url, STATUS_TAG: "RUNNING"})
-    from mlflow.entities import Param
-
-    params = [Param(k, v) for k, v in flatten_params(plan.spec.model_dump(mode="json")).items()]
-    for i in range(0, len(params), 100):
-        client.log_batch(run.info.run_id, params=params[i:i + 100])
-    client.log_text(run.info.run_id, plan.source.read_text(), "tune.yaml")
-    return run.info.run_id
 
 
 def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str, uri: str, parent: str) -> None:

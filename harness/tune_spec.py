@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.config import RunConfig
 from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
+from harness.plan import RunsFile
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -102,19 +103,9 @@ class Pruner(BaseModel):
     """Hyperband: successive-halving rate."""
 
 
-class TuneSpec(BaseModel):
-    """A tune file."""
+class TuneSpec(RunsFile):
+    """A tune file (its name is the study's: a study of that name in the storage is resumed)."""
 
-    model_config = _STRICT
-
-    name: str = Field(min_length=1)
-    """Study name (resumes when it exists in the storage); also the MLflow experiment unless set."""
-    experiment: str | None = None
-    """MLflow experiment of the trials (null = the name)."""
-    base: str | None = None
-    """Run config every trial starts from, relative to the tune file."""
-    set: dict[str, Any] = {}
-    """Overrides applied to the base for every trial."""
     space: dict[str, Dimension] = Field(min_length=1)
     """Searched settings: dotted run-config key → dimension."""
     objective: Objective = Objective()
@@ -159,12 +150,7 @@ def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     """Read and validate a tune file; each searched key is checked at both ends of its range."""
     path = Path(path)
     spec = validate(TuneSpec, load_yaml(path), str(path))
-    base: dict[str, Any] = {}
-    if spec.base is not None:
-        base_path = path.parent / spec.base
-        if not base_path.is_file():
-            raise ConfigError(f"{path}: base: no run config at {base_path}")
-        base = load_yaml(base_path)
+    base = spec.base_config(path)
     experiment = spec.experiment or spec.name
     base = apply_overrides(set_dotted(base, spec.set, f"{path}: set"), overrides or [])
     base = set_dotted(base, {"tracking.experiment": experiment}, str(path))

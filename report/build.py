@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.config_io import ConfigError
 from harness.sweep_data import SweepData
 from report.values import At, run_values
 from trainer import metric_names as M
@@ -76,8 +77,6 @@ def _baseline(data: SweepData, wanted: str | None) -> str:
     hits = [a for a in data.arms if wanted in a]
     if len(hits) == 1:
         return hits[0]
-    from harness.config_io import ConfigError
-
     raise ConfigError(f"--baseline: {wanted!r} {'matches several arms' if hits else 'is not an arm'} "
                       f"(arms: {'; '.join(data.arms)})")
 
