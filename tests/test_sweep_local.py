@@ -182,6 +182,7 @@ if __name__ == "__main__":  # spawned workers re-import this file
 
 def test_sigkilled_sweep_resumes_without_duplicates(tmp_path, overrides):
     uri, seeds = _uri(tmp_path), [0, 1, 2, 3]
+    overrides = [*overrides, "train.steps=12"]  # jobs long enough that one seen RUNNING is still running at the kill
     script = tmp_path / "sweep.py"
     script.write_text(SWEEP_SCRIPT)
     prepare_store(uri, EXPERIMENT)  # so that polling it below never races the sweep's first migration
