@@ -14,7 +14,7 @@ import argparse
 import time
 
 from _report import write_json
-from trainer.data.benchmarks import BENCHMARKS, data_dir, load_benchmark
+from trainer.data.benchmarks import BENCHMARKS, benchmark_path, load_benchmark
 from trainer.data.records import load_records, normalise_question
 from trainer.tasks.base import Group
 from trainer.tasks.math import MathTask
@@ -29,7 +29,7 @@ def reference_completions(name: str, limit: int | None = None) -> list[tuple[obj
         return [(p, p.solution, kind) for p in problems if p.solution]
     by_question = {normalise_question(p.question): p for p in problems}
     out = []
-    for row in load_records(data_dir() / spec.path):
+    for row in load_records(benchmark_path(name)):
         p = by_question.get(normalise_question(row[spec.fields.question]))
         raw = row.get(spec.fields.answer)
         if p is None or raw in (None, ""):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +13,7 @@ import pytest
 
 from trainer.data import (BENCHMARKS, FieldMap, TEMPLATES, dedupe, extract_answer, extract_boxed, extract_gsm8k,
                           load_benchmark, load_problems, load_records, normalise_question, render_prompt)
-from trainer.data.benchmarks import data_dir
+from trainer.data.benchmarks import SHIPPED, benchmark_path, data_dir
 from trainer.data.records import Problem, question_id
 from trainer.metric_names import task_metric
 from trainer.tasks.math import MathTask
@@ -21,7 +24,6 @@ ROWS = [{"problem": "What is $1+1$?", "answer": "2", "solution": "So $\\boxed{2}
         {"problem": "Null answer", "answer": None, "solution": "thus $\\boxed{\\frac{1}{2}}$", "uid": "d"},
         {"problem": "Nothing at all", "answer": None, "solution": None, "uid": "e"},
         {"problem": "Empty", "answer": "", "uid": "f"}]
-SHARED = data_dir()
 
 
 def _write_jsonl(path: Path, rows) -> Path:
@@ -260,44 +262,75 @@ def test_task_rejects_bad_settings():
         MathTask([])
 
 
-# ---- the real files in ../shared/data -------------------------------------------------------------------
+# ---- the real files, shipped in trainer/data/files -----------------------------------------------------
 
 @pytest.fixture(scope="module")
-def shared() -> Path:
-    if not (SHARED / "math500" / "test.jsonl").exists():
-        pytest.skip(f"shared data not found at {SHARED} (../shared/data next to the repo, or $HARNESS_DATA_DIR)")
-    return SHARED
+def data_root() -> Path:
+    """The data directory in use: the shipped files, or `$HARNESS_DATA_DIR` where it is set."""
+    return data_dir()
+
+
+def _sources_table() -> dict[str, tuple[int, int, str]]:
+    """SOURCES.md's table: shipped file -> (rows, bytes, sha256 of the uncompressed file)."""
+    rows = re.findall(r"^\| (\S+\.gz) \| (\d+) \| (\d+) \| \d+ \| ([0-9a-f]{64}) \|$",
+                      (SHIPPED / "SOURCES.md").read_text(), re.M)
+    return {f: (int(n), int(size), sha) for f, n, size, sha in rows}
+
+
+def test_shipped_files_match_their_checksums():
+    table = _sources_table()
+    shipped = {str(p.relative_to(SHIPPED)) for p in SHIPPED.rglob("*.gz")}
+    assert shipped == set(table) and len(table) == 12
+    assert {spec.path + ".gz" for spec in BENCHMARKS.values()} <= shipped
+    for name, (rows, size, sha) in table.items():
+        data = gzip.decompress((SHIPPED / name).read_bytes())
+        assert (data.count(b"\n"), len(data), hashlib.sha256(data).hexdigest()) == (rows, size, sha), name
+
+
+def test_benchmarks_default_to_the_shipped_files(monkeypatch):
+    monkeypatch.delenv("HARNESS_DATA_DIR", raising=False)
+    assert data_dir() == SHIPPED and benchmark_path("math500") == SHIPPED / "math500" / "test.jsonl.gz"
+    assert len(load_benchmark("aime24")) == 30
+
+
+def test_gzipped_files_read_as_the_files_they_compress(tmp_path):
+    plain = _write_jsonl(tmp_path / "p.jsonl", ROWS)
+    (tmp_path / "p.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes(), mtime=0))
+    (tmp_path / "l.json.gz").write_bytes(gzip.compress(json.dumps(ROWS).encode(), mtime=0))
+    assert load_records(tmp_path / "p.jsonl.gz") == load_records(tmp_path / "l.json.gz") == load_records(plain)
+    with pytest.raises(FileNotFoundError, match="no such data file"):
+        load_records(tmp_path / "missing.jsonl.gz")
 
 
 @pytest.mark.parametrize("name, rows, skipped", [
     ("math500", 500, 0), ("aime24", 30, 0), ("amc23", 40, 0), ("gsm8k", 1319, 0), ("minerva", 272, 0),
     ("olympiad_bench", 675, 0), ("amc22_23", 83, 0), ("math_test5000", 5000, 0), ("math_train", 7470, 4),
     ("gsm8k_train", 7473, 0), ("drgrpo_math500", 500, 0), ("drgrpo_aime24", 30, 0)])
-def test_every_benchmark_loads_as_it_is(shared, name, rows, skipped):
-    problems = load_benchmark(name, data_dir=shared)
+def test_every_benchmark_loads_as_it_is(data_root, name, rows, skipped):
+    problems = load_benchmark(name, data_dir=data_root)
     assert len(problems) == rows and problems.skipped == skipped
     assert all(p.answer and p.answer == p.answer.strip() and p.source == name for p in problems)
 
 
-def test_real_quirks(shared):
-    assert load_benchmark("amc23", shared)[0].answer == "27"  # 27.0
-    assert load_benchmark("minerva", shared)[0].answer == "9.6"  # ["9.6\n"]
-    gsm = load_benchmark("gsm8k", shared)
-    raw = [json.loads(line)["answer"].split("#### ")[-1] for line in (shared / "gsm8k/test.jsonl").open()]
+def test_real_quirks(data_root):
+    assert load_benchmark("amc23", data_root)[0].answer == "27"  # 27.0
+    assert load_benchmark("minerva", data_root)[0].answer == "9.6"  # ["9.6\n"]
+    gsm = load_benchmark("gsm8k", data_root)
+    raw = [row["answer"].split("#### ")[-1] for row in load_records(benchmark_path("gsm8k", data_root))]
     assert sum("," in a for a in raw) == 14
     assert [p.answer for p in gsm] == [a.replace(",", "") for a in raw]
-    math500 = load_benchmark("math500", shared)
+    math500 = load_benchmark("math500", data_root)
     assert math500[0].id == "test/precalculus/807.json" and len({p.id for p in math500}) == 500
     # math_test5000 has no answer field: the solution's last box equals MATH-500's gold on the shared 500
-    boxed = {normalise_question(p.question): p.answer for p in load_benchmark("math_test5000", shared)}
+    boxed = {normalise_question(p.question): p.answer for p in load_benchmark("math_test5000", data_root)}
     assert all(boxed[normalise_question(p.question)] == p.answer for p in math500)
 
 
-def test_math_test5000_minus_math500_leaves_4500(shared):
-    evals = [load_benchmark(n, shared) for n in ("math500", "aime24", "amc23", "minerva", "olympiad_bench")]
-    pool, removed = dedupe(load_benchmark("math_test5000", shared), evals)
+def test_math_test5000_minus_math500_leaves_4500(data_root):
+    evals = [load_benchmark(n, data_root) for n in ("math500", "aime24", "amc23", "minerva", "olympiad_bench")]
+    pool, removed = dedupe(load_benchmark("math_test5000", data_root), evals)
     assert (len(pool), removed) == (4500, 500)
-    train, removed = dedupe(load_benchmark("math_train", shared), evals)
+    train, removed = dedupe(load_benchmark("math_train", data_root), evals)
     assert removed == 0 and len(train) == 7470
 
 

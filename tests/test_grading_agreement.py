@@ -12,15 +12,8 @@ import time
 import pytest
 
 from trainer.data import load_benchmark
-from trainer.data.benchmarks import data_dir
 from trainer.tasks.base import Group
 from trainer.tasks.math import MathTask
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared():
-    if not (data_dir() / "math500" / "test.jsonl").exists():
-        pytest.skip(f"shared data not found at {data_dir()} (../shared/data next to the repo, or $HARNESS_DATA_DIR)")
 
 
 def _agreement(problems, completions, template="qwen_math"):

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from trainer.data import load_records
+from trainer.data.benchmarks import benchmark_path
 from trainer.rewards import grade_math
-
-MATH500 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math500" / "test.jsonl"
 
 
 @pytest.fixture(scope="module")
 def math500() -> list[dict]:
-    if not MATH500.exists():
-        pytest.skip(f"MATH-500 not found at {MATH500} (shared data lives in ../shared/data next to the repo)")
-    return [json.loads(line) for line in MATH500.read_text().splitlines()]
+    return load_records(benchmark_path("math500"))
 
 
 def test_reference_answers_grade_correct(math500):

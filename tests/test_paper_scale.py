@@ -1,7 +1,6 @@
 """The paper-scale path on CPU: a Qwen2-architecture model and a dataset saved locally in HF format, loaded
 by path like a hub id; a math-task training run with periodic evaluation; `harness eval`."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -9,11 +8,10 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from harness.cli import main
-from trainer.data.benchmarks import data_dir
+from trainer.data import load_records
+from trainer.data.benchmarks import benchmark_path
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_data = pytest.mark.skipif(not (data_dir() / "math500" / "test.jsonl").exists(),
-                                reason=f"benchmark files not found under {data_dir()} (../shared/data next to the repo)")
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +21,7 @@ def tiny_qwen(tmp_path_factory) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    text = [json.loads(line)["problem"] for line in (data_dir() / "math500" / "test.jsonl").read_text().splitlines()]
+    text = [row["problem"] for row in load_records(benchmark_path("math500"))]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -42,7 +40,6 @@ def tiny_qwen(tmp_path_factory) -> Path:
     return path
 
 
-@needs_data
 def test_load_by_path_with_dtype_and_checkpointing(tiny_qwen):
     from trainer.models.load import load_policy
 
@@ -54,12 +51,11 @@ def test_load_by_path_with_dtype_and_checkpointing(tiny_qwen):
     assert model.dtype == torch.float32
 
 
-@needs_data
 def test_math_run_with_periodic_eval_on_a_local_hf_model_and_dataset(tiny_qwen, tmp_path):
     import datasets
 
     pool = tmp_path / "pool"  # a training set in HF format, loaded by path with a field mapping
-    rows = [json.loads(line) for line in (data_dir() / "gsm8k" / "train.jsonl").read_text().splitlines()[:12]]
+    rows = load_records(benchmark_path("gsm8k_train"))[:12]
     datasets.Dataset.from_list([{"q": r["question"], "a": r["answer"]} for r in rows]).save_to_disk(str(pool))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = main(["run", str(ROOT / "ablations" / "toy_run.yaml"), "--tracking-uri", uri, "--quiet",
@@ -80,7 +76,6 @@ def test_math_run_with_periodic_eval_on_a_local_hf_model_and_dataset(tiny_qwen, 
     assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/math500/accuracy")] == [2]
 
 
-@needs_data
 def test_harness_eval_logs_and_prints(tiny_qwen, tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = main(["eval", "--model", str(tiny_qwen), "--benchmarks", "math500,amc23", "--limit", "3", "--k", "2",
@@ -99,7 +94,6 @@ def test_eval_rejects_unknown_benchmark(capsys):
     assert "--benchmarks: nope is not one of" in capsys.readouterr().err
 
 
-@needs_data
 def test_evaluation_only_run_scores_the_initial_model(tiny_qwen, tmp_path):
     """train.steps 0: the template study's unit (one model × one template, every benchmark at step 0)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,7 +1,8 @@
-"""The math sets of ../shared/data by name, and de-duplication of training pools against evaluation sets.
+"""The math sets by name, and de-duplication of training pools against evaluation sets.
 
-The data directory is `$HARNESS_DATA_DIR` if set, else `<repo>/../shared/data` (layout and quirks:
-its SOURCES.md). A ~12k MATH training pool here is `math_train` + (`math_test5000` minus MATH-500):
+The sets ship with the package, gzipped, in trainer/data/files (provenance, licences and checksums: its
+SOURCES.md); `$HARNESS_DATA_DIR` names another directory of the same layout, plain or gzipped.
+A ~12k MATH training pool here is `math_train` + (`math_test5000` minus MATH-500):
 
     evals = [load_benchmark("math500")]
     pool, removed = dedupe(load_benchmark("math_test5000") + load_benchmark("math_train"), evals)
@@ -17,6 +18,7 @@ from typing import Iterable, Literal
 from trainer.data.records import FieldMap, Problem, Problems, load_problems, normalise_question
 
 ENV_VAR = "HARNESS_DATA_DIR"
+SHIPPED = Path(__file__).with_name("files")
 
 
 @dataclass(frozen=True)
@@ -51,23 +53,32 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
 
 
 def data_dir() -> Path:
-    """`$HARNESS_DATA_DIR`, else `<repo>/../shared/data`."""
+    """`$HARNESS_DATA_DIR`, else the files shipped with the package."""
     env = os.environ.get(ENV_VAR)
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
+    return Path(env) if env else SHIPPED
 
 
 _default_dir = data_dir
 
 
-def load_benchmark(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> Problems:
-    """The problems of benchmark `name` (`Problem.source` = name; `.skipped` as in `load_problems`)."""
+def benchmark_path(name: str, data_dir: str | Path | None = None) -> Path:
+    """The file of benchmark `name` under `data_dir` (default `data_dir()`): its path, or that path + `.gz`."""
     try:
         spec = BENCHMARKS[name]
     except KeyError:
         raise KeyError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}") from None
     path = Path(data_dir if data_dir is not None else _default_dir()) / spec.path
-    if not path.is_file():
-        raise FileNotFoundError(f"benchmark {name!r}: no file {path} (set ${ENV_VAR} to the data directory)")
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"benchmark {name!r}: no file {path} or {path.name}.gz "
+                            f"(${ENV_VAR} names the data directory; unset, the shipped files are used)")
+
+
+def load_benchmark(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> Problems:
+    """The problems of benchmark `name` (`Problem.source` = name; `.skipped` as in `load_problems`)."""
+    path = benchmark_path(name, data_dir)
+    spec = BENCHMARKS[name]
     return load_problems(path, fields=spec.fields, answer_format=spec.answer_format, limit=limit, name=name)
 
 
@@ -79,4 +90,4 @@ def dedupe(pool: Iterable[Problem], against: Iterable[Iterable[Problem]]) -> tup
     return kept, len(pool) - len(kept)
 
 
-__all__ = ["BENCHMARKS", "BenchmarkSpec", "data_dir", "dedupe", "load_benchmark", "normalise_question"]
+__all__ = ["BENCHMARKS", "BenchmarkSpec", "benchmark_path", "data_dir", "dedupe", "load_benchmark", "normalise_question"]

@@ -1,6 +1,6 @@
 """Problems from local files, local HF datasets or HF hub ids, with a field mapping and the data's quirks normalised.
 
-Quirks handled by `load_problems` (see ../shared/data/SOURCES.md):
+Quirks handled by `load_problems` (see trainer/data/files/SOURCES.md):
 
 - answers as floats (`27.0` -> `"27"`) or ints -> strings;
 - answers as lists (Minerva, OlympiadBench): the elements are alternative spellings of ONE answer
@@ -16,6 +16,7 @@ Quirks handled by `load_problems` (see ../shared/data/SOURCES.md):
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -73,16 +74,19 @@ def question_id(question: str) -> str:
 def load_records(source: str | Path, split: str | None = None) -> list[dict[str, Any]]:
     """Rows of a `.jsonl`, `.json` (a list, or JSON lines), `.parquet` file, a local HF dataset directory
     (`save_to_disk` output, or anything `datasets.load_dataset(dir)` reads) or an HF hub id.
+    A `.jsonl.gz` / `.json.gz` file is read as the file it compresses.
 
     `split` picks the split of a dataset with several (default: the only one, else `train`/`test` if present).
     """
     path = Path(source)
     if path.is_file():
-        suffix = path.suffix.lower()
-        if suffix == ".parquet":
+        gzipped = path.suffix.lower() == ".gz"
+        suffix = Path(path.stem).suffix.lower() if gzipped else path.suffix.lower()
+        if suffix == ".parquet" and not gzipped:
             import pyarrow.parquet as pq
             return pq.read_table(path).to_pylist()
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if gzipped else data).decode("utf-8")
         if suffix == ".json":
             try:
                 data = json.loads(text)
@@ -98,7 +102,7 @@ def load_records(source: str | Path, split: str | None = None) -> list[dict[str,
         if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
             return _rows(datasets.load_from_disk(str(path)), split, str(path))
         return _rows(datasets.load_dataset(str(path), split=split), split, str(path))
-    if path.suffix.lower() in {".jsonl", ".json", ".parquet"}:
+    if path.suffix.lower() in {".jsonl", ".json", ".parquet", ".gz"}:
         raise FileNotFoundError(f"no such data file: {path}")
     return _rows(datasets.load_dataset(str(source), split=split), split, str(source))
 

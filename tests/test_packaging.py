@@ -1,0 +1,44 @@
+"""What an install gets: dependencies pip resolves without warnings, and the math data inside the wheel."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_every_requested_extra_is_provided_as_spelled():
+    """pip warns "X does not provide the extra 'e'" when the spelling differs from X's Provides-Extra."""
+    wanted = [*PROJECT["dependencies"], *(r for group in PROJECT["optional-dependencies"].values() for r in group)]
+    for req in map(Requirement, wanted):
+        if not req.extras:
+            continue
+        try:
+            provided = importlib.metadata.metadata(req.name).get_all("Provides-Extra") or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional group not installed here (vllm)
+        assert req.extras <= set(provided), f"{req}: {req.name} provides {provided}"
+
+
+def test_the_wheel_carries_the_math_data(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for package in ("harness", "trainer", "dashboard", "report"):
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("harness-*.whl")
+    shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "trainer/data/files").rglob("*") if p.is_file()}
+    assert len(shipped) == 13  # 12 sets and SOURCES.md
+    assert shipped <= set(zipfile.ZipFile(wheel).namelist())
