@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from harness.config import RunConfig
 from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
 from harness.plan import RunsFile
-
-_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+from trainer.config import STRICT as _STRICT
+from trainer.config import Seed
 
 
 class Dimension(BaseModel):
@@ -82,7 +82,7 @@ class Sampler(BaseModel):
 
     name: Literal["tpe", "random", "grid"] = "tpe"
     """TPE (default), random search, or the full grid."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the sampler (each worker adds its index, so workers draw differently)."""
 
 
