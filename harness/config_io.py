@@ -66,6 +66,11 @@ class _Loader(yaml.SafeLoader):
         finally:
             self._path.pop()
 
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        if self.flow_level >= MAX_DEPTH:  # here, not in compose_node: the scanner reads ahead of it
+            raise _KeyedError(self._keys(), f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
@@ -186,8 +191,8 @@ def _check_size(data: Any, where: str) -> None:
             for k, v in items:
                 total += size(v, f"{key}.{k}" if key and isinstance(k, str) else (key or str(k)))
                 if total > MAX_NODES:
-                    raise ConfigError(f"{where}: {key or k}: expands to more than {MAX_NODES} values "
-                                      "(YAML aliases)")
+                    raise ConfigError(f"{where}: {key or k}: holds more than {MAX_NODES} values "
+                                      "(YAML aliases expanded)")
             open_.discard(id(node))
             sizes[id(node)] = total
         return sizes[id(node)]

@@ -10,6 +10,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -140,8 +141,16 @@ def _limit_memory() -> None:  # a regression must not take the shared machine do
 
 
 def _check(case: Case, workdir: Path) -> str | None:
-    """Run one case in its own folder; the problem found, or None."""
-    workdir.mkdir()
+    """Run one case in its own folder; the problem found, or None. Over the time bound alone, the case is
+    run once more (the machine is shared: a busy moment is not the command's doing) and the faster counts."""
+    problem = _check_once(case, workdir / "1")
+    if problem and problem.startswith("took "):
+        problem = _check_once(case, workdir / "2") and problem
+    return problem
+
+
+def _check_once(case: Case, workdir: Path) -> str | None:
+    workdir.mkdir(parents=True)
     base = (ROOT / "ablations" / "toy_run.yaml").read_text()
     (workdir / "base.yaml").write_text(base)
     if case.file:
@@ -155,17 +164,23 @@ def _check(case: Case, workdir: Path) -> str | None:
     before = sorted(p.name for p in workdir.iterdir())
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(PYTHONPATH=str(ROOT), **case.env)
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", case.command, path, *case.args], cwd=workdir,
-                              env=env, capture_output=True, text=True, timeout=30, preexec_fn=_limit_memory)
-    except subprocess.TimeoutExpired:
+    err_path = workdir.parent / f"{workdir.name}.stderr"  # outside the folder, which must stay untouched
+    with open(err_path, "w") as err_file:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", case.command, path, *case.args], cwd=workdir,
+                                env=env, stdout=subprocess.DEVNULL, stderr=err_file, preexec_fn=_limit_memory)
+        timer = threading.Timer(30, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)  # wait4: the child's own CPU time, whatever runs beside it
+        wall = time.perf_counter() - start
+        timer.cancel()
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    if code == -9 and wall >= 30:
         return "no answer in 30 s"
-    wall = time.perf_counter() - start
-    err = proc.stderr.strip()
+    err = err_path.read_text().strip()
     problems = []
-    if proc.returncode != 2:
-        problems.append(f"exit {proc.returncode}")
+    if code != 2:
+        problems.append(f"exit {code}")
     if "\n" in err or not err:
         problems.append(f"{err.count(chr(10)) + 1 if err else 0} stderr lines")
     if path not in err:
@@ -175,7 +190,7 @@ def _check(case: Case, workdir: Path) -> str | None:
     if sorted(p.name for p in workdir.iterdir()) != before:
         problems.append(f"wrote {sorted(set(p.name for p in workdir.iterdir()) - set(before))}")
     if wall >= BOUND_S:
-        problems.append(f"took {wall:.2f} s")
+        problems.append(f"took {wall:.2f} s ({usage.ru_utime + usage.ru_stime:.2f} s CPU, load {os.getloadavg()[0]:.1f})")
     return f"{'; '.join(problems)} | {err.splitlines()[-1][:300] if err else ''}" if problems else None
 
 
@@ -208,3 +223,139 @@ def test_run_cases_merge_into_a_valid_base(case):
     """The run cases replace whole sections of the base, so each file holds the one bad key."""
     merged = _merge((ROOT / "ablations" / "toy_run.yaml").read_text(), case.text)
     assert merged.endswith(case.text)
+
+
+# --- the mechanisms behind the battery, one by one (in-process, fast) ---
+
+def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
+    code = ("import sys; from harness.cli import build_parser; from harness.plan import load_sweep; "
+            "from harness.tune_spec import load_tune; "
+            f"load_sweep({str(ROOT / 'ablations' / 'dr_grpo_bias.yaml')!r}); "
+            f"load_tune({str(ROOT / 'ablations' / 'tune_dr_grpo_lr.yaml')!r}); "
+            "print(sorted(m for m in ('torch', 'transformers', 'mlflow', 'numpy', 'optuna') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("args, option", [
+    (["sweep", "s.yaml", "--workers", "0"], "--workers"),
+    (["sweep", "s.yaml", "--workers", "-3"], "--workers"),
+    (["sweep", "s.yaml", "--timeout", "nan"], "--timeout"),
+    (["sweep", "s.yaml", "--timeout", "0"], "--timeout"),
+    (["sweep", "s.yaml", "--timeout", "-1"], "--timeout"),
+    (["sweep", "s.yaml", "--timeout", "inf"], "--timeout"),
+    (["sweep", "s.yaml", "--retries", "-1"], "--retries"),
+    (["sweep", "s.yaml", "--max-jobs", "0"], "--max-jobs"),
+    (["sweep", "s.yaml", "--cpus-per-job", "0"], "--cpus-per-job"),
+    (["tune", "t.yaml", "--workers", "0"], "--workers"),
+    (["tune", "t.yaml", "--trials", "0"], "--trials"),
+])
+def test_bad_options_are_one_line_usage_errors(args, option, capsys):
+    from harness.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and "\n" not in err and option in err and "usage error" in err, err
+
+
+def _grid_sweep(tmp_path: Path, seeds: str = "[0, 1]") -> Path:
+    (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\nbase: base.yaml\nseeds: {seeds}\ngrid:\n  train.lr: [0.1, 0.2, 0.3]\n"
+                    "  objective.preset: [grpo, dr_grpo, gspo]\n")
+    return path
+
+
+def test_job_limit_counts_before_expanding_and_max_jobs_raises_it(tmp_path):
+    from harness.config_io import ConfigError
+    from harness.plan import load_sweep
+
+    path = _grid_sweep(tmp_path)
+    with pytest.raises(ConfigError, match="18 jobs exceed the limit of 17"):
+        load_sweep(path, max_jobs=17)
+    assert len(load_sweep(path, max_jobs=18).jobs) == 18
+
+
+def test_a_sweep_without_axes_runs_the_base_over_its_seeds(tmp_path):
+    """Leaving grid/zip/arms out is a seeds-only sweep; only an explicitly empty one is refused."""
+    from harness.plan import load_sweep
+
+    (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
+    (tmp_path / "s.yaml").write_text("name: s\nbase: base.yaml\nseeds: [0, 1, 2]\n")
+    assert [j.seed for j in load_sweep(tmp_path / "s.yaml").jobs] == [0, 1, 2]
+
+
+def test_set_keys_the_sweep_does_not_set_still_apply(tmp_path):
+    from harness.plan import load_sweep
+
+    plan = load_sweep(_grid_sweep(tmp_path), overrides=["train.steps=7", "objective.clip_high=0.3"])
+    assert {(j.config.train.steps, j.config.objective.clip_high) for j in plan.jobs} == {(7, 0.3)}
+
+
+def test_set_values_refuse_duplicate_keys_and_aliases_within_budget_load(tmp_path):
+    from harness.config_io import ConfigError, apply_overrides, load_yaml
+
+    with pytest.raises(ConfigError, match="x: line 1: duplicate key"):
+        apply_overrides({}, ["a={x: 1, x: 2}"])
+    path = tmp_path / "a.yaml"
+    path.write_text("common: &c {lr: 0.1, steps: 3}\nrun: *c\n")
+    assert load_yaml(path) == {"common": {"lr": 0.1, "steps": 3}, "run": {"lr": 0.1, "steps": 3}}
+
+
+def test_settings_refuse_non_finite_values_bools_for_ints_and_bad_betas():
+    from pydantic import ValidationError
+
+    from trainer.config import RolloutConfig, TrainConfig
+    from trainer.objective.settings import ObjectiveSettings
+
+    for make in (lambda: ObjectiveSettings.preset("grpo", clip_high=float("inf")),
+                 lambda: ObjectiveSettings.preset("grpo", adv_eps=float("nan")),
+                 lambda: TrainConfig(lr=float("inf")), lambda: TrainConfig(steps=True),
+                 lambda: TrainConfig(betas=(0.9, 1.0)), lambda: TrainConfig(betas=(-0.1, 0.9)),
+                 lambda: RolloutConfig(top_p=float("nan"))):
+        with pytest.raises(ValidationError):
+            make()
+    assert TrainConfig.model_validate({"betas": [0.8, 0.99]}).betas == (0.8, 0.99)
+
+
+def test_switch_names_are_declared_without_torch_and_all_registered():
+    from trainer.objective.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS
+
+    for registry in (ADVANTAGES, AGGREGATIONS, RATIOS, KL_ESTIMATORS):
+        assert all(callable(registry[name]) for name in registry.names())  # imports the module
+        assert set(registry._fns) == set(registry.names())
+        with pytest.raises(ValueError, match="not declared"):
+            registry.register("undeclared")(lambda: None)
+
+
+def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
+    from harness import preflight
+    from harness.config import RunConfig
+    from harness.config_io import ConfigError
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    preflight._hub_problem.cache_clear()
+    cfg = RunConfig.model_validate({"objective": {"preset": "grpo"},
+                                    "model": {"source": "hf", "name_or_path": "org/model"}})
+    with pytest.raises(ConfigError, match="model.name_or_path: org/model is not in the local Hugging Face cache "
+                                          "and the hub at 127.0.0.1 cannot be reached"):
+        preflight.check_host(cfg, "x.yaml")
+    (tmp_path / "models--org--model" / "snapshots" / "abc").mkdir(parents=True)  # cached: no probe needed
+    preflight._hub_problem.cache_clear()
+    preflight.check_host(cfg, "x.yaml")
+
+
+def test_local_model_positions_bound_the_generation_budget(tmp_path):
+    from harness import preflight
+    from harness.config import RunConfig
+    from harness.config_io import ConfigError
+
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 128}')
+    data = {"objective": {"preset": "grpo"}, "model": {"source": "hf", "name_or_path": str(tmp_path)}}
+    preflight.check_host(RunConfig.model_validate({**data, "rollout": {"max_new_tokens": 64}}), "x.yaml")
+    with pytest.raises(ConfigError, match="rollout.max_new_tokens: 128 new tokens do not fit the model's 128"):
+        preflight.check_host(RunConfig.model_validate({**data, "rollout": {"max_new_tokens": 128}}), "x.yaml")
