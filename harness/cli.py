@@ -50,7 +50,7 @@ def _sweep(args: argparse.Namespace) -> int:
         from harness.executor.local import LocalExecutor
 
         threads = max(j.config.train.threads or 1 for j in plan.jobs)
-        workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)  # each >= 1
+        workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
         executor = LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
     from harness.sweep_run import run_sweep
 

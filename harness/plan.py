@@ -182,7 +182,7 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
     if spec.job_count() > max_jobs:
         raise ConfigError(f"{path}: grid: {spec.job_count()} jobs exceed the limit of {max_jobs} "
                           "(raise it with --max-jobs)")
-    _check_overrides(path, spec, overrides or [])
+    refuse_taken_overrides(path, spec.set_keys(), overrides or [])
     base = spec.base_config(path)
     if profile is not None and profile not in spec.profiles:
         known = ", ".join(spec.profiles) or "none"
@@ -215,16 +215,16 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
     return SweepPlan(spec.name, experiment, sweep_id, str(path), raw, spec, tuple(jobs))
 
 
-def _check_overrides(path: Path, spec: SweepSpec, overrides: list[str]) -> None:
-    """Refuse a `--set` of a key that the sweep sets per job (it would be silently replaced)."""
-    taken = spec.set_keys()
+def refuse_taken_overrides(path: Path, taken: set[str], overrides: list[str]) -> None:
+    """Refuse a `--set` of a key (or a key above or below it) that the file sets per run: the run's
+    own value would silently replace it."""
     for item in overrides:
         key = item.partition("=")[0].strip()
         clash = [k for k in taken if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
         if clash:
-            what = "seeds" if clash[0] == "seed" else "the sweep"
-            raise ConfigError(f"{path}: --set {key}: {clash[0]} is set by {what} for every job; "
-                              "change it in the sweep file")
+            what = "seeds" if clash[0] == "seed" else "this file"
+            raise ConfigError(f"{path}: --set {key}: {clash[0]} is set by {what} for every run; "
+                              "change it in the file")
 
 
 def _combinations(spec: SweepSpec) -> list[Overrides]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from harness.config import RunConfig
 from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
-from harness.plan import RunsFile
+from harness.plan import RunsFile, refuse_taken_overrides
 from trainer.config import STRICT as _STRICT
 from trainer.config import Seed
 
@@ -150,6 +150,7 @@ def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     """Read and validate a tune file; each searched key is checked at both ends of its range."""
     path = Path(path)
     spec = validate(TuneSpec, load_yaml(path), str(path))
+    refuse_taken_overrides(path, {*spec.space, "tracking.experiment"}, overrides or [])
     base = spec.base_config(path)
     experiment = spec.experiment or spec.name
     base = apply_overrides(set_dotted(base, spec.set, f"{path}: set"), overrides or [])

@@ -359,3 +359,12 @@ def test_local_model_positions_bound_the_generation_budget(tmp_path):
     preflight.check_host(RunConfig.model_validate({**data, "rollout": {"max_new_tokens": 64}}), "x.yaml")
     with pytest.raises(ConfigError, match="rollout.max_new_tokens: 128 new tokens do not fit the model's 128"):
         preflight.check_host(RunConfig.model_validate({**data, "rollout": {"max_new_tokens": 128}}), "x.yaml")
+
+
+def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
+    from harness.config_io import ConfigError
+    from harness.tune_spec import load_tune
+
+    with pytest.raises(ConfigError, match="--set train.lr: train.lr is set by this file for every run"):
+        load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.lr=0.1"])
+    assert load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.steps=5"]).base["train"]["steps"] == 5

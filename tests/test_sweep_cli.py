@@ -11,9 +11,10 @@ ABLATIONS = Path(__file__).resolve().parents[1] / "ablations"
 
 def _smoke(tmp_path, tiny_run_overrides) -> Path:
     (tmp_path / "toy_run.yaml").write_text((ABLATIONS / "toy_run.yaml").read_text())
-    sets = "\n".join(f"  {item.split('=', 1)[0]}: {item.split('=', 1)[1]}" for item in tiny_run_overrides)
+    values = {**dict(item.split("=", 1) for item in tiny_run_overrides), "train.steps": "2"}  # a key once
+    sets = "\n".join(f"  {key}: {value}" for key, value in values.items())
     path = tmp_path / "smoke.yaml"
-    path.write_text(f"name: smoke\nbase: toy_run.yaml\nset:\n{sets}\n  train.steps: 2\n"
+    path.write_text(f"name: smoke\nbase: toy_run.yaml\nset:\n{sets}\n"
                     f"grid:\n  objective.preset: [grpo, dr_grpo]\nseeds: [0, 1]\n")
     return path
 
