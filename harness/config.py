@@ -183,12 +183,12 @@ class RunConfig(BaseModel):
     def _fits_toy_model(self) -> "RunConfig":
         if self.model.source != "toy" or self.task.name != "toy_addition":
             return self
-        prompt = self.task.toy_addition.max_prompt_len + 1  # + BOS
+        prompt, positions = self.task.toy_addition.max_prompt_len + 1, self.model.toy.max_position_embeddings  # + BOS
         for key, new in (("rollout.max_new_tokens", self.rollout.max_new_tokens),
                          ("eval.max_new_tokens", self.eval.max_new_tokens or 0)):
-            if prompt + new > self.model.toy.max_position_embeddings:
+            if prompt + new > positions:
                 raise ValueError(f"{key}: {new} new tokens after a prompt of up to {prompt} exceed the toy model's "
-                                 f"{self.model.toy.max_position_embeddings} positions (model.toy.max_position_embeddings)")
+                                 f"{positions} positions (model.toy.max_position_embeddings)")
         return self
 
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
