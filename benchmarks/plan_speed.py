@@ -37,7 +37,7 @@ def main() -> None:
             path.write_text(yaml.safe_dump({"name": "bench", "base": "toy_run.yaml", "grid": grid,
                                             "seeds": list(range(n_seeds))}))
             start = time.perf_counter()
-            plan = load_sweep(path)
+            plan = load_sweep(path, max_jobs=10**6)  # above the default limit on purpose
             seconds = time.perf_counter() - start
             rows.append({"shape": name, "jobs": len(plan.jobs), "seconds": seconds,
                          "us_per_job": 1e6 * seconds / len(plan.jobs)})

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from harness.config_io import ConfigError
+from harness.preflight import check_host
 
 
 def _run(args: argparse.Namespace) -> int:
     from harness.config import load_run_config
-    from harness.run import run_training
 
     cfg = load_run_config(args.config, args.set)  # every config error surfaces here, before anything starts
+    check_host(cfg, args.config)
+    from harness.run import run_training
+
     result = run_training(cfg, tracking_uri=args.tracking_uri, progress=not args.quiet)
     print(f"run {result.run_id} FINISHED in experiment '{cfg.tracking.experiment}' at {result.tracking_uri}")
     return 0
@@ -22,9 +26,14 @@ def _sweep(args: argparse.Namespace) -> int:
     import os
 
     from harness.plan import load_sweep
+
+    plan = load_sweep(args.file, profile=args.profile, overrides=args.set,  # every error before any job
+                      max_jobs=args.max_jobs)
+    if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
+        for job in {j.arm_id: j for j in plan.jobs}.values():
+            check_host(job.config, f"{plan.source}: arm '{job.arm}'")
     from harness.tracking import default_tracking_uri
 
-    plan = load_sweep(args.file, profile=args.profile, overrides=args.set)  # every error before any job
     uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
     if args.dry_run:
         _print_jobs(plan, uri)
@@ -157,10 +166,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from harness.tune_spec import load_tune
+
+    plan = load_tune(args.file, args.set)  # every config error before Optuna, MLflow or torch is imported
+    if args.address is None:
+        check_host(plan.trial_config({}), f"{args.file}: base")
     from harness.tune import run_tune
 
-    if args.workers < 1 or (args.trials is not None and args.trials < 1):
-        raise ConfigError("--workers and --trials must be >= 1")
     result = run_tune(args.file, overrides=args.set, trials=args.trials, workers=args.workers,
                       storage_url=args.storage, tracking_uri=args.tracking_uri, executor=args.executor,
                       address=args.address)
@@ -173,13 +185,48 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit 2), like config errors."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: usage error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def _at_least(minimum: int):
+    """argparse type: an integer >= `minimum`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+
+    return parse
+
+
+def _finite(minimum: float, *, inclusive: bool):
+    """argparse type: a finite number above `minimum` (or equal to it, if `inclusive`)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number {'>=' if inclusive else '>'} {minimum:g}")
+        return value
+
+    return parse
+
+
 def _tracking_uri_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
+    parser = _Parser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
                                      "tracked in MLflow.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train one run from a YAML config",
@@ -201,11 +248,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a run-config key for every job (repeatable)")
     sweep.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run")
     sweep.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
-    sweep.add_argument("--workers", type=int, default=None, help="local jobs at once (default: cores / threads per job)")
-    sweep.add_argument("--retries", type=int, default=None, help="extra attempts for a failed job")
-    sweep.add_argument("--timeout", type=float, default=None, help="seconds before a job is killed and FAILED")
-    sweep.add_argument("--cpus-per-job", type=float, default=1.0, help="Ray: CPUs declared per job")
-    sweep.add_argument("--gpus-per-job", type=float, default=0.0, help="Ray: GPUs declared per job")
+    sweep.add_argument("--workers", type=_at_least(1), default=None,
+                       help="local jobs at once (default: cores / threads per job)")
+    sweep.add_argument("--retries", type=_at_least(0), default=None, help="extra attempts for a failed job")
+    sweep.add_argument("--timeout", type=_finite(0, inclusive=False), default=None,
+                       help="seconds before a job is killed and FAILED")
+    sweep.add_argument("--max-jobs", type=_at_least(1), default=None,
+                       help="refuse a sweep of more jobs than this (default 10000), before expanding it")
+    sweep.add_argument("--cpus-per-job", type=_finite(0, inclusive=False), default=1.0,
+                       help="Ray: CPUs declared per job")
+    sweep.add_argument("--gpus-per-job", type=_finite(0, inclusive=True), default=0.0,
+                       help="Ray: GPUs declared per job")
     _tracking_uri_option(sweep)
     sweep.set_defaults(func=_sweep)
 
@@ -262,8 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run (or resume) an Optuna study from a tune file: each trial trains one "
                                     "run, logged to MLflow under the study's parent run.")
     tu.add_argument("file", help="tune file (YAML), e.g. ablations/tune_dr_grpo_lr.yaml")
-    tu.add_argument("--trials", type=int, default=None, help="finished trials wanted (default: the file's)")
-    tu.add_argument("--workers", type=int, default=1, help="workers sharing the storage (default 1)")
+    tu.add_argument("--trials", type=_at_least(1), default=None, help="finished trials wanted (default: the file's)")
+    tu.add_argument("--workers", type=_at_least(1), default=1, help="workers sharing the storage (default 1)")
     tu.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///results/optuna.db)")
     tu.add_argument("--executor", choices=["local", "ray"], default="local", help="where workers run")
     tu.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")

@@ -10,15 +10,14 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from harness.config_io import apply_overrides, load_yaml, validate
-from trainer.config import RolloutConfig, TrainConfig
-from trainer.models.toy import ToyModelConfig
-from trainer.objective import PRESETS, ObjectiveSettings
-from trainer.tasks.toy_addition import ToyAdditionConfig
-
-_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+from harness.config_io import Name, apply_overrides, load_yaml, validate
+from trainer.config import STRICT as _STRICT
+from trainer.config import RolloutConfig, Seed, TrainConfig
+from trainer.models.toy_config import ToyModelConfig
+from trainer.objective.settings import PRESETS, ObjectiveSettings
+from trainer.tasks.toy_addition_config import ToyAdditionConfig
 
 
 class ModelConfig(BaseModel):
@@ -126,13 +125,13 @@ class TrackingConfig(BaseModel):
 
     model_config = _STRICT
 
-    experiment: str = "harness"
+    experiment: Name = "harness"
     """MLflow experiment name."""
     uri: str | None = None
     """Tracking URI; null = $MLFLOW_TRACKING_URI, else sqlite:///<results_dir>/mlflow.db."""
     results_dir: str = "results"
     """Folder for the default SQLite store and other outputs."""
-    run_name: str | None = None
+    run_name: Name | None = None
     """MLflow run name (null = the config's name and seed)."""
 
 
@@ -141,9 +140,9 @@ class RunConfig(BaseModel):
 
     model_config = _STRICT
 
-    name: str = "run"
+    name: Name = "run"
     """Human-readable name (used in the run name)."""
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     """Seeds prompts, sampling and shuffling: the same config and seed give identical metrics on CPU."""
     objective_preset: str | None = None
     """The preset the objective section started from (a label only: the resolved fields define the run)."""
@@ -178,6 +177,18 @@ class RunConfig(BaseModel):
     def _eval_only(self) -> "RunConfig":
         if self.train.steps == 0 and self.eval.every == 0:
             raise ValueError("train.steps is 0 (an evaluation-only run) but eval.every is 0: nothing to do")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_toy_model(self) -> "RunConfig":
+        if self.model.source != "toy" or self.task.name != "toy_addition":
+            return self
+        prompt, positions = self.task.toy_addition.max_prompt_len + 1, self.model.toy.max_position_embeddings  # + BOS
+        for key, new in (("rollout.max_new_tokens", self.rollout.max_new_tokens),
+                         ("eval.max_new_tokens", self.eval.max_new_tokens or 0)):
+            if prompt + new > positions:
+                raise ValueError(f"{key}: {new} new tokens after a prompt of up to {prompt} exceed the toy model's "
+                                 f"{positions} positions (model.toy.max_position_embeddings)")
         return self
 
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:

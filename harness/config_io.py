@@ -10,14 +10,23 @@ import copy
 import difflib
 import os
 import re
-from typing import Any, TypeVar, get_args
+import stat
+from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
 _MAX_PROBLEMS = 5
+MAX_FILE_BYTES = 1 << 20
+"""Config files are hand-written: anything larger (or not a regular file, e.g. /dev/zero) is refused unread."""
+MAX_DEPTH = 32
+"""Deepest nesting of mappings and sequences a config may have (a run config needs 4)."""
+MAX_NODES = 100_000
+"""Most values a document may hold once YAML aliases are expanded (an alias bomb of 500 bytes holds 10^8)."""
+MAX_NAME = 200
+"""Longest name (MLflow stores experiment names in 256 characters, and run names are built from them)."""
 # PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string; on the command line it means a float.
 _BARE_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
@@ -26,19 +35,78 @@ class ConfigError(ValueError):
     """A config that cannot be read or does not validate; the message is one line."""
 
 
+def _check_name(name: str) -> str:
+    if len(name) > MAX_NAME:
+        raise ValueError(f"longer than {MAX_NAME} characters ({len(name)})")
+    bad = [c for c in name if c in "/\\" or not c.isprintable()]
+    if bad:
+        raise ValueError(f"contains {bad[0]!r}: names hold no path separators, newlines or control characters")
+    if name.strip(". ") == "":
+        raise ValueError(f"{name!r} is not a name")
+    return name
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+"""A sweep, experiment, arm or run name: it becomes an MLflow name and part of file names."""
+
+
+class _Loader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses duplicate keys and nesting deeper than `MAX_DEPTH`."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self._path: list[str] = []
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._path.append(index.value if isinstance(index, yaml.ScalarNode) else "")
+        try:
+            if len(self._path) > MAX_DEPTH:
+                raise _KeyedError(self._keys(), f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._path.pop()
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        if self.flow_level >= MAX_DEPTH:  # here, not in compose_node: the scanner reads ahead of it
+            raise _KeyedError(self._keys(), f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key in seen:
+                raise _KeyedError(str(key), f"duplicate key (first at line {seen[key].line + 1})",
+                                  key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+    def _keys(self) -> str:
+        return ".".join(str(k) for k in self._path if k)
+
+
+class _KeyedError(yaml.YAMLError):
+    def __init__(self, key: str, problem: str, mark: Any):
+        super().__init__(f"{key + ': ' if key else ''}line {mark.line + 1}: {problem}")
+
+
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a YAML mapping with `yaml.safe_load`. An empty file is an empty mapping."""
+    """Read a YAML mapping safely: a regular file of at most `MAX_FILE_BYTES`, no duplicate keys,
+    bounded nesting and alias expansion. An empty file is an empty mapping."""
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: cannot read (not a regular file)")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: cannot read ({info.st_size} bytes, over the {MAX_FILE_BYTES >> 20} MiB "
+                              "limit of a config file)")
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({_one_line(exc)})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: {_yaml_problem(exc)}") from None
+    data = _parse(text, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -94,11 +162,46 @@ def validate(model_cls: type[M], data: dict[str, Any], source: str) -> M:
         raise ConfigError(message) from None
 
 
-def _parse_value(item: str, raw: str) -> Any:
+def _parse(text: str, where: str) -> Any:
+    """`text` as YAML with `_Loader`; a document that aliases expand beyond `MAX_NODES` is an error."""
     try:
-        value = yaml.safe_load(raw)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except _KeyedError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {item!r}: {_yaml_problem(exc)}") from None
+        raise ConfigError(f"{where}: {_yaml_problem(exc)}") from None
+    _check_size(data, where)
+    return data
+
+
+def _check_size(data: Any, where: str) -> None:
+    """Count the values of `data` as if aliases were copied out (shared objects counted per use)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any, key: str) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in open_:
+            raise ConfigError(f"{where}: {key or 'top level'}: a YAML alias refers to itself")
+        if id(node) not in sizes:
+            open_.add(id(node))
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            total = 1
+            for k, v in items:
+                total += size(v, f"{key}.{k}" if key and isinstance(k, str) else (key or str(k)))
+                if total > MAX_NODES:
+                    raise ConfigError(f"{where}: {key or k}: holds more than {MAX_NODES} values "
+                                      "(YAML aliases expanded)")
+            open_.discard(id(node))
+            sizes[id(node)] = total
+        return sizes[id(node)]
+
+    size(data, "")
+
+
+def _parse_value(item: str, raw: str) -> Any:
+    value = _parse(raw, f"--set {item!r}")
     if isinstance(value, str) and _BARE_EXPONENT.fullmatch(value):
         return float(value)
     return value
@@ -121,7 +224,7 @@ def _describe(model_cls: type[BaseModel], err: dict[str, Any]) -> str:
     elif kind == "missing":
         problem = "required key is missing"
     else:
-        problem = _one_line(err.get("msg", "invalid value"))
+        problem = _one_line(err.get("msg", "invalid value")).removeprefix("Value error, ")
         value = err.get("input")
         if isinstance(value, (str, int, float, bool)) or value is None:
             problem += f" (got {_one_line(repr(value))[:80]})"

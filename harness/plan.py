@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from harness.config import RunConfig
-from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
+from harness.config_io import ConfigError, Name, apply_overrides, load_yaml, set_dotted, validate
 from harness.jobs import Job
+from trainer.config import STRICT as _STRICT
+from trainer.config import Seed
 
-_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 Overrides = dict[str, Any]
+MAX_JOBS = 10_000
+"""Most jobs a sweep may expand to unless `--max-jobs` allows more (counted before expanding)."""
 
 
 class Arm(BaseModel):
@@ -27,7 +30,7 @@ class Arm(BaseModel):
 
     model_config = _STRICT
 
-    name: str = Field(min_length=1)
+    name: Name
     """Label shown in tables and reports."""
     set: Overrides = {}
     """Dotted-key overrides, e.g. {objective.clip_high: 0.28}."""
@@ -51,9 +54,9 @@ class RunsFile(BaseModel):
 
     model_config = _STRICT
 
-    name: str = Field(min_length=1)
+    name: Name
     """Sweep or study name; also the MLflow experiment unless `experiment` is set."""
-    experiment: str | None = None
+    experiment: Name | None = None
     """MLflow experiment of the runs (null = the name)."""
     base: str | None = None
     """Run config file every run starts from, relative to this file."""
@@ -85,7 +88,7 @@ class SweepSpec(RunsFile):
     """Combinations to drop: one that matches every key: value of an entry is excluded."""
     include: list[Overrides] = []
     """Extra combinations (overrides) added after the product and the exclusions."""
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
     """Seeds: every combination runs once per seed."""
     profiles: dict[str, Overrides] = {}
     """Named override sets selected with --profile (e.g. `paper` for the GPU settings)."""
@@ -94,11 +97,17 @@ class SweepSpec(RunsFile):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, seeds: list[int]) -> list[int]:
-        if any(s < 0 for s in seeds):
-            raise ValueError("seeds must be ≥ 0")
         if len(set(seeds)) != len(seeds):
             raise ValueError("seeds repeat")
         return seeds
+
+    @field_validator("arms", "grid", "zip")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        # left out, they vary nothing (a seeds-only sweep); written empty, an axis was most likely lost
+        if not value:
+            raise ValueError("empty: give it an entry, or leave the key out to run the base config over the seeds")
+        return value
 
     @field_validator("grid")
     @classmethod
@@ -122,7 +131,7 @@ class SweepSpec(RunsFile):
             seen |= set(group)
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
-            raise ValueError("arm names repeat")
+            raise ValueError(f"arms: arm names repeat ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
         if self.cumulative and not self.arms:
             raise ValueError("cumulative needs arms")
         varied = seen | {k for a in self.arms for k in a.set}
@@ -131,6 +140,20 @@ class SweepSpec(RunsFile):
             if not rule or unknown:
                 raise ValueError(f"exclude[{i}]: {', '.join(sorted(unknown)) or 'empty rule'} does not vary in this sweep")
         return self
+
+    def job_count(self) -> int:
+        """Jobs before exclusions, from the axes' lengths (nothing is expanded)."""
+        combos = max(1, len(self.arms))
+        for values in [*self.grid.values(), *(next(iter(g.values())) for g in self.zip)]:
+            combos *= len(values)
+        return (combos + len(self.include)) * len(self.seeds)
+
+    def set_keys(self) -> set[str]:
+        """Run-config keys each job's combination or seed sets (an override of them would be lost)."""
+        keys = {"seed", "tracking.experiment", *self.grid}
+        keys |= {k for group in self.zip for k in group}
+        keys |= {k for arm in self.arms for k in arm.set} | {k for extra in self.include for k in extra}
+        return keys
 
 
 @dataclass(frozen=True)
@@ -148,11 +171,18 @@ class SweepPlan:
     jobs: tuple[Job, ...]
 
 
-def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None) -> SweepPlan:
-    """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job."""
+def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None,
+               max_jobs: int | None = None) -> SweepPlan:
+    """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job.
+    A sweep of more than `max_jobs` (default `MAX_JOBS`) jobs is refused before it is expanded."""
     path = Path(path)
     raw = load_yaml(path)
     spec = validate(SweepSpec, raw, str(path))
+    max_jobs = MAX_JOBS if max_jobs is None else max_jobs
+    if spec.job_count() > max_jobs:
+        raise ConfigError(f"{path}: grid: {spec.job_count()} jobs exceed the limit of {max_jobs} "
+                          "(raise it with --max-jobs)")
+    refuse_taken_overrides(path, spec.set_keys(), overrides or [])
     base = spec.base_config(path)
     if profile is not None and profile not in spec.profiles:
         known = ", ".join(spec.profiles) or "none"
@@ -183,6 +213,18 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
             jobs.append(Job(config=cfg.model_copy(update={"seed": seed}), arm=label, varying=values))
     sweep_id = hashlib.sha256(f"{spec.name}\n{experiment}".encode()).hexdigest()[:12]
     return SweepPlan(spec.name, experiment, sweep_id, str(path), raw, spec, tuple(jobs))
+
+
+def refuse_taken_overrides(path: Path, taken: set[str], overrides: list[str]) -> None:
+    """Refuse a `--set` of a key (or a key above or below it) that the file sets per run: the run's
+    own value would silently replace it."""
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        clash = [k for k in taken if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
+        if clash:
+            what = "seeds" if clash[0] == "seed" else "this file"
+            raise ConfigError(f"{path}: --set {key}: {clash[0]} is set by {what} for every run; "
+                              "change it in the file")
 
 
 def _combinations(spec: SweepSpec) -> list[Overrides]:

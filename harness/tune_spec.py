@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from harness.config import RunConfig
 from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
-from harness.plan import RunsFile
-
-_STRICT = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+from harness.plan import RunsFile, refuse_taken_overrides
+from trainer.config import STRICT as _STRICT
+from trainer.config import Seed
 
 
 class Dimension(BaseModel):
@@ -82,7 +82,7 @@ class Sampler(BaseModel):
 
     name: Literal["tpe", "random", "grid"] = "tpe"
     """TPE (default), random search, or the full grid."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the sampler (each worker adds its index, so workers draw differently)."""
 
 
@@ -150,6 +150,7 @@ def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     """Read and validate a tune file; each searched key is checked at both ends of its range."""
     path = Path(path)
     spec = validate(TuneSpec, load_yaml(path), str(path))
+    refuse_taken_overrides(path, {*spec.space, "tracking.experiment"}, overrides or [])
     base = spec.base_config(path)
     experiment = spec.experiment or spec.name
     base = apply_overrides(set_dotted(base, spec.set, f"{path}: set"), overrides or [])

@@ -86,7 +86,7 @@ def test_shipped_ablation_files_plan(tmp_path):
     ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrdi: {seed: [1]}\n", "grdi: unknown key"),
     ("name: t\nbase: toy_run.yaml\n", "seeds: required key is missing"),
     ("name: t\nbase: toy_run.yaml\nseeds: [0, 0]\n", "seeds repeat"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [-1]\n", "seeds must be ≥ 0"),
+    ("name: t\nbase: toy_run.yaml\nseeds: [-1]\n", "seeds[0]: Input should be greater than or equal to 0"),
     ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: 0.28}\n", "grid.objective.clip_high"),
     ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: []}\n", "at least one value"),
     ("name: t\nbase: toy_run.yaml\nseeds: [0]\nzip: [{train.epochs: [1, 2], train.mini_batches: [1]}]\n",

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
+"""Every settings model's config: unknown keys, a bool or float given for an int, and inf/nan are errors
+(an infinite learning rate would otherwise fail mid-run with an unrelated index error)."""
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+"""A seed: torch and numpy take it as a signed 64-bit integer."""
 
 
 class RolloutConfig(BaseModel):
     """How responses are sampled."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     backend: Literal["transformers", "vllm"] = "transformers"
     """Generation backend: transformers (in-process, CPU or GPU) or vllm (a colocated vLLM engine on a CUDA
@@ -33,7 +39,7 @@ class RolloutConfig(BaseModel):
 class TrainConfig(BaseModel):
     """The optimisation loop."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     steps: int = Field(200, ge=0)
     """RL steps (one rollout batch each); 0 = an evaluation-only run (needs eval.every >= 1)."""
@@ -43,8 +49,9 @@ class TrainConfig(BaseModel):
     """Linear warm-up of the learning rate over this many optimiser steps, then constant."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW decoupled weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW betas."""
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.999), strict=False)
+    """AdamW betas, each in [0, 1) (a YAML list is read as the pair)."""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (null = no clipping; the norm is logged either way)."""
     mini_batches: int = Field(1, ge=1)

@@ -10,16 +10,22 @@ Each switch is a registered function (ADVANTAGES, RATIOS, AGGREGATIONS, KL_ESTIM
 a new variant is one decorated function.
 """
 
-from trainer.objective.advantages import ADVANTAGES, advantage_metrics
-from trainer.objective.aggregation import AGGREGATIONS, Normaliser
-from trainer.objective.clipping import Surrogate, clipped_surrogate
-from trainer.objective.kl import KL_ESTIMATORS, token_entropy, token_logprobs
-from trainer.objective.loss import (ObjectiveOutput, compute_advantages, loss_mask, merge_metrics,
-                                    policy_loss, shape_rewards)
-from trainer.objective.overlong import overlong_filter, soft_overlong_penalty
-from trainer.objective.ratios import RATIOS
-from trainer.objective.sampling import GroupFilter, dynamic_sampling_filter, group_outcome_metrics
-from trainer.objective.settings import PRESETS, ObjectiveSettings
+import importlib
+from typing import Any
+
+# Imported on first use, so that `trainer.objective.settings` (a config's validation) needs no torch.
+_HOMES = {
+    "advantages": ["ADVANTAGES", "advantage_metrics"],
+    "aggregation": ["AGGREGATIONS", "Normaliser"],
+    "clipping": ["Surrogate", "clipped_surrogate"],
+    "kl": ["KL_ESTIMATORS", "token_entropy", "token_logprobs"],
+    "loss": ["ObjectiveOutput", "compute_advantages", "loss_mask", "merge_metrics", "policy_loss", "shape_rewards"],
+    "overlong": ["overlong_filter", "soft_overlong_penalty"],
+    "ratios": ["RATIOS"],
+    "sampling": ["GroupFilter", "dynamic_sampling_filter", "group_outcome_metrics"],
+    "settings": ["PRESETS", "ObjectiveSettings"],
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "RATIOS", "PRESETS",
@@ -28,3 +34,15 @@ __all__ = [
     "advantage_metrics", "clipped_surrogate", "overlong_filter", "soft_overlong_penalty",
     "dynamic_sampling_filter", "group_outcome_metrics", "token_entropy", "token_logprobs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'trainer.objective' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"trainer.objective.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

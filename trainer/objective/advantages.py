@@ -10,9 +10,7 @@ from __future__ import annotations
 import torch
 
 from trainer import metric_names as M
-from trainer.objective.registry import Registry
-
-ADVANTAGES: Registry = Registry("advantage estimator")
+from trainer.objective.registry import ADVANTAGES
 
 
 def _zero_flat_groups(adv: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.objective.registry import Registry
-
-AGGREGATIONS: Registry = Registry("loss aggregation")
+from trainer.objective.registry import AGGREGATIONS
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.objective.registry import Registry
-
-KL_ESTIMATORS: Registry = Registry("KL estimator")
+from trainer.objective.registry import KL_ESTIMATORS
 
 # Bounds log(π_θ/π_ref) so that k3's exp stays finite for tokens the reference finds absurd.
 MAX_LOG_RATIO = 20.0

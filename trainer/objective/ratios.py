@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.objective.registry import Registry
-
-RATIOS: Registry = Registry("importance ratio level")
+from trainer.objective.registry import RATIOS
 
 
 def _token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

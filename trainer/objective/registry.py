@@ -1,7 +1,12 @@
-"""Name → function registries: each switch value is one small registered function."""
+"""Name → function registries: each switch value is one small registered function.
+
+Each registry declares its names and the module whose functions register under them, so a config's
+switch names validate without importing that module (torch); looking a function up imports it.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Generic, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -10,13 +15,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Registry(Generic[F]):
     """Functions registered under a name, with optional metadata (e.g. a ratio's level)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, module: str, names: tuple[str, ...]):
         self.kind = kind
+        self.module = module
+        """The module whose functions register here."""
+        self._names = names
         self._fns: dict[str, F] = {}
         self._meta: dict[str, dict[str, Any]] = {}
 
     def register(self, name: str, **meta: Any) -> Callable[[F], F]:
         def add(fn: F) -> F:
+            if name not in self._names:
+                raise ValueError(f"{self.kind} {name!r} is not declared in trainer/objective/registry.py")
             if name in self._fns:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._fns[name] = fn
@@ -26,17 +36,27 @@ class Registry(Generic[F]):
         return add
 
     def __getitem__(self, name: str) -> F:
+        importlib.import_module(self.module)
         try:
             return self._fns[name]
         except KeyError:
             raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._fns
+        return name in self._names
 
     def meta(self, name: str) -> dict[str, Any]:
         self[name]  # raise the helpful error for unknown names
         return self._meta[name]
 
     def names(self) -> tuple[str, ...]:
-        return tuple(self._fns)
+        return self._names
+
+
+ADVANTAGES: Registry = Registry("advantage estimator", "trainer.objective.advantages",
+                                ("group_std", "group_mean", "batch_std", "group_median"))
+AGGREGATIONS: Registry = Registry("loss aggregation", "trainer.objective.aggregation",
+                                  ("seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum"))
+RATIOS: Registry = Registry("importance ratio level", "trainer.objective.ratios",
+                            ("token", "sequence", "sequence_token"))
+KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3"))

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from trainer.objective.advantages import ADVANTAGES
-from trainer.objective.aggregation import AGGREGATIONS
-from trainer.objective.kl import KL_ESTIMATORS
-from trainer.objective.ratios import RATIOS
-from trainer.objective.registry import Registry
+from trainer.config import STRICT
+from trainer.objective.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS, Registry
 
 
 class ObjectiveSettings(BaseModel):
     """Every switch of the GRPO-family objective. No field has a default: start from
     `ObjectiveSettings.preset(name, **overrides)` or spell every field out."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = STRICT
 
     advantage: str
     """Advantage estimator: group_std (GRPO), group_mean (Dr. GRPO: no std), batch_std (TRL

@@ -34,47 +34,18 @@ The tokenizer is character-level, so characters and tokens are the same count.
 
 from __future__ import annotations
 
-import string
 from typing import Any, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from trainer.metric_names import task_metric
 from trainer.tasks.base import Grade, Group
+from trainer.tasks.toy_addition_config import FILLER_ALPHABET, ToyAdditionConfig
 
-FILLER_ALPHABET = string.ascii_lowercase
-"""Filler blocks are prefixes of this: every next filler token is trivial, only block ends are choices."""
 CHARS = "0123456789+=,?>;!" + FILLER_ALPHABET
 """Every character a prompt or trace uses (the toy tokenizer's vocabulary)."""
 ANSWER_OPEN, ANSWER_CLOSE, GUESSED_ANSWER_CLOSE = ">", ";", "!"
 COLUMN_END, GUESSED_COLUMN_END = ",", "?"
 HIDDEN = "?"
-
-
-class ToyAdditionConfig(BaseModel):
-    """Settings of the toy addition task (problem mix, hidden digits, filler)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min_digits: int = Field(1, ge=1, le=9)
-    """Fewest digits of an operand; each operand draws its digit count uniformly in [min, max]."""
-    max_digits: int = Field(4, ge=1, le=9)
-    """Most digits of an operand (4 keeps the longest trace at 68 tokens with 2 filler blocks)."""
-    hide_prob: float = Field(0.4, ge=0.0, le=1.0)
-    """Chance that a sample's prompt hides one digit (uniform over the digits of both operands) as `?`:
-    the visible failure signal the length bias needs."""
-    filler_block_len: int = Field(16, ge=1, le=len(FILLER_ALPHABET))
-    """Tokens per filler block. With 16 the bias showed in every seed tried; with 9 in one of three."""
-    max_filler_blocks: int = Field(2, ge=0)
-    """Target traces append 0..max filler blocks, drawn uniformly and independently of correctness,
-    so the SFT model starts with no length/correctness link; the grader accepts any amount."""
-
-    @model_validator(mode="after")
-    def _check_digits(self) -> "ToyAdditionConfig":
-        if self.min_digits > self.max_digits:
-            raise ValueError("min_digits must not exceed max_digits")
-        return self
 
 
 def _draw_operand(rng: np.random.Generator, config: ToyAdditionConfig) -> int:
