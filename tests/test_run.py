@@ -100,7 +100,7 @@ def test_diverging_run_ends_failed_with_reason(tmp_path, tiny_run_overrides, mon
     ("objective: {preset: grpo}\n", ["rollout.group_size=1"], "rollout.group_size"),
     ("objective: {preset: reinforce}\n", [], "unknown preset 'reinforce'"),
     ("objective: {preset: grpo}\nmodel: {source: hf, name_or_path: ./no/such/model}\n", [], "no model directory"),
-    ("objective: {preset: dapo}\n", [], "overlong_penalty needs"),
+    ("objective: {preset: dapo, max_len: 64, overlong_cache_len: 65}\n", [], "must not exceed max_len (64)"),
     ("objective: [grpo\n", [], "invalid YAML"),
     (None, [], "file not found"),
 ])

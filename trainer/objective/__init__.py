@@ -19,10 +19,10 @@ from trainer.objective.loss import (ObjectiveOutput, compute_advantages, loss_ma
 from trainer.objective.overlong import overlong_filter, soft_overlong_penalty
 from trainer.objective.ratios import RATIOS
 from trainer.objective.sampling import GroupFilter, dynamic_sampling_filter, group_outcome_metrics
-from trainer.objective.settings import PRESETS, ObjectiveSettings
+from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "RATIOS", "PRESETS",
+    "ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "RATIOS", "PRESETS", "preset_fields",
     "ObjectiveSettings", "ObjectiveOutput", "Normaliser", "Surrogate", "GroupFilter",
     "policy_loss", "merge_metrics", "compute_advantages", "shape_rewards", "loss_mask",
     "advantage_metrics", "clipped_surrogate", "overlong_filter", "soft_overlong_penalty",
