@@ -98,3 +98,18 @@ def test_out_of_memory_at_one_response_is_raised(tiny_run_overrides, monkeypatch
     monkeypatch.setattr(tr, "_logits", never)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         tr.step(1)
+
+
+def test_non_finite_parameters_fail_as_divergence_not_at_the_next_generation(tiny_run_overrides):
+    """lr = inf (which validation refuses; a divergence looks the same) turns the weights to inf/NaN
+    with a finite loss and gradient. The step that did it fails naming the lr, instead of the next
+    step's sampling failing with "index 47 is out of bounds" from NaN probabilities."""
+    from trainer.loop import TrainingDiverged
+
+    tr = _trainer(tiny_run_overrides)
+    for group in tr.optimiser.param_groups:
+        group["lr"] = float("inf")
+    tr.schedule.base_lrs = [float("inf")] * len(tr.schedule.base_lrs)
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 1: parameters are non-finite after the "
+                                               r"optimiser step \(lr inf\)"):
+        tr.step(1)
