@@ -113,3 +113,15 @@ def test_non_finite_parameters_fail_as_divergence_not_at_the_next_generation(tin
     with pytest.raises(TrainingDiverged, match=r"diverged at step 1: parameters are non-finite after the "
                                                r"optimiser step \(lr inf\)"):
         tr.step(1)
+
+
+def test_grade_timeouts_are_counted_per_step():
+    """train/grade_timeouts counts the step's answers whose grading ran out of time (graded wrong)."""
+    from trainer.loop import Samples, rollout_metrics
+    from trainer.tasks.base import Grade, Group
+
+    grades = [Grade(1.0, True), Grade(0.0, False, timed_out=True), Grade(0.0, False), Grade(0.0, False, timed_out=True)]
+    s = Samples([Group("p", "5", ("",) * 4)], [[1]] * 4, [[2]] * 4, torch.zeros(4, dtype=torch.bool),
+                torch.tensor([3, 4, 5, 6]), grades, [""] * 4, [1] * 4)
+    metrics = rollout_metrics(s, torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert metrics[M.GRADE_TIMEOUTS] == 2.0 and metrics[M.ACCURACY] == 0.25

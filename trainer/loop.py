@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -99,7 +99,7 @@ class Trainer:
         for k, text in enumerate(out.texts):
             grade = self.task.grade(groups[k // G], k % G, text)
             if truncated[k]:  # no final answer within the budget: wrong, whatever the text holds
-                grade = Grade(reward=0.0, correct=False, info=grade.info)
+                grade = replace(grade, reward=0.0, correct=False)
             grades.append(grade)
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(out.prompt_ids.cpu(), out.prompt_mask.cpu())]
         response_ids = [row[:n].tolist() for row, n in zip(out.response_ids.cpu(), lengths.tolist())]
@@ -296,7 +296,8 @@ def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
     lengths = s.lengths.double()
     correct = torch.tensor([g.correct for g in s.grades])
     out = {M.REWARD_MEAN: rewards.mean().item(), M.ACCURACY: correct.double().mean().item(),
-           M.LENGTH_MEAN: lengths.mean().item(), M.TRUNCATED_FRAC: s.truncated.double().mean().item()}
+           M.LENGTH_MEAN: lengths.mean().item(), M.TRUNCATED_FRAC: s.truncated.double().mean().item(),
+           M.GRADE_TIMEOUTS: float(sum(g.timed_out for g in s.grades))}
     if correct.any():
         out[M.LENGTH_CORRECT_MEAN] = lengths[correct].mean().item()
     if (~correct).any():
