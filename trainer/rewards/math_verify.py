@@ -9,22 +9,24 @@ Facts about math-verify (0.9) that this module exists to get right:
   goes through up to three of them (two parses and a comparison), 5 s each by default. Texts
   such as `\\boxed{10^{10^{10^{10}}}}`, `\\frac` nested 300 deep or 100 kB of `1+1+…` took 7-15 s.
 
-So every answer gets a hard wall-clock budget (`budget_s`, 1 s by default), whatever its text:
+So every answer gets a hard budget (`budget_s`, 1 s by default), whatever its text:
 
 1. Cheap checks first, in the caller: a text longer than `MAX_CHARS` or with brackets nested
    deeper than `MAX_DEPTH` grades wrong without being parsed (no right answer looks like that,
    and these are the shapes that make the parser slow). They are a fast path, not the bound.
-2. The bound: math-verify runs (its own timeouts off) in a child process that is SIGKILLed when
-   it has used the budget (less a margin for the round trip) of CPU time; the answer grades wrong
-   and `Grade.timed_out` is set (the training loop counts these in `train/grade_timeouts`). CPU
-   time, not wall-clock time: on an idle machine the two agree (so an answer takes ≤ `budget_s`,
-   see benchmarks/grader_adversarial.py), while on a busy one a legitimate comparison that waits
-   for a core is not cut short and graded wrong (which cost MATH-500 agreement at load 11 on 2
-   cores); a child that stalls without using CPU is killed after 10 × the budget of wall time. A kill loses nothing but that child: children are
-   forked from a helper process that has already imported and warmed up sympy (a zygote), so a
-   fresh child is ready within milliseconds, forked right after the reply, off the caller's path.
-   Signal-based timeouts could not give this: they cannot go below 1 s per step, nor stop code
-   that holds the GIL in C (big-integer powers), nor run outside the main thread.
+2. The bound: math-verify runs (its own timeouts off) in a child process that is SIGKILLed once
+   it has used the budget, less a margin for the round trip, of CPU time; the answer grades wrong
+   and `Grade.timed_out` is set (the training loop counts these in `train/grade_timeouts`).
+   A kill loses nothing but that child: children are forked from a helper process that has
+   already imported and warmed up sympy (a zygote), so a fresh child is ready within
+   milliseconds, forked right after the reply, off the caller's path. Signal-based timeouts could
+   not give this: they cannot go below 1 s per step, nor stop code that holds the GIL in C
+   (big-integer powers), nor run outside the main thread.
+3. CPU time rather than wall-clock time: on an idle machine the two agree, so an answer takes
+   ≤ `budget_s` (benchmarks/grader_adversarial.py), while on a busy machine a legitimate
+   comparison that waits for a core is not cut short and graded wrong (a wall-clock budget lost
+   MATH-500 answers at load 11 on 2 cores). A child that stalls without using CPU is killed after
+   `_WALL_FACTOR` × its budget of wall-clock time.
 
 The helper is started on first use (or by `start_grader`, e.g. when a task is built) and
 restarted if it dies; grading works from any thread and costs a round trip of about a millisecond.
@@ -60,7 +62,7 @@ MAX_CHARS = 20_000
 MAX_DEPTH = 40
 """Texts with `{`, `(` or `[` nested deeper grade wrong unparsed (real answers nest a few levels)."""
 BUDGET_S = 1.0
-"""Default wall-clock budget per answer, everything included."""
+"""Default budget per answer, everything included (CPU time: wall-clock time on an idle machine)."""
 HELPER_START_S = 120
 """How long the helper process may take to start (it imports sympy)."""
 _REPLY_SLACK_S = 0.2
@@ -78,8 +80,9 @@ def grade_math(completion: str, gold: str, budget_s: float = BUDGET_S) -> Grade:
 
     math-verify reads the last `\\boxed{}` (several boxes are read together as a set) or, failing
     that, the last LaTeX or plain expression. `info["extracted"]` is the answer it found, as it
-    normalises it (`0.5` reads `\\frac{1}{2}`; "" if none). The whole grading takes at most about
-    `budget_s` seconds; an answer that needs longer grades 0 with `timed_out` set. Never raises on a
+    normalises it (`0.5` reads `\\frac{1}{2}`; "" if none). The whole grading uses at most about
+    `budget_s` seconds of CPU time (see the module docstring); an answer that needs more grades 0 with
+    `timed_out` set. Grading works from any thread. Never raises on a
     completion (garbage, empty, too long, unparsable or timing out grades 0); raises ValueError for a
     `budget_s` that is not a finite number > 0.
     """
@@ -165,6 +168,7 @@ class _Helper:
         self.lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._ready = False
+        self._owner = os.getpid()  # a forked copy of this process must not share the pipes: it starts its own
 
     def grade(self, completion: str, gold: str, budget_s: float) -> tuple[bool, str, bool]:
         with self.lock:
@@ -180,6 +184,8 @@ class _Helper:
                 return False, "", True
 
     def started(self) -> subprocess.Popen:
+        if self._owner != os.getpid():
+            self._process, self._owner = None, os.getpid()
         if self._process is None or self._process.poll() is not None:
             root = str(Path(__file__).resolve().parents[2])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
