@@ -16,7 +16,7 @@ from harness.config_io import Name, apply_overrides, load_yaml, validate
 from trainer.config import STRICT as _STRICT
 from trainer.config import RolloutConfig, Seed, TrainConfig
 from trainer.models.toy_config import ToyModelConfig
-from trainer.objective.settings import PRESETS, ObjectiveSettings
+from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
 
 
@@ -148,7 +148,7 @@ class RunConfig(BaseModel):
     """The preset the objective section started from (a label only: the resolved fields define the run)."""
     objective: ObjectiveSettings
     """The GRPO-family switches. Write `preset: grpo|dr_grpo|dapo|gspo` plus any field to override;
-    max_len defaults to rollout.max_new_tokens."""
+    max_len defaults to rollout.max_new_tokens (and then dapo's overlong_cache_len to max_len // 5)."""
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
@@ -164,13 +164,13 @@ class RunConfig(BaseModel):
         objective = dict(data["objective"])
         name = objective.pop("preset", None)
         data = {**data, "objective_preset": name}
-        if name is not None:
-            if name not in PRESETS:
-                raise ValueError(f"objective.preset: unknown preset {name!r}; known: {', '.join(PRESETS)}")
-            objective = {**PRESETS[name], **objective}
         if objective.get("max_len") is None:
             rollout = data.get("rollout") or {}
             objective["max_len"] = rollout.get("max_new_tokens", RolloutConfig.model_fields["max_new_tokens"].default)
+        if name is not None:
+            if name not in PRESETS:
+                raise ValueError(f"objective.preset: unknown preset {name!r}; known: {', '.join(PRESETS)}")
+            objective = preset_fields(name, objective)  # after max_len: a preset may derive from it
         return {**data, "objective": objective}
 
     @model_validator(mode="after")

@@ -98,3 +98,30 @@ def test_out_of_memory_at_one_response_is_raised(tiny_run_overrides, monkeypatch
     monkeypatch.setattr(tr, "_logits", never)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         tr.step(1)
+
+
+def test_non_finite_parameters_fail_as_divergence_not_at_the_next_generation(tiny_run_overrides):
+    """lr = inf (which validation refuses; a divergence looks the same) turns the weights to inf/NaN
+    with a finite loss and gradient. The step that did it fails naming the lr, instead of the next
+    step's sampling failing with "index 47 is out of bounds" from NaN probabilities."""
+    from trainer.loop import TrainingDiverged
+
+    tr = _trainer(tiny_run_overrides)
+    for group in tr.optimiser.param_groups:
+        group["lr"] = float("inf")
+    tr.schedule.base_lrs = [float("inf")] * len(tr.schedule.base_lrs)
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 1: parameters are non-finite after the "
+                                               r"optimiser step \(lr inf\)"):
+        tr.step(1)
+
+
+def test_grade_timeouts_are_counted_per_step():
+    """train/grade_timeouts counts the step's answers whose grading ran out of time (graded wrong)."""
+    from trainer.loop import Samples, rollout_metrics
+    from trainer.tasks.base import Grade, Group
+
+    grades = [Grade(1.0, True), Grade(0.0, False, timed_out=True), Grade(0.0, False), Grade(0.0, False, timed_out=True)]
+    s = Samples([Group("p", "5", ("",) * 4)], [[1]] * 4, [[2]] * 4, torch.zeros(4, dtype=torch.bool),
+                torch.tensor([3, 4, 5, 6]), grades, [""] * 4, [1] * 4)
+    metrics = rollout_metrics(s, torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert metrics[M.GRADE_TIMEOUTS] == 2.0 and metrics[M.ACCURACY] == 0.25

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 import threading
 import time
 
@@ -82,16 +84,18 @@ def test_garbage_grades_zero_without_raising(garbage):
     assert grade.reward == 0.0 and grade.correct is False and isinstance(grade.info["extracted"], str)
 
 
-def test_only_integer_timeouts():
-    for bad in (5.0, 0.5, "5", 0, -1, True):
-        with pytest.raises(ValueError):
-            grade_math("\\boxed{5}", "5", timeout_s=bad)
+def test_budget_must_be_a_positive_finite_number():
+    for bad in (0, -1, 0.0, math.nan, math.inf, "5", True, None):
+        with pytest.raises(ValueError, match="budget_s"):
+            grade_math("\\boxed{5}", "5", budget_s=bad)
+    assert grade_math("\\boxed{5}", "5", budget_s=0.5).correct
 
 
-def test_runaway_comparison_times_out_in_the_main_thread():
+def test_runaway_comparison_is_cut_at_the_budget():
     start = time.perf_counter()
-    grade = grade_math("\\boxed{9^{9^{9^{9}}}}", "5", timeout_s=1)  # sympy would not finish this
-    assert not grade.correct and time.perf_counter() - start < 10
+    grade = grade_math("\\boxed{9^{9^{9^{9}}}}", "5")  # sympy would not finish this
+    assert not grade.correct and grade.timed_out and time.perf_counter() - start < 5
+    assert grade_math("\\boxed{5}", "5").correct  # and the next answer is graded as usual
 
 
 def test_grades_from_another_thread():
@@ -109,20 +113,20 @@ def test_grades_from_another_thread():
 
 
 def test_runaway_comparison_times_out_in_another_thread():
-    """Off the main thread the helper process grades; a runaway there is killed, and the next grade works."""
+    """Any thread may grade; a runaway is killed at the budget, and the next grade works."""
     results = {}
 
     def work():
         start = time.perf_counter()
-        results["runaway"] = grade_math("\\boxed{9^{9^{9^{9}}}}", "5", timeout_s=1)
+        results["runaway"] = grade_math("\\boxed{9^{9^{9^{9}}}}", "5")
         results["seconds"] = time.perf_counter() - start
-        results["after"] = grade_math("\\boxed{5}", "5", timeout_s=1)
+        results["after"] = grade_math("\\boxed{5}", "5")
 
     worker = threading.Thread(target=work)
     worker.start()
     worker.join(120)
-    assert not results["runaway"].correct and results["seconds"] < 10
-    assert results["after"].correct
+    assert not results["runaway"].correct and results["runaway"].timed_out and results["seconds"] < 5
+    assert results["after"].correct and not results["after"].timed_out
 
 
 def test_a_dead_helper_is_restarted():
@@ -141,3 +145,53 @@ def test_a_dead_helper_is_restarted():
         worker.start()
         worker.join(120)
     assert first[0].correct and second[0].correct
+
+
+# ---- adversarial completions (issue 13): bounded time, graded wrong, nothing executed ----------
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from grader_adversarial import GOLD, _cpu_s, cases  # noqa: E402  (the benchmark's battery: one home)
+
+
+def test_adversarial_completions_grade_wrong_fast_and_run_nothing(tmp_path):
+    """Each case through the training loop's path and through grade_math on the raw text: wrong, within
+    a generous bound of CPU time (the budget is 1 s of CPU time, which is wall-clock time on an idle
+    machine: see the benchmark; a busy test machine stretches wall-clock time), and the sentinel file
+    that executing the Python in some of them would create never appears."""
+    from trainer.data.records import Problem
+    from trainer.tasks.base import Group
+    from trainer.tasks.math import MathTask
+
+    sentinel = tmp_path / "executed"
+    task = MathTask([Problem(id="p", question="q", answer=GOLD)], template="r1")
+    group = Group(problem_id="p", answer=GOLD, prompts=("",))
+    assert task.grade(group, 0, "so \\boxed{5}").correct
+    for name, completion in cases(str(sentinel)):
+        for path, grade in (("task", lambda c: task.grade(group, 0, c)), ("raw", lambda c: grade_math(c, GOLD))):
+            cpu, start = _cpu_s(), time.perf_counter()
+            g = grade(completion)
+            cpu, seconds = _cpu_s() - cpu, time.perf_counter() - start
+            assert not g.correct and g.reward == 0.0, (name, path)
+            assert cpu < 1.5 and seconds < 15, (name, path, cpu, seconds)
+            assert not sentinel.exists(), (name, path)
+    # normal answers are still graded right after all those kills
+    for answer, gold in [("\\frac{1}{2}", "0.5"), ("3\\sqrt{13}", "\\sqrt{117}"), ("(x+1)^2", "x^2+2x+1")]:
+        assert task.grade(Group(problem_id="p", answer=gold, prompts=("",)), 0, f"\\boxed{{{answer}}}").correct
+
+
+@pytest.mark.parametrize("expr", ["__import__('os').system('touch X')", "eval('1')", "x", "1+a", "().__class__"])
+def test_parse_expr_guard_refuses_anything_but_arithmetic(expr):
+    """math-verify hands plain-text matches to sympy's parse_expr, which evals: the grader's guard lets
+    only numbers and arithmetic operators through."""
+    from trainer.rewards.math_verify import _safe_parse_expr
+
+    with pytest.raises(ValueError, match="refused"):
+        _safe_parse_expr(expr)
+    assert _safe_parse_expr("2**3 + (4 - 1)/2", evaluate=False).equals(9.5)
+
+
+def test_too_long_or_too_deep_is_wrong_without_parsing():
+    from trainer.rewards.math_verify import MAX_CHARS, MAX_DEPTH, too_complex
+
+    assert too_complex("1" * (MAX_CHARS + 1)) and not too_complex("1" * MAX_CHARS)
+    assert too_complex("{" * (MAX_DEPTH + 1)) and not too_complex("{" * MAX_DEPTH + "}" * MAX_DEPTH)
+    assert not too_complex("\\boxed{\\frac{\\sqrt{3}}{2}}")

@@ -76,6 +76,31 @@ def test_micro_batch_invariance(mode, ratio):
         assert metrics_k == pytest.approx(metrics1, abs=1e-6)
 
 
+@pytest.mark.parametrize("mode", AGGREGATIONS.names())
+def test_fully_masked_micro_batch_adds_nothing_and_keeps_its_count(mode):
+    """Row 6 of `_batch` is fully masked (e.g. overlong-filtered). Alone in a micro-batch it adds 0 to the
+    loss and gradient, the split sums to the full batch, and B = 8 counts it: dropping the row instead
+    scales the loss by 8/7 under the modes divided by B (token_mean does not depend on B)."""
+    s = ObjectiveSettings.preset("grpo", aggregation=mode, max_len=16)
+    logits, tokens, mask, old_logp, ref_logp, adv = _batch(2)
+    norm = Normaliser.from_mask(mask, s.max_len)
+    assert (norm.num_sequences, norm.num_scored) == (8, 7)
+    full, _, grad = _run(s, logits, tokens, mask, old_logp, ref_logp, adv, splits=1)
+    logits.grad, total = None, 0.0
+    for rows in (torch.tensor([6]), torch.tensor([0, 1, 2, 3, 4, 5, 7])):
+        out = policy_loss(token_logprobs(logits[rows], tokens[rows]), old_logp[rows], adv[rows], mask[rows], s,
+                          norm=norm)
+        assert rows.numel() > 1 or out.loss.item() == 0.0
+        out.loss.backward()
+        total += out.loss.item()
+    assert total == pytest.approx(full, abs=1e-12) and torch.allclose(logits.grad, grad, atol=1e-12)
+    assert logits.grad[6].abs().max().item() == 0.0
+    keep = torch.tensor([0, 1, 2, 3, 4, 5, 7])
+    dropped = policy_loss(token_logprobs(logits[keep].detach(), tokens[keep]), old_logp[keep], adv[keep],
+                          mask[keep], s).loss.item()
+    assert full == pytest.approx(dropped * (1.0 if mode == "token_mean" else 7 / 8), rel=1e-12)
+
+
 def test_micro_batch_counts_are_the_pitfall():
     """Dividing by each micro-batch's own token count (GUIDE §2 pitfall) changes the loss,
     so the invariance test above can fail."""

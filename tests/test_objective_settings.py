@@ -61,12 +61,31 @@ def test_bad_values_name_the_field(override, field, problem):
 @pytest.mark.parametrize("preset, override, problem", [
     ("dr_grpo", {}, "max_len is required when aggregation is 'constant'"),
     ("grpo", {"aggregation": "constant"}, "max_len is required"),
-    ("dapo", {"max_len": 128}, "overlong_penalty needs both max_len and overlong_cache_len"),
+    ("dapo", {}, "overlong_penalty needs both max_len and overlong_cache_len"),  # nothing to derive it from
+    ("grpo", {"overlong_penalty": True, "max_len": 128}, "overlong_penalty needs both"),  # dapo's default only
     ("dapo", {"max_len": 128, "overlong_cache_len": 200}, "overlong_cache_len (200) must not exceed max_len (128)"),
 ])
 def test_impossible_combinations(preset, override, problem):
     with pytest.raises(ValidationError, match=re.escape(problem)):
         ObjectiveSettings.preset(preset, **override)
+
+
+@pytest.mark.parametrize("max_len, cache", [(20480, 4096), (128, 25), (48, 9), (5, 1), (4, 1), (1, 1)])
+def test_dapo_overlong_cache_defaults_to_a_fifth_of_the_budget(max_len, cache):
+    """DAPO's 4096 of 20480 (arXiv 2503.14476, §3.4): max_len // 5, at least 1 token."""
+    s = ObjectiveSettings.preset("dapo", max_len=max_len)
+    assert (s.max_len, s.overlong_cache_len) == (max_len, cache)
+    assert ObjectiveSettings.preset("dapo", max_len=max_len, overlong_cache_len=1).overlong_cache_len == 1
+
+
+def test_dapo_overlong_cache_default_in_a_run_config():
+    """The run-config path fills max_len from rollout.max_new_tokens, then the same default applies."""
+    from harness.config import RunConfig
+
+    cfg = RunConfig.model_validate({"objective": {"preset": "dapo"}, "rollout": {"max_new_tokens": 40}})
+    assert (cfg.objective.max_len, cfg.objective.overlong_cache_len) == (40, 8)
+    cfg = RunConfig.model_validate({"objective": {"preset": "dapo", "max_len": 30, "overlong_cache_len": 3}})
+    assert (cfg.objective.max_len, cfg.objective.overlong_cache_len) == (30, 3)
 
 
 def test_settings_are_frozen():

@@ -153,16 +153,38 @@ LOSS = T([1.0, 2.0, 3.0, float("nan")], [4.0, 5.0, 99.0, 99.0], [7.0, 7.0, 7.0, 
 AGG_MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])  # third response fully masked
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("seq_mean_token_mean", (6 / 3 + 9 / 2) / 2),  # 3.25
-    ("token_mean", 15 / 5),                        # 3.0
-    ("constant", 15 / (2 * 4)),                    # 1.875 with L_max = 4
-    ("seq_mean_token_sum", 15 / 2),                # 7.5
+# B counts every response, the fully masked one too (GRPO's 1/G, Dr. GRPO's B·L_max, TRL)
+@pytest.mark.parametrize("mode, expected, token_grads", [
+    ("seq_mean_token_mean", (6 / 3 + 9 / 2) / 3, [1 / 9, 1 / 6]),  # 2.1666…; ∂/∂ℓ_it = 1/(B·T_i)
+    ("token_mean", 15 / 5, [1 / 5, 1 / 5]),                         # 3.0; 1/Σ T_i
+    ("constant", 15 / (3 * 4), [1 / 12, 1 / 12]),                   # 1.25 with L_max = 4; 1/(B·L_max)
+    ("seq_mean_token_sum", 15 / 3, [1 / 3, 1 / 3]),                 # 5.0; 1/B
 ])
-def test_aggregation_modes(mode, expected):
+def test_aggregation_modes(mode, expected, token_grads):
     norm = Normaliser.from_mask(AGG_MASK, max_len=4)
-    assert (norm.num_sequences, norm.num_tokens) == (2, 5)
-    assert AGGREGATIONS[mode](LOSS, AGG_MASK, norm).item() == pytest.approx(expected)
+    assert (norm.num_sequences, norm.num_tokens) == (3, 5)
+    loss = LOSS.clone().requires_grad_(True)
+    out = AGGREGATIONS[mode](loss, AGG_MASK, norm)
+    assert out.item() == pytest.approx(expected)
+    out.backward()
+    g = loss.grad
+    assert g[0, :3].tolist() == pytest.approx([token_grads[0]] * 3)
+    assert g[1, :2].tolist() == pytest.approx([token_grads[1]] * 2)
+    assert torch.equal(g[2], torch.zeros(4)) and g[0, 3] == 0 and g[1, 2:].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("mode, scale", [("seq_mean_token_mean", 15 / 16), ("token_mean", 1.0),
+                                         ("constant", 15 / 16), ("seq_mean_token_sum", 15 / 16)])
+def test_masked_response_stays_in_the_batch_count(mode, scale):
+    """1 of 16 responses filtered (overlong): the other 15's loss is scaled by 15/16, not left at 1/15
+    (the 16/15 excess over TRL); under `constant` the divisor B·L_max does not move with filtering."""
+    loss = torch.arange(1.0, 16 * 4 + 1, dtype=torch.float64).view(16, 4)
+    mask = torch.ones(16, 4)
+    mask[5] = 0
+    kept = torch.cat([loss[:5], loss[6:]]), torch.cat([mask[:5], mask[6:]])
+    full = AGGREGATIONS[mode](loss, mask, Normaliser.from_mask(mask, 4)).item()
+    alone = AGGREGATIONS[mode](*kept, Normaliser.from_mask(kept[1], 4)).item()
+    assert full == pytest.approx(alone * scale, rel=1e-12)
 
 
 def test_constant_normaliser_needs_max_len():

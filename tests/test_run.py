@@ -83,14 +83,27 @@ def test_diverging_run_ends_failed_with_reason(tmp_path, tiny_run_overrides, mon
 
     monkeypatch.setattr(trainer.loop, "policy_loss", nan_on_second_step)
     cfg = load_run_config(TOY_RUN, [*tiny_run_overrides, f"tracking.results_dir={tmp_path}"])
-    with pytest.raises(trainer.loop.TrainingDiverged, match="non-finite loss"):
+    with pytest.raises(trainer.loop.TrainingDiverged, match="diverged at step 2: loss is nan"):
         run_training(cfg, progress=False)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id])
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
-    assert run.data.tags["failure_reason"].startswith("TrainingDiverged: non-finite loss (nan) at step 2")
+    assert run.data.tags["failure_reason"].startswith("TrainingDiverged: diverged at step 2: loss is nan (lr 0.0005)")
     assert [m.step for m in client.get_metric_history(run.info.run_id, M.LOSS)] == [1]  # step 1 kept
     assert "rollouts.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_huge_lr_fails_the_run_as_diverged(tmp_path, tiny_run_overrides):
+    """lr 1e38 is finite (validation accepts it) but overflows the first optimiser step; the run fails
+    saying so, not with torch's "value cannot be converted to type float without overflow"."""
+    cfg = load_run_config(TOY_RUN, [*tiny_run_overrides, f"tracking.results_dir={tmp_path}", "train.lr=1e38"])
+    with pytest.raises(Exception, match="diverged at step 1"):
+        run_training(cfg, progress=False)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure_reason"].startswith("TrainingDiverged: diverged at step 1: ")
+    assert "lr 1e+38" in run.data.tags["failure_reason"]
 
 
 @pytest.mark.parametrize("content, overrides, needle", [
@@ -100,7 +113,7 @@ def test_diverging_run_ends_failed_with_reason(tmp_path, tiny_run_overrides, mon
     ("objective: {preset: grpo}\n", ["rollout.group_size=1"], "rollout.group_size"),
     ("objective: {preset: reinforce}\n", [], "unknown preset 'reinforce'"),
     ("objective: {preset: grpo}\nmodel: {source: hf, name_or_path: ./no/such/model}\n", [], "no model directory"),
-    ("objective: {preset: dapo}\n", [], "overlong_penalty needs"),
+    ("objective: {preset: dapo, max_len: 64, overlong_cache_len: 65}\n", [], "must not exceed max_len (64)"),
     ("objective: [grpo\n", [], "invalid YAML"),
     (None, [], "file not found"),
 ])

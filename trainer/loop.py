@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -30,7 +30,7 @@ class MetricSink(Protocol):
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss or gradient became non-finite."""
+    """The loss, the gradient or the parameters became non-finite (or the optimiser step overflowed)."""
 
 
 @dataclass
@@ -88,13 +88,18 @@ class Trainer:
         groups = self.task.sample_groups(self.rng, self.roll.prompts_per_step, G)
         prompts = [p for g in groups for p in g.prompts]
         seed = int(np.random.SeedSequence([self.seed, step, round_]).generate_state(1)[0])
-        out = self.backend.generate(prompts, self.params, seed)
+        try:
+            out = self.backend.generate(prompts, self.params, seed)
+        except RuntimeError as error:  # e.g. sampling from NaN probabilities: say so when that is the cause
+            if not self._finite_policy():
+                raise self._diverged(step, "the policy's parameters or logits are non-finite") from error
+            raise
         lengths, truncated = out.lengths.cpu(), out.truncated.cpu().bool()
         grades = []
         for k, text in enumerate(out.texts):
             grade = self.task.grade(groups[k // G], k % G, text)
             if truncated[k]:  # no final answer within the budget: wrong, whatever the text holds
-                grade = Grade(reward=0.0, correct=False, info=grade.info)
+                grade = replace(grade, reward=0.0, correct=False)
             grades.append(grade)
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(out.prompt_ids.cpu(), out.prompt_mask.cpu())]
         response_ids = [row[:n].tolist() for row, n in zip(out.response_ids.cpu(), lengths.tolist())]
@@ -203,7 +208,7 @@ class Trainer:
                                           mask[rows], self.obj, ref_logp=None if ref is None else ref[rows],
                                           entropy=token_entropy(logits.detach()), norm=norm)
                         if not torch.isfinite(out.loss):
-                            raise TrainingDiverged(f"non-finite loss ({out.loss.item()}) at step {step}")
+                            raise self._diverged(step, f"loss is {out.loss.item()}")
                         out.loss.backward()
                         parts.append(out.metrics)
                     return parts
@@ -212,15 +217,40 @@ class Trainer:
                 clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip).item()
                 if not math.isfinite(grad_norm):
-                    raise TrainingDiverged(f"non-finite gradient norm at step {step}")
+                    raise self._diverged(step, f"gradient norm is {grad_norm}")
                 metrics = merge_metrics(parts)
                 metrics.update({M.GRAD_NORM: grad_norm, M.LR: self.optimiser.param_groups[0]["lr"],
                                 M.MICRO_BATCH: float(self.micro_size or mini.numel())})
-                self.optimiser.step()
+                self._optimiser_step(step)
                 self.optimiser.zero_grad(set_to_none=True)
                 self.schedule.step()
                 per_step.append(metrics)
         return {k: float(np.mean([m[k] for m in per_step])) for k in per_step[0]}
+
+    # ---- divergence -----------------------------------------------------------------------
+    def _optimiser_step(self, step: int) -> None:
+        """optimiser.step(), then the parameters must be finite: a finite loss and gradient can still
+        step to inf/NaN weights (a huge lr), which would otherwise surface at the next sampling."""
+        try:
+            self.optimiser.step()
+        except RuntimeError as error:  # torch refuses an lr-scaled step that overflows its dtype
+            if "overflow" not in str(error):
+                raise
+            raise self._diverged(step, f"the optimiser step overflowed ({error})") from error
+        if not torch.stack([torch.isfinite(p.detach()).all() for p in self.policy.parameters()]).all():
+            raise self._diverged(step, "parameters are non-finite after the optimiser step")
+
+    def _finite_policy(self) -> bool:
+        """Whether the parameters, and the logits of a one-token input, are finite (a diagnosis after a
+        failed generation: huge but finite weights can still give NaN logits)."""
+        if not all(torch.isfinite(p.detach()).all() for p in self.policy.parameters()):
+            return False
+        with torch.no_grad():
+            logits = self.policy(input_ids=torch.full((1, 1), self.pad_id, device=self.device)).logits
+        return bool(torch.isfinite(logits).all())
+
+    def _diverged(self, step: int, what: str) -> TrainingDiverged:
+        return TrainingDiverged(f"diverged at step {step}: {what} (lr {self.optimiser.param_groups[0]['lr']:g})")
 
     # ---- one step, and the run ------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
@@ -266,7 +296,8 @@ def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
     lengths = s.lengths.double()
     correct = torch.tensor([g.correct for g in s.grades])
     out = {M.REWARD_MEAN: rewards.mean().item(), M.ACCURACY: correct.double().mean().item(),
-           M.LENGTH_MEAN: lengths.mean().item(), M.TRUNCATED_FRAC: s.truncated.double().mean().item()}
+           M.LENGTH_MEAN: lengths.mean().item(), M.TRUNCATED_FRAC: s.truncated.double().mean().item(),
+           M.GRADE_TIMEOUTS: float(sum(g.timed_out for g in s.grades))}
     if correct.any():
         out[M.LENGTH_CORRECT_MEAN] = lengths[correct].mean().item()
     if (~correct).any():

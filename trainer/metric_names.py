@@ -11,6 +11,7 @@ LENGTH_CORRECT_MEAN = "train/length_correct_mean"  # not logged when a step has 
 LENGTH_INCORRECT_MEAN = "train/length_incorrect_mean"  # not logged when a step has no incorrect one
 TRUNCATED_FRAC = "train/truncated_frac"
 TOKENS_GENERATED = "train/tokens_generated"  # cumulative response tokens sampled so far, dropped groups included
+GRADE_TIMEOUTS = "train/grade_timeouts"  # answers whose grading ran out of its time budget (graded wrong)
 
 # groups
 GROUPS_ALL_CORRECT_FRAC = "train/groups_all_correct_frac"
@@ -59,6 +60,7 @@ def task_metric(what: str) -> str:
 # Logged at every training step (the length splits only when defined).
 TRAINING = (
     REWARD_MEAN, ACCURACY, LENGTH_MEAN, LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN, TRUNCATED_FRAC, TOKENS_GENERATED,
+    GRADE_TIMEOUTS,
     GROUPS_ALL_CORRECT_FRAC, GROUPS_ALL_WRONG_FRAC, GROUPS_MIXED_FRAC, GEN_ROUNDS, GROUPS_DROPPED,
     ENTROPY, CLIP_FRAC_LOW, CLIP_FRAC_HIGH, CLIP_FRAC, KL, LOSS, GRAD_NORM, LR,
     ADV_MEAN, ADV_ABS_MEAN, ADV_ZERO_FRAC,

@@ -20,16 +20,20 @@ class Normaliser:
     """Counts over the whole optimisation batch."""
 
     num_sequences: int
-    """B: responses with at least one loss token (a fully masked response counts for nothing)."""
+    """B: every response of the batch, a fully masked one (e.g. overlong-filtered) included, as in
+    GRPO's 1/G, Dr. GRPO's B·L_max and TRL; so filtering does not move the divisor."""
     num_tokens: int
     """Σ_i T_i: loss tokens in the batch."""
+    num_scored: int
+    """Responses with at least one loss token: the denominator of per-sequence metrics (GSPO's
+    clip fraction, ratio mean), which a fully masked response has no value for. Not used by the loss."""
     max_len: int | None = None
     """L_max, the generation budget (constant normaliser only)."""
 
     @classmethod
     def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> "Normaliser":
         lengths = mask.sum(-1)
-        return cls(int((lengths > 0).sum()), int(lengths.sum()), max_len)
+        return cls(mask.shape[0], int(lengths.sum()), int((lengths > 0).sum()), max_len)
 
 
 def masked(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ metric; `merge_metrics` combines the contributions of all micro-batches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -61,7 +61,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     s = settings
     norm = norm or Normaliser.from_mask(mask, s.max_len)
     if norm.max_len is None and s.max_len is not None:
-        norm = Normaliser(norm.num_sequences, norm.num_tokens, s.max_len)
+        norm = replace(norm, max_len=s.max_len)
     sur = clipped_surrogate(RATIOS[s.ratio](logp, old_logp, mask), advantages, s.clip_low, s.clip_high, s.dual_clip)
     per_token = sur.loss
     kl = None
@@ -79,10 +79,10 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         n_tok = max(norm.num_tokens, 1)
         if s.per_sequence_ratio:  # clipping decides per sequence: count sequences (GSPO)
             def share(ind: torch.Tensor) -> torch.Tensor:
-                return (ind & m).any(-1).sum().double() / max(norm.num_sequences, 1)
+                return (ind & m).any(-1).sum().double() / max(norm.num_scored, 1)
             has_tokens = m.any(-1)
             values = sur.ratio[:, 0][has_tokens] if sur.ratio.shape[1] else sur.ratio.new_zeros(0)
-            metrics[M.RATIO_MEAN] = values.double().sum() / max(norm.num_sequences, 1)
+            metrics[M.RATIO_MEAN] = values.double().sum() / max(norm.num_scored, 1)
         else:
             def share(ind: torch.Tensor) -> torch.Tensor:
                 return (ind & m).sum().double() / n_tok

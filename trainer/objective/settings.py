@@ -48,7 +48,7 @@ class ObjectiveSettings(BaseModel):
     """DAPO soft overlong punishment added to the reward (needs max_len and overlong_cache_len)."""
     overlong_cache_len: int | None = Field(gt=0)
     """L_cache: the last L_cache tokens of the budget are penalised linearly down to −1 (DAPO:
-    4096 of 20480)."""
+    4096 of 20480). The dapo preset defaults it to max_len // 5, the paper's proportion."""
     dynamic_sampling: bool
     """DAPO dynamic sampling: drop groups whose values are all equal and sample more prompts."""
     dynamic_sampling_key: Literal["reward", "correct"]
@@ -56,10 +56,9 @@ class ObjectiveSettings(BaseModel):
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ObjectiveSettings":
-        """A named preset (grpo, dr_grpo, dapo, gspo) with any field overridden."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        """A named preset (grpo, dr_grpo, dapo, gspo) with any field overridden; see `preset_fields`
+        for the defaults a preset derives (dapo: overlong_cache_len = max_len // 5)."""
+        return cls(**preset_fields(name, overrides))
 
     @field_validator("advantage", "aggregation", "ratio", "kl_estimator")
     @classmethod
@@ -103,7 +102,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dr_grpo": {**_COMMON, "advantage": "group_mean", "aggregation": "constant",
                 "ratio": "token", "clip_low": 0.2, "clip_high": 0.2},
     # DAPO (arXiv 2503.14476): clip-higher, token-level loss, dynamic sampling, overlong
-    # filtering + soft punishment (overlong_cache_len must be given: 4096 of 20480 in the paper).
+    # filtering + soft punishment (overlong_cache_len derived from max_len: see _DERIVED).
     "dapo": {**_COMMON, "advantage": "group_std", "aggregation": "token_mean",
              "ratio": "token", "clip_low": 0.2, "clip_high": 0.28,
              "dynamic_sampling": True, "overlong_filter": True, "overlong_penalty": True},
@@ -111,3 +110,29 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gspo": {**_COMMON, "advantage": "group_std", "aggregation": "seq_mean_token_mean",
              "ratio": "sequence", "clip_low": 3e-4, "clip_high": 4e-4},
 }
+
+
+def _fifth_of_budget(fields: dict[str, Any]) -> int | None:
+    max_len = fields.get("max_len")
+    return max(1, max_len // 5) if isinstance(max_len, int) and not isinstance(max_len, bool) else None
+
+
+_DERIVED: dict[str, dict[str, Any]] = {
+    # DAPO generates up to 20480 tokens, the last 4096 of them the soft punishment's cache
+    # (arXiv 2503.14476, §4.1): the same proportion when only max_len is given.
+    "dapo": {"overlong_cache_len": _fifth_of_budget},
+}
+
+
+def preset_fields(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The fields of preset `name` with `overrides` applied, then the preset's derived defaults filled
+    where the field is left None: dapo's overlong_cache_len = max_len // 5 (at least 1), DAPO's 4096
+    of 20480 (arXiv 2503.14476, §4.1). An explicit value wins; without max_len it stays None and
+    validation says so. The one home of this rule: `ObjectiveSettings.preset` and the run config call it."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    fields = {**PRESETS[name], **overrides}
+    for key, derive in _DERIVED.get(name, {}).items():
+        if fields.get(key) is None:
+            fields[key] = derive(fields)
+    return fields

@@ -37,6 +37,9 @@ class Grade:
     """Whether the final answer is right."""
     info: dict[str, Any] = field(default_factory=dict)
     """Task-specific facts for metrics (e.g. filler tokens written); JSON-serialisable scalars."""
+    timed_out: bool = False
+    """Whether grading ran out of its time budget (the answer is then graded wrong); the training
+    loop counts these per step."""
 
 
 class Task(Protocol):

@@ -10,7 +10,7 @@ from trainer.data.answers import find_answer
 from trainer.data.records import Problem
 from trainer.data.templates import ANSWER_TAG_TEMPLATES, TEMPLATES, render_prompt
 from trainer.metric_names import task_metric
-from trainer.rewards.math_verify import MAX_INFO_CHARS, grade_math
+from trainer.rewards.math_verify import MAX_INFO_CHARS, grade_math, start_grader
 from trainer.tasks.base import Grade, Group
 
 
@@ -31,6 +31,7 @@ class MathTask:
         self.template = template
         self.name = name
         self._answer_tags = template in ANSWER_TAG_TEMPLATES
+        start_grader()  # sympy loads in the grader process while the caller gets on with its work
 
     def sample_groups(self, rng: np.random.Generator, num_groups: int, group_size: int) -> list[Group]:
         """`num_groups` problems drawn uniformly from `rng` (distinct within a call while there are enough)."""
@@ -43,13 +44,14 @@ class MathTask:
         return groups
 
     def grade(self, group: Group, index: int, completion: str) -> Grade:
-        """1.0 if the extracted answer math-verifies against `group.answer`; info: `extracted` (0/1), `source`
-        (where the answer was found) and `answer` (its text, clipped)."""
+        """1.0 if the extracted answer math-verifies against `group.answer` within the grader's time budget
+        (`timed_out` set otherwise); info: `extracted` (0/1), `source` (where the answer was found) and
+        `answer` (its text, clipped)."""
         answer, source = find_answer(completion or "", answer_tags=self._answer_tags)
         if answer is None:
             return Grade(reward=0.0, correct=False, info={"extracted": 0, "source": source, "answer": ""})
         graded = grade_math(answer if source == "tag" else f"\\boxed{{{answer}}}", group.answer)
-        return Grade(reward=graded.reward, correct=graded.correct,
+        return Grade(reward=graded.reward, correct=graded.correct, timed_out=graded.timed_out,
                      info={"extracted": 1, "source": source, "answer": answer[:MAX_INFO_CHARS]})
 
     def step_metrics(self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]],
