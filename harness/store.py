@@ -219,7 +219,7 @@ def _with_inf(metrics: pd.DataFrame) -> pd.DataFrame:
 def _with_tags(runs: pd.DataFrame, tags: pd.DataFrame) -> pd.DataFrame:
     if not tags.empty:
         wide = tags.drop_duplicates(["run_id", "key"], keep="last").pivot(index="run_id", columns="key", values="value")
-        runs = runs.join(wide, on="run_id", rsuffix="_tag")
+        runs = runs.merge(wide, left_on="run_id", right_index=True, how="left", suffixes=("", "_tag"))
     for col in ("sweep_id", PARENT_TAG, "status_tag"):
         if col not in runs:
             runs[col] = None

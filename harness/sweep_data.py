@@ -74,14 +74,16 @@ class SweepData:
                 out[arm] = w[runs["run_id"].tolist()].set_axis([f"seed {s}" for s in runs["seed"]], axis=1)
         return out
 
-    def final(self, key: str, last: int) -> pd.DataFrame:
-        """Per run: the mean of `key` over its last `last` logged steps (run_id, arm, seed, value)."""
+    def final(self, key: str, last: int, *, finite: bool = True) -> pd.DataFrame:
+        """Per `current` run: the mean of `key` over its last `last` logged steps (run_id, arm, seed, the varying
+        settings, value); runs whose value is ±inf are left out unless `finite=False` (`non_finite` names them)."""
         m = self.metrics[self.metrics["key"] == key]
         if m.empty:
-            return pd.DataFrame(columns=["run_id", "arm", "seed", "value"])
+            return pd.DataFrame(columns=["run_id", "arm", "seed", *self.varying, "value"])
         tail = m.sort_values("step").groupby("run_id", observed=True).tail(last)
         vals = tail.groupby("run_id", observed=True)["value"].mean().rename("value")
-        return self.current[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
+        out = self.current[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
+        return out[np.isfinite(out["value"].to_numpy(float))] if finite else out
 
 
 def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:

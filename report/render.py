@@ -146,7 +146,8 @@ def power_lines(r: Report) -> list[str]:
                      + f" (α = {r.settings['alpha']}).")
     for metric, t in r.comparisons.groupby("metric", sort=False):
         lines.append(f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
-                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD).")
+                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, the same SD "
+                     f"assumed in both arms).")
     return lines
 
 
@@ -170,7 +171,9 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
         out += ["## Main effects", "", "Each switch's effect: the mean over the grid's cells at a level minus at its "
                 "first level (the other switches averaged out). CI and p from the full factorial cell-means model "
                 "(OLS, pooled within-cell variance, df = runs − cells); Welch's two-group test where that model has "
-                "no residual df. Bootstrap CI and the two-group Welch p beside them.", "",
+                "no residual df. Bootstrap CI and the two-group Welch p beside them. A switch whose contrast needs a "
+                "cell of the grid with no finished run has no estimate (the two levels would average over different "
+                "cells, mixing in the other switches' effects): the findings and warnings name the cells.", "",
                 markdown_table(effects_table(r))]
     if not r.interactions.empty:
         out += ["## Two-way interactions", "", "(a1,b1) − (a0,b1) − (a1,b0) + (a0,b0) over cell means; Welch–"
