@@ -105,7 +105,8 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     fallback = runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()),
                                               axis=1) if varying else pd.Series("all runs", index=runs.index)
     runs["arm"] = label.where(label.notna() & (label.astype(str) != ""), fallback).fillna("all runs").astype(str)
-    runs["seed"] = pd.to_numeric(runs.get("seed"), errors="coerce").fillna(-1).astype(int)
+    runs["seed"] = pd.to_numeric(runs.get("seed", pd.Series(None, index=runs.index, dtype=object)),
+                                 errors="coerce").fillna(-1).astype(int)
     runs["failure_reason"] = runs.get("failure_reason", pd.Series(None, index=runs.index, dtype=object))
     runs["steps"] = pd.to_numeric(wide["train.steps"].reindex(runs["run_id"]).to_numpy(), errors="coerce") \
         if "train.steps" in wide else np.nan

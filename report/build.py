@@ -119,7 +119,7 @@ def _arms(data: SweepData) -> pd.DataFrame:
                      "seeds": sorted(int(s) for s in runs.loc[runs["state"] == "done", "seed"]),
                      "failed": sorted(int(s) for s in runs.loc[runs["state"] == "failed", "seed"]),
                      "config_hashes": sorted(set(runs.get("config_hash", pd.Series(dtype=str)).dropna()))})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["arm", "arm_id", "seeds", "failed", "config_hashes"])
 
 
 def _per_arm(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> pd.DataFrame:

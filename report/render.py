@@ -123,7 +123,7 @@ def _header_lines(r: Report) -> list[str]:
              f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
              f"{h['wall_clock_hours']:.2f} h",
              f"- value of a run: {s['at']}",
-             f"- baseline: {s['baseline']}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
+             f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
              f"family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
              f"(switches × metrics)",
              f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "

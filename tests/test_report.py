@@ -285,6 +285,15 @@ def test_all_failed_sweep_writes_a_report_listing_the_failures(tmp_path, capsys)
     assert not out2.exists()
 
 
+def test_sweep_with_no_job_run_yet_says_so(tmp_path):
+    # interrupted before its first job started (during the toy build, say): only the parent run exists
+    uri, data, ids = _fake(tmp_path, [], planned=[("A", 0), ("A", 1)])
+    out = tmp_path / "rep"
+    assert main(["report", "fake", "--tracking-uri", uri, "--out", str(out), "--format", "md"]) == 0
+    md = (out / "report.md").read_text()
+    assert "No run of this sweep has finished" in md and "2 of 2 planned jobs have no finished run" in md
+
+
 def test_sweep_name_cannot_escape_the_reports_folder(tmp_path, monkeypatch):
     uri, data, ids = _fake(tmp_path, [FakeRun("A", 0, values=_curve(1.0))], name="../../../../ESCAPED_REPORT")
     cwd = tmp_path / "a" / "b"
