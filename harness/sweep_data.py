@@ -139,8 +139,9 @@ def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
     extra = finished.drop(kept.index)
     runs.loc[extra.index, "state"] = "duplicate"
     runs.loc[job.isin(set(kept["job_id"])) & (runs["state"] == "failed"), "state"] = "retried"
-    return [f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {kept.set_index('job_id').at[j, 'run_id']} "
-            f"(the earliest started); left out: {', '.join(g['run_id'])}" for j, g in extra.groupby("job_id", sort=True)]
+    first = kept.set_index("job_id")["run_id"]
+    return [f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {first[j]} (the earliest started); "
+            f"left out: {', '.join(g['run_id'])}" for j, g in extra.groupby("job_id", sort=True)]
 
 
 def non_finite(values: pd.DataFrame, metric: str, runs: pd.DataFrame) -> str:

@@ -250,7 +250,8 @@ def _comparison_finding(c, s: dict) -> str:
     if not np.isnan(c.welch_low):
         parts.append(f"95% CI {c.welch_low:+.4g} to {c.welch_high:+.4g}")
     if not np.isnan(c.p):
-        parts.append(f"{s['test_name']} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}{_verdict(c.p_holm, s['alpha'])}")
+        parts.append(f"{s['test_name']} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}"
+                     f"{_verdict(c.p_holm, s['alpha'])}")
     if c.note:
         parts.append(c.note)
     return f"{head}: {c.diff:+.4g} ({'; '.join(parts)}; {_runs(c.n1)} vs {_runs(c.n2)})."

@@ -146,8 +146,8 @@ def power_lines(r: Report) -> list[str]:
                      + f" (α = {r.settings['alpha']}).")
     for metric, t in r.comparisons.groupby("metric", sort=False):
         lines.append(f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
-                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, the same SD "
-                     f"assumed in both arms).")
+                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, "
+                     f"the same SD assumed in both arms).")
     return lines
 
 

@@ -72,7 +72,8 @@ if chosen:
         for w in caught:
             if issubclass(w.category, StatsWarning):
                 st.warning(f"{metric}: {w.message}")
-        model = model[["factor", "level", "effect", "low", "high", "p", "note"]].rename(columns={"effect": "model effect"})
+        model = model[["factor", "level", "effect", "low", "high", "p", "note"]].rename(
+            columns={"effect": "model effect"})
         effects = main_effects(final, data.varying)[["factor", "level", "n", "mean", "effect", "low", "high"]].merge(
             model, on=["factor", "level"], how="left", suffixes=(" (bootstrap)", " (model)"))
         st.caption(f"{metric}: mean over the grid's cells at each level minus at the first level (model effect), with "
