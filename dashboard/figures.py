@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
-import pandas as pd
 from plotly.subplots import make_subplots
 
 from harness.stats import bootstrap_band, ema
@@ -50,8 +51,9 @@ def add_band(fig: go.Figure, curves: pd.DataFrame, name: str, colour: str, *, pe
 
 def curves_by_arm(panels: list[tuple[str, dict[str, pd.DataFrame]]], arms: list[str], *, x_title: str = "step",
                   per_seed: bool = False, smoothing: float = 1.0, height: int = 380,
-                  shared_y: bool = False) -> go.Figure:
-    """Side-by-side panels (title, arm → (x × seeds)), one colour per arm shared by all panels."""
+                  shared_y: bool = False, fit_y: bool = False) -> go.Figure:
+    """Side-by-side panels (title, arm → (x × seeds)), one colour per arm shared by all panels. `fit_y`: each
+    panel's y axis spans 0 and what is drawn in it (see `_fit_y`), for fractions far below 1."""
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _ in panels], shared_yaxes=shared_y,
                         horizontal_spacing=0.04 if shared_y else 0.07)
     col = colours(arms)
@@ -61,9 +63,25 @@ def curves_by_arm(panels: list[tuple[str, dict[str, pd.DataFrame]]], arms: list[
                      legend=j == 1)
         fig.update_xaxes(title_text=x_title, row=1, col=j)
     fig.update_yaxes(rangemode="tozero")  # fractions and lengths: a flat 0 must not draw a -1..1 axis
+    if fit_y:
+        _fit_y(fig, len(panels))
     fig.update_layout(height=height, margin={"t": 40, "b": 40, "l": 40, "r": 10},
                       legend={"orientation": "h", "y": -0.2})
     return fig
+
+
+def _fit_y(fig: go.Figure, n_panels: int) -> None:
+    """Each panel's y range from 0 to 5% above the largest value drawn in it (bands and per-seed lines
+    included): clip fractions of 0.001–0.2 fill their panel, and an all-zero panel reads [0, 0.01], not
+    Plotly's [0, 1] for a flat line."""
+    for j in range(1, n_panels + 1):
+        axis = "y" if j == 1 else f"y{j}"
+        ys = [np.asarray(t.y, dtype=float) for t in fig.data if (t.yaxis or "y") == axis and t.y is not None]
+        ys = np.concatenate(ys) if ys else np.array([])
+        ys = ys[np.isfinite(ys)]
+        low, high = min(0.0, ys.min(initial=0.0)), max(0.0, ys.max(initial=0.0))
+        pad = 0.05 * (high - low) if high > low else 0.01
+        fig.update_yaxes(range=[low - pad if low < 0 else 0.0, high + pad], row=1, col=j)
 
 
 def length_by_correctness(correct: dict[str, pd.DataFrame], incorrect: dict[str, pd.DataFrame], arms: list[str],

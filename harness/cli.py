@@ -119,7 +119,7 @@ def _report(args: argparse.Namespace) -> int:
     from harness.store import reader_for
     from harness.sweep_data import load_sweep as load_sweep_data
     from report.build import DEFAULT_AT, TESTS, build
-    from report.render import FORMATS, write
+    from report.render import FORMATS, safe_name, write
     from report.select import resolve
     from report.values import At
 
@@ -136,7 +136,7 @@ def _report(args: argparse.Namespace) -> int:
     data = load_sweep_data(reader_for(uri), sweep)
     report = build(data, metrics=args.metric or None, at=at, baseline=args.baseline, test=args.test,
                    alpha=args.alpha, seed=args.seed)
-    out = Path(args.out) if args.out else Path("results") / "reports" / sweep.name
+    out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
     written = write(report, out, formats)
     for line in report.findings:
         print(line)

@@ -99,8 +99,8 @@ class SqlReader:
 
     def metrics(self, run_ids: list[str]) -> pd.DataFrame:
         if self.path is None:
-            return self._in("SELECT run_uuid AS run_id, key, step, value FROM metrics WHERE run_uuid IN ({})",
-                            run_ids, METRIC_COLUMNS)
+            return _with_inf(self._in("SELECT run_uuid AS run_id, key, step, value FROM metrics WHERE run_uuid IN ({})",
+                                      run_ids, METRIC_COLUMNS))
         # SQLite: one row per (run, key) with the points packed as text, parsed by numpy; ~5x faster than
         # a row per point. '%!.17g' round-trips every double exactly; NaNs are stored as is_nan=1.
         rows = self._in("SELECT run_uuid, key, group_concat(step) AS steps, group_concat(CASE WHEN is_nan THEN 'nan'"
@@ -111,12 +111,12 @@ class SqlReader:
         n = rows["n"].to_numpy()
         runs = pd.Categorical(rows["run_uuid"])
         keys = pd.Categorical(rows["key"])
-        return pd.DataFrame({
+        return _with_inf(pd.DataFrame({
             "run_id": pd.Categorical.from_codes(np.repeat(runs.codes, n), runs.categories),
             "key": pd.Categorical.from_codes(np.repeat(keys.codes, n), keys.categories),
             "step": np.fromstring(",".join(rows["steps"]), sep=",", dtype=np.int64),
             "value": np.fromstring(",".join(rows["vals"]), sep=","),
-        })
+        }))
 
     def last_logged(self, run_ids: list[str]) -> pd.Series:
         """Time (ms) of each run's latest metric point."""
@@ -175,7 +175,7 @@ class MlflowReader:
         frames = [f for f in frames if not f.empty]
         if not frames:
             return pd.DataFrame(columns=METRIC_COLUMNS)
-        return pd.concat(frames, ignore_index=True)
+        return _with_inf(pd.concat(frames, ignore_index=True))
 
     def last_logged(self, run_ids: list[str]) -> pd.Series:
         times = {r.info.run_id: max((m.timestamp for m in r.data._metric_objs), default=None)
@@ -205,10 +205,21 @@ class MlflowReader:
                               "value": float(p["value"])} for p in points], columns=METRIC_COLUMNS)
 
 
+def _with_inf(metrics: pd.DataFrame) -> pd.DataFrame:
+    """±inf back where MLflow's SQL store wrote ±1.7976931348623157e308 for it (SQL has no infinity:
+    `SqlAlchemyStore.sanitize_metric_value`), so that a diverged run reads as diverged, not as a huge number.
+    Anything beyond 1e308 is taken for it: SQLite's printf reads the largest double back a few ulps off."""
+    v = metrics["value"].to_numpy(float)
+    clamped = np.abs(v) > 1e308
+    if clamped.any():
+        metrics = metrics.assign(value=np.where(clamped, np.copysign(np.inf, v), v))
+    return metrics
+
+
 def _with_tags(runs: pd.DataFrame, tags: pd.DataFrame) -> pd.DataFrame:
     if not tags.empty:
         wide = tags.drop_duplicates(["run_id", "key"], keep="last").pivot(index="run_id", columns="key", values="value")
-        runs = runs.join(wide, on="run_id", rsuffix="_tag")
+        runs = runs.merge(wide, left_on="run_id", right_index=True, how="left", suffixes=("", "_tag"))
     for col in ("sweep_id", PARENT_TAG, "status_tag"):
         if col not in runs:
             runs[col] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +15,7 @@ from trainer import metric_names as M
 # params that differ between runs of a sweep without defining an arm
 _NOT_SWITCHES = ("seed", "name", "tracking.", "model.cache_dir", "train.device", "train.threads")
 STALE_S = 600  # a RUNNING run with no metric for this long is shown as stalled
+HISTORY = ("duplicate", "retried")  # states of runs that do not stand for their job (see _one_run_per_job)
 
 
 @dataclass
@@ -22,8 +24,8 @@ class SweepData:
 
     sweep: Sweep
     runs: pd.DataFrame
-    """One row per job run: run_id, run_name, arm (label), arm_id, seed, status, failure_reason, last_step, steps,
-    last_logged (ms), artifact_uri, plus one column per varying param."""
+    """One row per job run: run_id, run_name, arm (label), arm_id, seed, status, state (see `_state`), failure_reason,
+    last_step, steps, last_logged (ms), artifact_uri, plus one column per varying param."""
     metrics: pd.DataFrame
     """Long frame run_id, key, step, value."""
     varying: list[str]
@@ -35,6 +37,8 @@ class SweepData:
     cumulative: bool = False
     planned: list[dict] = field(default_factory=list)
     """The sweep's planned jobs (jobs.json), empty when the sweep predates it."""
+    warnings: list[str] = field(default_factory=list)
+    """What the reader set aside and why (a job with two FINISHED runs), for the report and the pages."""
 
     @property
     def keys(self) -> list[str]:
@@ -54,24 +58,32 @@ class SweepData:
             return pd.concat({c: w[c].set_axis(t[c].reindex(w.index).to_numpy()).dropna() for c in cols}, axis=1)
         return w
 
-    def by_arm(self, key: str, x: str = "step") -> dict[str, pd.DataFrame]:
-        """Arm → (steps × seeds) frame, columns named by seed."""
+    @property
+    def current(self) -> pd.DataFrame:
+        """The runs that stand for their jobs: `runs` less the history (states in HISTORY)."""
+        return self.runs[~self.runs["state"].isin(HISTORY)]
+
+    def by_arm(self, key: str, x: str = "step", only: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
+        """Arm → (steps × seeds) frame, columns named by seed: the `current` runs, or only the run ids `only`."""
         w = self.wide(key, x)
         out = {}
+        pool = self.current if only is None else self.runs[self.runs["run_id"].isin(set(only))]
         for arm in self.arms:
-            runs = self.runs[(self.runs["arm"] == arm) & self.runs["run_id"].isin(w.columns)]
+            runs = pool[(pool["arm"] == arm) & pool["run_id"].isin(w.columns)]
             if not runs.empty:
                 out[arm] = w[runs["run_id"].tolist()].set_axis([f"seed {s}" for s in runs["seed"]], axis=1)
         return out
 
-    def final(self, key: str, last: int) -> pd.DataFrame:
-        """Per run: the mean of `key` over its last `last` logged steps (run_id, arm, seed, value)."""
+    def final(self, key: str, last: int, *, finite: bool = True) -> pd.DataFrame:
+        """Per `current` run: the mean of `key` over its last `last` logged steps (run_id, arm, seed, the varying
+        settings, value); runs whose value is ±inf are left out unless `finite=False` (`non_finite` names them)."""
         m = self.metrics[self.metrics["key"] == key]
         if m.empty:
-            return pd.DataFrame(columns=["run_id", "arm", "seed", "value"])
+            return pd.DataFrame(columns=["run_id", "arm", "seed", *self.varying, "value"])
         tail = m.sort_values("step").groupby("run_id", observed=True).tail(last)
         vals = tail.groupby("run_id", observed=True)["value"].mean().rename("value")
-        return self.runs[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
+        out = self.current[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
+        return out[np.isfinite(out["value"].to_numpy(float))] if finite else out
 
 
 def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
@@ -93,20 +105,56 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     fallback = runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()),
                                               axis=1) if varying else pd.Series("all runs", index=runs.index)
     runs["arm"] = label.where(label.notna() & (label.astype(str) != ""), fallback).fillna("all runs").astype(str)
-    runs["seed"] = pd.to_numeric(runs.get("seed"), errors="coerce").fillna(-1).astype(int)
-    runs["failure_reason"] = runs.get("failure_reason", pd.Series(None, index=runs.index))
+    runs["seed"] = pd.to_numeric(runs.get("seed", pd.Series(None, index=runs.index, dtype=object)),
+                                 errors="coerce").fillna(-1).astype(int)
+    runs["failure_reason"] = runs.get("failure_reason", pd.Series(None, index=runs.index, dtype=object))
     runs["steps"] = pd.to_numeric(wide["train.steps"].reindex(runs["run_id"]).to_numpy(), errors="coerce") \
         if "train.steps" in wide else np.nan
     last = metrics.groupby("run_id", observed=True)["step"].max() if not metrics.empty else pd.Series(dtype=float)
     runs["last_step"] = runs["run_id"].map(last).fillna(0).astype(int)
     runs["last_logged"] = runs["run_id"].map(reader.last_logged(ids))
     runs["state"] = [_state(r) for r in runs.itertuples()]
+    warnings = _one_run_per_job(runs)
 
     order = list(dict.fromkeys(j["arm"] for j in planned))
     arms = [a for a in order if a in set(runs["arm"])] + sorted(set(runs["arm"]) - set(order))
     runs = runs.sort_values(["arm", "seed"], key=lambda c: c.map({a: i for i, a in enumerate(arms)})
                             if c.name == "arm" else c).reset_index(drop=True)
-    return SweepData(sweep, runs, metrics, varying, arms, wide, bool(plan.get("cumulative", False)), planned)
+    return SweepData(sweep, runs, metrics, varying, arms, wide, bool(plan.get("cumulative", False)), planned, warnings)
+
+
+def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
+    """Settle the runs of each job id (in place) so that a job counts once, however often it was run.
+
+    A killed sweep's surviving worker, or two invocations at once, can leave two FINISHED runs of one job;
+    a resumed sweep leaves the FAILED attempts of jobs it then finished. Rule: the job's earliest-started
+    FINISHED run (ties: the smaller run id) is its result; a later FINISHED run of it becomes "duplicate"
+    and its FAILED or KILLED runs "retried" (history, not failures). Returns a warning per duplicated job id.
+    """
+    if "job_id" not in runs:
+        return []
+    job = runs["job_id"].fillna("").astype(str)
+    finished = runs[(runs["status"] == "FINISHED") & (job != "")].sort_values(["start_time", "run_id"])
+    kept = finished.drop_duplicates("job_id")
+    extra = finished.drop(kept.index)
+    runs.loc[extra.index, "state"] = "duplicate"
+    runs.loc[job.isin(set(kept["job_id"])) & (runs["state"] == "failed"), "state"] = "retried"
+    first = kept.set_index("job_id")["run_id"]
+    return [f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {first[j]} (the earliest started); "
+            f"left out: {', '.join(g['run_id'])}" for j, g in extra.groupby("job_id", sort=True)]
+
+
+def non_finite(values: pd.DataFrame, metric: str, runs: pd.DataFrame) -> str:
+    """'' when every value of `metric` (a frame run_id, arm, seed, value) is finite, else one line naming
+    each run whose value is ±inf: the statistics refuse such values (NaN, no value, is simply left out)."""
+    bad = values[np.isinf(values["value"].to_numpy(float))]
+    if bad.empty:
+        return ""
+    names = runs.set_index("run_id")["run_name"] if "run_name" in runs else pd.Series(dtype=str)
+    which = "; ".join(f"run {r.run_id} ({names.get(r.run_id, '?')}, arm {r.arm}, seed {r.seed}): {r.value}"
+                      for r in bad.itertuples())
+    return f"metric {metric} is not finite in {which}; the statistics need finite values (leave the metric out, " \
+           f"or take each run's value at a step before it diverged)"
 
 
 def arm_setting(data: SweepData, key: str) -> dict[str, str]:
@@ -118,7 +166,8 @@ def arm_setting(data: SweepData, key: str) -> dict[str, str]:
 
 
 def _state(run) -> str:
-    """done / running / stalled / pruned / failed, from MLflow's status and the last metric's age."""
+    """done / running / stalled / pruned / failed, from MLflow's status and the last metric's age (and later
+    duplicate / retried, by `_one_run_per_job`)."""
     if run.status == "FINISHED":
         return "done"
     if run.status == "KILLED" and getattr(run, "status_tag", None) == "PRUNED":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from warnings import catch_warnings, simplefilter
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ DEFAULT_AT = "last-10"
 TESTS = {"welch": ("welch_p", "Welch's t-test"), "mannwhitney": ("mwu_p", "Mann–Whitney U"),
          "permutation": ("perm_p", "exact permutation test of the mean difference")}
 POWER = 0.8
+PER_ARM_COLUMNS = ["metric", "arm", "failed", "n", "mean", "sd", "median", "iqm", "ci_low", "ci_high", "values"]
 
 
 @dataclass
@@ -50,7 +52,7 @@ def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = 
     missing = [m for m in metrics if m not in data.keys]
     metrics = [m for m in metrics if m in data.keys]
     base = _baseline(data, baseline)
-    warnings = [f"metric {m} is not logged by any run of this sweep: left out" for m in missing]
+    warnings = [*data.warnings, *(f"metric {m} is not logged by any run of this sweep: left out" for m in missing)]
     if at.kind == "best":
         warnings.append("--at best picks each run's maximum over training: optimistic, and biased towards noisy arms.")
     values = {m: run_values(data, m, at) for m in metrics}
@@ -58,20 +60,21 @@ def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = 
     per_arm = _per_arm(data, values, seed)
     comparisons, more = _comparisons(data, values, base, test, alpha, seed)
     warnings += more
-    effects, inter = _factorial(data, values, alpha, seed)
+    effects, inter, more = _factorial(data, values, alpha, seed)
+    warnings += more
     report = Report(header=_header(data), arms=_arms(data),
                     settings={"metrics": metrics, "at": at.describe(), "at_spec": at, "baseline": base, "test": test,
                               "test_name": TESTS[test][1], "alpha": alpha, "seed": seed, "power": POWER,
                               "resamples": stats.N_RESAMPLES, "cumulative": data.cumulative, "factors": data.varying},
                     per_arm=per_arm, comparisons=comparisons, effects=effects, interactions=inter, warnings=warnings,
-                    curves={m: data.by_arm(m) for m in metrics})
+                    curves={m: data.by_arm(m, only=values[m]["run_id"]) for m in metrics})  # the runs counted
     report.findings = _findings(report)
     return report
 
 
-def _baseline(data: SweepData, wanted: str | None) -> str:
+def _baseline(data: SweepData, wanted: str | None) -> str | None:
     if wanted is None:
-        return data.arms[0]
+        return data.arms[0] if data.arms else None
     if wanted in data.arms:
         return wanted
     hits = [a for a in data.arms if wanted in a]
@@ -82,21 +85,30 @@ def _baseline(data: SweepData, wanted: str | None) -> str:
 
 
 def _header(data: SweepData) -> dict[str, Any]:
+    """Who, when and how much: failures are runs whose job never finished (a failed attempt of a job that a
+    later invocation finished is history, counted as `retried`); the start is the sweep's first (its parent's
+    original start or its earliest run), not a resume's."""
     runs, sweep = data.runs, data.sweep
     done = runs[runs["state"] == "done"]
     secs = ((done["end_time"] - done["start_time"]) / 1000).sum()
-    times = pd.concat([runs["start_time"], runs["end_time"]]).dropna()
+    parent = [sweep.parent["start_time"]] if sweep.parent is not None else []
+    starts = pd.to_numeric(pd.concat([runs["start_time"], pd.Series(parent, dtype=float)]), errors="coerce").dropna()
+    times = pd.concat([starts, pd.to_numeric(runs["end_time"], errors="coerce")]).dropna()
     failed = runs[runs["state"] == "failed"]
     commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()) - {""})
+    planned = {j["job_id"] for j in data.planned}
+    finished = set(done.get("job_id", pd.Series(dtype=str)).dropna())
     return {"sweep": sweep.name, "sweep_id": sweep.sweep_id, "experiment": sweep.experiment,
             "code_version": commits or ["unknown"], "seeds": sorted(int(s) for s in runs["seed"].unique() if s >= 0),
             "runs": len(runs), "finished": len(done), "failed": len(failed),
+            "retried": int((runs["state"] == "retried").sum()),
             "running": int(runs["state"].isin(["running", "stalled"]).sum()),
+            "planned": len(planned), "not_finished": len(planned - finished),
             "failures": [f"{r.arm} · seed {r.seed}: {r.failure_reason or 'no reason recorded'}"
                          for r in failed.itertuples()],
             "compute_hours": float(secs) / 3600,
             "wall_clock_hours": float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
-            "started": f"{pd.to_datetime(times.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(times) else ""}
+            "started": f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else ""}
 
 
 def _arms(data: SweepData) -> pd.DataFrame:
@@ -107,7 +119,7 @@ def _arms(data: SweepData) -> pd.DataFrame:
                      "seeds": sorted(int(s) for s in runs.loc[runs["state"] == "done", "seed"]),
                      "failed": sorted(int(s) for s in runs.loc[runs["state"] == "failed", "seed"]),
                      "config_hashes": sorted(set(runs.get("config_hash", pd.Series(dtype=str)).dropna()))})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["arm", "arm_id", "seeds", "failed", "config_hashes"])
 
 
 def _per_arm(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> pd.DataFrame:
@@ -118,7 +130,7 @@ def _per_arm(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> pd.
             d = stats.describe(vals.loc[vals["arm"] == arm].sort_values("seed")["value"], seed=seed)
             rows.append({"metric": metric, "arm": arm, "failed": int((runs["state"] == "failed").sum()), **d})
     rows += _stratified(data, values, seed)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PER_ARM_COLUMNS)
 
 
 def _stratified(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> list[dict]:
@@ -172,47 +184,85 @@ def _pooled_sd(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _factorial(data: SweepData, values: dict[str, pd.DataFrame], alpha: float,
-               seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Main effects and two-way interactions, for grid sweeps (not for a cumulative progression)."""
+               seed: int) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Main effects and two-way interactions, for grid sweeps (not for a cumulative progression), and the
+    warnings of the statistics (empty cells)."""
     if data.cumulative or not data.varying:
-        return pd.DataFrame(), pd.DataFrame()
-    effects, inter = [], []
+        return pd.DataFrame(), pd.DataFrame(), []
+    effects, inter, notes = [], [], []
     for metric, vals in values.items():
         e = stats.main_effects(vals, data.varying, seed=seed)
-        model = stats.cell_means_effects(vals, data.varying, alpha=alpha).rename(
-            columns={"effect": "model_effect", "low": "model_low", "high": "model_high", "p": "model_p",
-                     "df": "model_df"})
+        with catch_warnings(record=True) as caught:
+            simplefilter("always", stats.StatsWarning)
+            model = stats.cell_means_effects(vals, data.varying, alpha=alpha)
+        notes += [f"{metric}: {w.message}" for w in caught if issubclass(w.category, stats.StatsWarning)]
+        model = model.rename(columns={"effect": "model_effect", "low": "model_low", "high": "model_high",
+                                      "p": "model_p", "df": "model_df"})
         e = e.merge(model, on=["factor", "level"], how="left")
-        # the factorial model's test where it has residual df, else the two-group Welch test
-        e["test_p"] = e["model_p"].where(e["model_p"].notna(), e["p"])
-        e["test_low"] = e["model_low"].where(e["model_p"].notna(), e["welch_low"])
-        e["test_high"] = e["model_high"].where(e["model_p"].notna(), e["welch_high"])
+        # the factorial model's test where it has one; Welch's two-group test where the model has an estimate but
+        # no residual df or variance; nothing where the model has no estimate (empty cells: Welch's groups would
+        # be just as unbalanced)
+        welch = e["model_p"].isna() & e["model_effect"].notna()
+        e["test_p"] = e["model_p"].where(~welch, e["p"])
+        e["test_low"] = e["model_low"].where(~welch, e["welch_low"])
+        e["test_high"] = e["model_high"].where(~welch, e["welch_high"])
         effects.append(e.assign(metric=metric))
         if len(data.varying) > 1:
             inter.append(stats.interactions(vals, data.varying, seed=seed, alpha=alpha).assign(metric=metric))
     effects_df = pd.concat(effects, ignore_index=True) if effects else pd.DataFrame()
     if not effects_df.empty:
         effects_df["p_holm"] = stats.holm(effects_df["test_p"].to_numpy())
-    return effects_df, (pd.concat(inter, ignore_index=True) if inter else pd.DataFrame())
+    return effects_df, (pd.concat(inter, ignore_index=True) if inter else pd.DataFrame()), notes
 
 
 def _findings(r: Report) -> list[str]:
-    """One sentence per effect: the switch (or arm), the metric, Δ with its CI and p-values."""
+    """One sentence per effect: the switch (or arm), the metric, Δ with its CI and p-values; where there is no
+    estimate or test, the reason instead of a NaN."""
+    h, a = r.header, r.settings["alpha"]
     out = []
-    a = r.settings["alpha"]
+    if not h["finished"]:
+        out.append(f"No run of this sweep has finished: nothing to compare ({h['failed']} failed, {h['running']} "
+                   f"running{_never_ran(h)}).")
     if not r.effects.empty:
-        for e in r.effects[r.effects["test_p"].notna()].itertuples():
+        for e in r.effects[r.effects["level"] != r.effects.groupby(["metric", "factor"])["level"].transform("first")
+                           ].itertuples():
             base = r.effects[(r.effects["metric"] == e.metric) & (r.effects["factor"] == e.factor)].iloc[0]["level"]
+            head = f"{e.factor}: {base} → {e.level}"
+            if np.isnan(e.test_p):
+                why = e.note if isinstance(e.note, str) and e.note else "fewer than 2 finished runs at a level: no test"
+                out.append(f"{head} on {e.metric}: {why}.")
+                continue
             how = "factorial-model t-test" if not np.isnan(e.model_p) else "Welch"
-            out.append(f"{e.factor}: {base} → {e.level} changes {e.metric} by {e.effect:+.4g} "
+            out.append(f"{head} changes {e.metric} by {e.effect:+.4g} "
                        f"(95% CI {e.test_low:+.4g} to {e.test_high:+.4g}; {how} p = {e.test_p:.3g}, "
                        f"Holm-adjusted p = {e.p_holm:.3g}{_verdict(e.p_holm, a)}; {int(e.n)} runs at this level).")
     elif not r.comparisons.empty:
-        for c in r.comparisons.itertuples():
-            out.append(f"{c.arm} vs {c.baseline} on {c.metric}: {c.diff:+.4g} (95% CI {c.welch_low:+.4g} to "
-                       f"{c.welch_high:+.4g}; {r.settings['test_name']} p = {c.p:.3g}, Holm-adjusted p = "
-                       f"{c.p_holm:.3g}{_verdict(c.p_holm, a)}).")
+        out += [_comparison_finding(c, r.settings) for c in r.comparisons.itertuples()]
     return out
+
+
+def _comparison_finding(c, s: dict) -> str:
+    head = f"{c.arm} vs {c.baseline} on {c.metric}"
+    if np.isnan(c.diff):
+        return (f"{head}: no comparison: {c.arm} has {_runs(c.n1)} with a value, {c.baseline} has "
+                f"{_runs(c.n2)}.")
+    parts = []
+    if not np.isnan(c.welch_low):
+        parts.append(f"95% CI {c.welch_low:+.4g} to {c.welch_high:+.4g}")
+    if not np.isnan(c.p):
+        parts.append(f"{s['test_name']} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}"
+                     f"{_verdict(c.p_holm, s['alpha'])}")
+    if c.note:
+        parts.append(c.note)
+    return f"{head}: {c.diff:+.4g} ({'; '.join(parts)}; {_runs(c.n1)} vs {_runs(c.n2)})."
+
+
+def _runs(n: int) -> str:
+    return f"{int(n)} finished run{'' if n == 1 else 's'}"
+
+
+def _never_ran(h: dict) -> str:
+    return f"; {h['not_finished']} of {h['planned']} planned jobs have no finished run" if h["planned"] else ""
 
 
 def _verdict(p: float, alpha: float) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -113,11 +115,15 @@ def _header_lines(r: Report) -> list[str]:
     lines = [f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
              f"- code version (git): {', '.join(h['code_version'])}",
              f"- seeds: {', '.join(map(str, h['seeds']))}; runs: {h['finished']} finished, {h['failed']} failed"
-             + (f", {h['running']} still running (left out)" if h["running"] else ""),
+             + (f", {h['running']} still running (left out)" if h["running"] else "")
+             + (f"; {h['retried']} failed attempt{'s' if h['retried'] != 1 else ''} of a job that later finished "
+                f"(history, not counted)" if h.get("retried") else ""),
+             *([f"- jobs: {h['not_finished']} of {h['planned']} planned jobs have no finished run"
+                + (" (never ran, failed, or still running)" if h["not_finished"] else "")] if h.get("planned") else []),
              f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
              f"{h['wall_clock_hours']:.2f} h",
              f"- value of a run: {s['at']}",
-             f"- baseline: {s['baseline']}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
+             f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
              f"family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
              f"(switches × metrics)",
              f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
@@ -140,7 +146,8 @@ def power_lines(r: Report) -> list[str]:
                      + f" (α = {r.settings['alpha']}).")
     for metric, t in r.comparisons.groupby("metric", sort=False):
         lines.append(f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
-                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD).")
+                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, "
+                     f"the same SD assumed in both arms).")
     return lines
 
 
@@ -158,13 +165,15 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
         comp = comparison_table(r, metric)
         if not comp.empty:
             out += [f"vs baseline ({r.settings['baseline']}):", "", markdown_table(comp)]
-        if figure_dir and metric in r.curves:
+        if figure_dir and r.curves.get(metric):
             out += [f"![{metric}]({figure_dir}/{metric.replace('/', '_')}.png)", ""]
     if not r.effects.empty:
         out += ["## Main effects", "", "Each switch's effect: the mean over the grid's cells at a level minus at its "
                 "first level (the other switches averaged out). CI and p from the full factorial cell-means model "
                 "(OLS, pooled within-cell variance, df = runs − cells); Welch's two-group test where that model has "
-                "no residual df. Bootstrap CI and the two-group Welch p beside them.", "",
+                "no residual df. Bootstrap CI and the two-group Welch p beside them. A switch whose contrast needs a "
+                "cell of the grid with no finished run has no estimate (the two levels would average over different "
+                "cells, mixing in the other switches' effects): the findings and warnings name the cells.", "",
                 markdown_table(effects_table(r))]
     if not r.interactions.empty:
         out += ["## Two-way interactions", "", "(a1,b1) − (a0,b1) − (a1,b0) + (a0,b0) over cell means; Welch–"
@@ -258,18 +267,29 @@ def to_latex(r: Report) -> str:
 
 
 def write(r: Report, out: Path, formats: list[str]) -> list[Path]:
-    """The chosen formats under `out` (report.md, .html, .json, .tex), and figures/ (PNG + SVG per metric)."""
-    out.mkdir(parents=True, exist_ok=True)
-    fig_dir = out / "figures"
-    fig_dir.mkdir(exist_ok=True)
-    written = []
-    for metric, by_arm in r.curves.items():
-        if by_arm:
-            written += figures.save_static(metric, by_arm, list(r.arms["arm"]), fig_dir, seed=r.settings["seed"])
+    """The chosen formats under `out` (report.md, .html, .json, .tex), and figures/ (PNG + SVG per metric).
+    Every text is rendered before the folder is made: a failure leaves no empty or half-written folder."""
     render = {"md": ("report.md", lambda: to_markdown(r, "figures")), "html": ("report.html", lambda: to_html(r)),
               "json": ("report.json", lambda: to_json(r)), "latex": ("report.tex", lambda: to_latex(r))}
-    for fmt in formats:
-        name, make = render[fmt]
-        (out / name).write_text(make(), encoding="utf-8")
+    texts = {render[fmt][0]: render[fmt][1]() for fmt in formats}
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    curves = {metric: by_arm for metric, by_arm in r.curves.items() if by_arm}
+    if curves:
+        (out / "figures").mkdir(exist_ok=True)
+    for metric, by_arm in curves.items():
+        written += figures.save_static(metric, by_arm, list(r.arms["arm"]), out / "figures", seed=r.settings["seed"])
+    for name, text in texts.items():
+        (out / name).write_text(text, encoding="utf-8")
         written.append(out / name)
     return written
+
+
+def safe_name(name: str, limit: int = 100) -> str:
+    """`name` as one file name that stays where it is put: letters, digits, '.', '_' and '-' kept, any other
+    run of characters (path separators, NUL, newlines, spaces) made '_', no leading dot, at most `limit`
+    characters; a name that had to change gets 8 hex digits of its SHA-256, so two names never share a folder."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:limit]
+    if safe == name:
+        return safe
+    return f"{safe or 'sweep'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"

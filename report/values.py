@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.config_io import ConfigError
-from harness.sweep_data import SweepData
+from harness.sweep_data import SweepData, non_finite
 
 _AT = re.compile(r"^(final|best|last-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
 
@@ -42,7 +42,8 @@ class At:
 
 
 def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
-    """One row per finished run that logged `metric`: run_id, arm, seed, the varying settings, value."""
+    """One row per finished run that logged `metric`: run_id, arm, seed, the varying settings, value
+    (ConfigError naming the run and metric where a value is ±inf)."""
     m = data.metrics[data.metrics["key"] == metric]
     done = data.runs[data.runs["state"] == "done"]
     m = m[m["run_id"].isin(done["run_id"])].sort_values("step")
@@ -56,4 +57,8 @@ def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
     else:
         vals = m[m["step"] == at.n].groupby("run_id", observed=True)["value"].last()
     cols = ["run_id", "arm", "seed", *data.varying]
-    return done[cols].join(vals.rename("value"), on="run_id").dropna(subset=["value"]).reset_index(drop=True)
+    out = done[cols].join(vals.rename("value"), on="run_id").dropna(subset=["value"]).reset_index(drop=True)
+    bad = non_finite(out, metric, data.runs)
+    if bad:
+        raise ConfigError(f"{bad} (--at: {at.describe()})")
+    return out

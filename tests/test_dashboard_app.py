@@ -104,3 +104,79 @@ def test_evaluation_sets_get_their_own_length_figures(tmp_path, monkeypatch):
     assert "Evaluation: math500" in [h.value for h in at.subheader]
     assert any("No length metrics" in w.value for w in at.warning)  # the synthetic runs log no training lengths
     assert len(at.get("plotly_chart")) == 3  # reward/accuracy, and math500's lengths and accuracy
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 13: clip-fraction axes, pandas warnings, what the reader set aside, empty cells
+# ---------------------------------------------------------------------------------------------
+
+def _fake_store(tmp_path, runs, **kw) -> str:
+    from fake_sweep import write_sweep
+
+    uri = f"sqlite:///{tmp_path / 'fake.db'}"
+    write_sweep(uri, runs, **kw)
+    return uri
+
+
+def _figure(at: AppTest, title: str) -> dict:
+    import json
+
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    found = [s for s in specs if title in [a.get("text") for a in s["layout"].get("annotations", [])]]
+    assert found, [[a.get("text") for a in s["layout"].get("annotations", [])] for s in specs]
+    return found[0]
+
+
+def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    def fracs(scale: float, seed: int) -> dict[str, list[float]]:
+        low = [0.001 * scale * (1 + 0.1 * seed + 0.01 * s) for s in range(6)]
+        high = [0.1 * scale * (1 + 0.1 * seed + 0.01 * s) for s in range(6)]
+        return {M.CLIP_FRAC_LOW: low, M.CLIP_FRAC_HIGH: high, M.CLIP_FRAC: [a + b for a, b in zip(low, high)],
+                M.ENTROPY: [1.0] * 6}
+
+    runs = [FakeRun(arm, s, values=fracs(scale, s), params={"objective.clip_high": c})
+            for arm, scale, c in (("grpo", 1.0, "0.2"), ("clip_higher", 2.0, "0.28")) for s in (0, 1)]
+    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "entropy_clipping")
+    fig = _figure(at, "total")
+    ranges = [fig["layout"][axis].get("range") for axis in ("yaxis", "yaxis2", "yaxis3")]
+    assert all(r is not None and r != [0, 1] for r in ranges), ranges
+    # the low clip fraction (≤ 0.0023 here) fills its panel instead of lying flat on a 0–1 axis
+    assert ranges[0][0] == 0 and 0.002 < ranges[0][1] < 0.003, ranges
+    assert 0.2 < ranges[1][1] < 0.3 and ranges[2][1] < 0.3, ranges
+
+
+def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():
+    import pandas as pd
+
+    from dashboard.figures import curves_by_arm
+
+    zero = {"a": pd.DataFrame({"seed 0": [0.0, 0.0, 0.0]}, index=[1, 2, 3])}
+    fig = curves_by_arm([("low", zero)], ["a"], fit_y=True)
+    assert list(fig.layout.yaxis.range) == [0.0, 0.01]
+
+
+@pytest.mark.filterwarnings("error::pandas.errors.Pandas4Warning")
+def test_sweeps_page_raises_no_pandas_warning(tmp_path, monkeypatch):
+    from fake_sweep import FakeRun
+
+    runs = [FakeRun(a, s, values={"train/accuracy": [0.1, 0.2]}) for a in "AB" for s in (0, 1)]  # no failure reason
+    at = _app(_fake_store(tmp_path, runs), monkeypatch)  # the Sweeps page is the default one
+    assert at.dataframe and not at.exception
+
+
+def test_pages_show_what_the_reader_set_aside(tmp_path, monkeypatch):
+    from fake_sweep import FakeRun
+
+    runs = [FakeRun(f"x={x} y={y}", s, values={"train/accuracy": [0.1 * x + 0.2 * y + 0.01 * s] * 3},
+                    params={"x": str(x), "y": str(y)}, start=s)
+            for x in (0, 1) for y in (0, 1) for s in (0, 1) if (x, y) != (1, 1)]
+    runs.append(FakeRun("x=0 y=0", 0, values={"train/accuracy": [0.9] * 3}, params={"x": "0", "y": "0"}, start=60))
+    at = _app(_fake_store(tmp_path, runs), monkeypatch)
+    assert any("job x=0 y=0-0 has 2 FINISHED runs" in w.value for w in at.warning), [w.value for w in at.warning]
+    _visit(at, "ablation")
+    assert any("empty cells" in w.value and "x=1, y=1" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert at.dataframe[0].value["seeds"].tolist() == [2, 2, 2]  # the duplicate is not a third seed

@@ -188,3 +188,146 @@ def test_latex_tables_compile(store, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------
+# What the reader counts: duplicates, retries, failures, partial sweeps (issue 13, items 3, 8, 12, 13, 17)
+# ---------------------------------------------------------------------------------------------
+
+from fake_sweep import T0, FakeRun, write_sweep  # noqa: E402
+
+LEN = "train/length_incorrect_mean"
+
+
+def _fake(tmp_path, runs, **kw):
+    uri = f"sqlite:///{tmp_path / 'fake.db'}"
+    ids = write_sweep(uri, runs, **kw)
+    return uri, _data(uri), ids
+
+
+def _curve(v: float) -> dict[str, list[float]]:
+    return {LEN: [v] * 5}
+
+
+def test_two_finished_runs_of_one_job_count_once(tmp_path):
+    # a killed sweep's surviving worker set its run back to FINISHED after the rerun had trained the job again
+    runs = [FakeRun(arm, s, values=_curve(10.0 * (arm == "B") + s), start=s) for arm in "AB" for s in (0, 1, 2)]
+    runs.append(FakeRun("B", 0, values=_curve(99.0), start=60))  # job B-0 again, later
+    uri, data, ids = _fake(tmp_path, runs)
+    kept = data.runs[(data.runs["arm"] == "B") & (data.runs["seed"] == 0)].set_index("run_id")["state"]
+    assert kept.to_dict() == {ids["3"]: "done", ids["6"]: "duplicate"}  # the earliest-started FINISHED run counts
+    assert any("B-0" in w and "2 FINISHED runs" in w for w in data.warnings), data.warnings
+    r = build(data, metrics=[LEN])
+    assert r.arms.set_index("arm").loc["B", "seeds"] == [0, 1, 2]
+    per = r.per_arm.set_index("arm").loc["B"]
+    assert per["n"] == 3 and per["mean"] == pytest.approx(11.0)
+    assert any("B-0" in w for w in r.warnings)
+    assert r.curves[LEN]["B"].shape[1] == 3
+
+
+def test_resumed_sweep_counts_the_finished_retry_draws_only_counted_runs_and_starts_with_the_sweep(tmp_path):
+    # invocation 1 (parent started at 0) was interrupted while B-1 ran; invocation 2 (at 120) finished everything
+    runs = [FakeRun("A", s, values=_curve(float(s)), start=10 + s) for s in (0, 1, 2)]
+    runs += [FakeRun("B", 0, values=_curve(5.0), start=10),
+             FakeRun("B", 1, status="FAILED", values={LEN: [50.0, 50.0]}, start=11, reason="interrupted"),
+             FakeRun("B", 1, values=_curve(6.0), start=120), FakeRun("B", 2, values=_curve(7.0), start=121)]
+    uri, data, ids = _fake(tmp_path, runs, parent_start=0)
+    assert data.runs.set_index("run_id").loc[ids["4"], "state"] == "retried"
+    r = build(data, metrics=[LEN])
+    assert r.header["failed"] == 0 and r.header["failures"] == [] and r.header["retried"] == 1
+    assert r.arms.set_index("arm").loc["B", "failed"] == []
+    assert r.per_arm.set_index("arm").loc["B", "failed"] == 0
+    # the figures draw the runs the statistics use: 3 seeds of B, not the failed attempt as a fourth
+    assert list(r.curves[LEN]["B"].columns) == ["seed 0", "seed 1", "seed 2"]
+    assert r.curves[LEN]["B"].max().max() < 50
+    from datetime import datetime, timezone
+    assert r.header["started"] == f"{datetime.fromtimestamp(T0 / 1000, timezone.utc):%Y-%m-%d %H:%M} UTC"
+    from report.render import to_markdown
+    md = to_markdown(r)
+    assert "1 failed attempt of a job that later finished" in md and "- failed:" not in md
+
+
+def test_partial_sweep_says_how_many_jobs_never_ran_and_prints_no_nan(tmp_path):
+    # 4 arms × 5 seeds planned; 8 jobs ran: A and B 3 seeds each, C one seed, D only a FAILED run
+    runs = [FakeRun(a, s, values=_curve(float(s) + 10 * (a == "B"))) for a in "AB" for s in (0, 1, 2)]
+    runs += [FakeRun("C", 0, values=_curve(3.0)), FakeRun("D", 0, status="FAILED", reason="boom")]
+    planned = [(a, s) for a in "ABCD" for s in range(5)]
+    uri, data, ids = _fake(tmp_path, runs, planned=planned)
+    r = build(data, metrics=[LEN])
+    assert r.header["planned"] == 20 and r.header["not_finished"] == 13
+    text = "\n".join(r.findings)
+    assert "nan" not in text.lower(), text
+    assert any(f.startswith("C vs A") and "no CI or test" in f and "1 finished run" in f for f in r.findings), text
+    assert any(f.startswith("D vs A") and "no comparison" in f and "0 finished runs" in f for f in r.findings), text
+    assert any(f.startswith("B vs A") and "+10" in f for f in r.findings), text
+    from report.render import to_markdown
+    md = to_markdown(r)
+    assert "13 of 20 planned jobs have no finished run" in md
+
+
+def test_all_failed_sweep_writes_a_report_listing_the_failures(tmp_path, capsys):
+    runs = [FakeRun(a, s, status="FAILED", reason=f"boom {a}{s}") for a in "AB" for s in (0, 1)]
+    uri, data, ids = _fake(tmp_path, runs)
+    out = tmp_path / "rep"
+    assert main(["report", "fake", "--tracking-uri", uri, "--out", str(out), "--format", "md,html,json,latex"]) == 0
+    md = (out / "report.md").read_text()
+    assert "boom A0" in md and "boom B1" in md and "4 failed" in md
+    assert "no finished run" in md.lower()
+    assert json.loads((out / "report.json").read_text())["header"]["failed"] == 4
+    # an unreadable store or a crash must leave no half-written folder: render first, then write
+    from report import render
+    def boom(r):
+        raise RuntimeError("render failed")
+    out2 = tmp_path / "rep2"
+    import unittest.mock
+    with unittest.mock.patch.object(render, "to_json", boom), pytest.raises(RuntimeError):
+        render.write(build(data), out2, ["md", "json"])
+    assert not out2.exists()
+
+
+def test_sweep_with_no_job_run_yet_says_so(tmp_path):
+    # interrupted before its first job started (during the toy build, say): only the parent run exists
+    uri, data, ids = _fake(tmp_path, [], planned=[("A", 0), ("A", 1)])
+    out = tmp_path / "rep"
+    assert main(["report", "fake", "--tracking-uri", uri, "--out", str(out), "--format", "md"]) == 0
+    md = (out / "report.md").read_text()
+    assert "No run of this sweep has finished" in md and "2 of 2 planned jobs have no finished run" in md
+
+
+def test_sweep_name_cannot_escape_the_reports_folder(tmp_path, monkeypatch):
+    uri, data, ids = _fake(tmp_path, [FakeRun("A", 0, values=_curve(1.0))], name="../../../../ESCAPED_REPORT")
+    cwd = tmp_path / "a" / "b"
+    cwd.mkdir(parents=True)
+    monkeypatch.chdir(cwd)
+    assert main(["report", "f1", "--tracking-uri", uri, "--format", "md"]) == 0
+    assert not list(tmp_path.rglob("ESCAPED_REPORT")) and not (tmp_path / "ESCAPED_REPORT").exists()
+    (written,) = (cwd / "results" / "reports").iterdir()
+    assert (written / "report.md").is_file() and "ESCAPED_REPORT" in written.name and ".." not in written.name
+    from report.render import safe_name
+    assert safe_name("a/b\\c\x00d\ne") == safe_name("a/b\\c\x00d\ne") and "/" not in safe_name("a/b")
+    assert safe_name("..") not in ("", ".", "..") and safe_name("dr_grpo_bias") == "dr_grpo_bias"
+    assert safe_name("a/b") != safe_name("a_b")  # two names never share a folder
+    assert len(safe_name("x" * 100_000)) <= 120
+
+
+def test_non_finite_value_is_refused_naming_run_and_metric(tmp_path, capsys):
+    runs = [FakeRun("A", s, values=_curve(float(s))) for s in (0, 1)]
+    runs += [FakeRun("B", 0, values=_curve(1.0)), FakeRun("B", 1, values={LEN: [1.0, float("inf")]})]
+    uri, data, ids = _fake(tmp_path, runs)
+    capsys.readouterr()
+    assert main(["report", "fake", "--tracking-uri", uri, "--metric", LEN, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ids["3"] in err and LEN in err and "inf" in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_empty_cell_is_reported_with_its_reason(tmp_path):
+    # 2×2 grid, the cell (x=1, y=1) never finished: no main effect, and the report says why
+    runs = [FakeRun(f"x={x} y={y}", s, values=_curve(1.0 * x + 3.0 * y + 0.1 * s), params={"x": str(x), "y": str(y)})
+            for x in (0, 1) for y in (0, 1) for s in (0, 1, 2) if (x, y) != (1, 1)]
+    uri, data, ids = _fake(tmp_path, runs)
+    assert data.varying == ["x", "y"]
+    r = build(data, metrics=[LEN])
+    assert r.effects["test_p"].isna().all() and r.effects["p_holm"].isna().all()
+    assert any("empty cells" in w and "x=1, y=1" in w for w in r.warnings), r.warnings
+    assert any(f.startswith("x: 0 → 1") and "no estimate: empty cells x=1, y=1" in f for f in r.findings), r.findings

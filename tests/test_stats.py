@@ -13,7 +13,7 @@ from statsmodels.stats.power import TTestIndPower
 
 from harness.stats import (bootstrap_band, bootstrap_diff_ci, compare, describe, ema, holm, interactions,
                            main_effects, mean_ci, min_detectable_effect, min_p_value, stratified_mean_ci,
-                           welch_diff_ci)
+                           welch_diff_ci, welch_power)
 
 
 def test_bootstrap_band_two_seeds_spans_both():
@@ -201,10 +201,12 @@ def test_min_p_value_literals():
 def test_min_detectable_effect():
     d5 = TTestIndPower().solve_power(effect_size=None, nobs1=5, ratio=1.0, alpha=0.05, power=0.8,
                                      alternative="two-sided")
-    assert min_detectable_effect(5, 5, 2.0) == pytest.approx(2.0 * d5)
     assert TTestIndPower().power(d5, nobs1=5, alpha=0.05, ratio=1.0) == pytest.approx(0.8)
-    d46 = TTestIndPower().solve_power(effect_size=None, nobs1=4, ratio=1.5, alpha=0.05, power=0.8)
-    assert min_detectable_effect(4, 6, 1.0) == pytest.approx(d46)
+    # Welch's own power (checked by simulation below) is what the welch MDE solves
+    assert welch_power(min_detectable_effect(5, 5, 2.0) / 2.0, 5, 5) == pytest.approx(0.8)
+    assert welch_power(min_detectable_effect(4, 6, 1.0), 4, 6) == pytest.approx(0.8)
+    # its size at 5 vs 5, equal SDs: a little under α (1,000,000 simulated experiments gave 0.0443)
+    assert welch_power(0.0, 5, 5) == pytest.approx(0.0443, abs=0.001)
     assert min_detectable_effect(5, 5, 1.0, test="mannwhitney") == pytest.approx(d5 / np.sqrt(3 / np.pi))
     assert np.isfinite(min_detectable_effect(3, 3, 1.0, test="welch"))
     assert min_detectable_effect(3, 3, 1.0, test="mannwhitney") == math.inf  # p >= 0.1 always
@@ -361,3 +363,88 @@ def test_cell_means_effects_ignores_runs_without_settings():
     rows.append({"A": None, "value": 100.0})  # a run whose params were never logged
     out = cell_means_effects(pd.DataFrame(rows), ["A"])
     assert out["effect"].tolist() == [3.0] and out["df"].tolist() == [2]
+
+
+# ---------------------------------------------------------------------------------------------
+# edge cases (issue 13, item 3)
+# ---------------------------------------------------------------------------------------------
+
+def test_cell_means_effects_with_an_empty_cell_is_nan_and_names_the_cell():
+    from harness.stats import StatsWarning, cell_means_effects
+
+    # true effects: a on = +1, b yes = +3; the cell (a=on, b=yes) has no run. The unweighted marginal contrast
+    # would compare a=on's one cell (1) with a=off's two cells (0, 3): −0.5, the wrong sign.
+    df = _grid(lambda c: 1.0 * (c["a"] == "on") + 3.0 * (c["b"] == "yes"))
+    df = df[~((df["a"] == "on") & (df["b"] == "yes"))]
+    with pytest.warns(StatsWarning, match=r"empty cell.*a=on, b=yes"):
+        out = cell_means_effects(df, ["a", "b"]).set_index("factor")
+    assert out["effect"].isna().all() and out["p"].isna().all() and out["low"].isna().all()
+    assert all("a=on, b=yes" in n for n in out["note"])
+    # a 3-level factor: only the contrasts that touch the empty cell are lost
+    df3 = _grid(lambda c: 2.0 * (c["c"] == "y"), factors=("a", "c"))
+    df3 = df3[~((df3["a"] == "on") & (df3["c"] == "z"))]
+    with pytest.warns(StatsWarning):
+        out3 = cell_means_effects(df3, ["a", "c"]).set_index(["factor", "level"])
+    assert out3.loc[("c", "y"), "effect"] == pytest.approx(2.0) and out3.loc[("c", "y"), "note"] == ""
+    assert np.isnan(out3.loc[("c", "z"), "effect"]) and np.isnan(out3.loc[("a", "on"), "effect"])
+
+
+def test_non_finite_values_are_rejected():
+    inf = math.inf
+    for call in (lambda: compare([1.0, 2.0, inf], [1.0, 2.0, 3.0]), lambda: compare([1.0, 2.0], [-inf, 2.0]),
+                 lambda: describe([1.0, inf]), lambda: mean_ci([1.0, inf]),
+                 lambda: welch_diff_ci([1.0, inf], [1.0, 2.0]),
+                 lambda: bootstrap_diff_ci([1.0, 2.0], [inf, 2.0]), lambda: stratified_mean_ci({"a": [1.0, inf]})):
+        with pytest.raises(ValueError, match="not finite"):
+            call()
+    df = _grid(lambda c: 0.0)
+    df.loc[0, "value"] = inf
+    from harness.stats import cell_means_effects
+
+    for call in (main_effects, cell_means_effects, interactions):
+        with pytest.raises(ValueError, match="not finite"):
+            call(df, ["a", "b"])
+    assert compare([1.0, 2.0, np.nan], [1.0, 2.0, 3.0])["n1"] == 2  # NaN still means "no value": dropped
+
+
+def test_holm_and_mde_validate_their_inputs():
+    for bad in ([0.01, -0.1], [1.5], [np.inf]):
+        with pytest.raises(ValueError, match=r"p-values must lie in \[0, 1\]"):
+            holm(bad)
+    assert holm([0.0, 1.0]) == pytest.approx([0.0, 1.0])
+    for sd in (-1.0, math.inf):
+        with pytest.raises(ValueError, match="sd"):
+            min_detectable_effect(5, 5, sd)
+    assert min_detectable_effect(5, 5, 0.0) == 0.0
+
+
+def _welch_power_mc(delta: float, n1: int, n2: int, reps: int, seed: int) -> float:
+    """Share of `reps` simulated experiments (arm ~ N(delta, 1), base ~ N(0, 1)) where Welch's test gives p < 0.05."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(delta, 1.0, (reps, n1)), rng.normal(0.0, 1.0, (reps, n2))
+    return float((stats.ttest_ind(a, b, axis=1, equal_var=False).pvalue < 0.05).mean())
+
+
+def test_welch_mde_is_from_welch_power_checked_by_simulation():
+    # the pooled t-test's 2.02 SD at 5 vs 5 is too small for Welch, whose df is estimated from the data
+    pooled = TTestIndPower().solve_power(effect_size=None, nobs1=5, ratio=1.0, alpha=0.05, power=0.8)
+    mde = min_detectable_effect(5, 5, 1.0)
+    assert 2.07 < mde < 2.11 and mde > pooled + 0.05
+    reps = 100_000  # Monte Carlo SE of a power of 0.8: 0.0013
+    assert _welch_power_mc(mde, 5, 5, reps, seed=0) == pytest.approx(0.8, abs=0.005)
+    assert _welch_power_mc(pooled, 5, 5, reps, seed=1) < 0.79  # what the pooled-t answer really gives
+    mde46 = min_detectable_effect(4, 6, 2.0)  # unequal sizes; scales with the SD
+    assert _welch_power_mc(mde46 / 2.0, 4, 6, reps, seed=2) == pytest.approx(0.8, abs=0.005)
+
+
+def test_zero_within_cell_variance_is_nan_as_in_compare():
+    from harness.stats import cell_means_effects
+
+    # every run of a cell has the same value: no noise estimate, so no test (compare gives NaN too)
+    df = _grid(lambda c: 1.0 * (c["a"] == "on") + 2.0 * (c["b"] == "yes"), noise=(0.0, 0.0))
+    out = cell_means_effects(df, ["a", "b"]).set_index("factor")
+    assert out.loc["a", "effect"] == pytest.approx(1.0) and out.loc["b", "effect"] == pytest.approx(2.0)
+    assert out["p"].isna().all() and out["low"].isna().all() and out["high"].isna().all()
+    assert all("no variance within any cell" in n for n in out["note"])
+    c = compare([5.0, 5.0, 5.0], [1.0, 1.0, 1.0])
+    assert np.isnan(c["welch_p"]) and "no variance within either group" in c["note"]

@@ -1,11 +1,14 @@
 """Final metrics per arm with 95% CIs over seeds: DAPO's progressive table (arXiv 2503.14476, Table 1)
 for cumulative sweeps, and the main effect of each switch for factorial ones."""
 
+import warnings
+
 import pandas as pd
 import streamlit as st
 
 from dashboard import context, figures
-from harness.stats import cell_means_effects, main_effects, mean_ci
+from harness.stats import StatsWarning, cell_means_effects, main_effects, mean_ci
+from harness.sweep_data import non_finite
 from trainer import metric_names as M
 
 st.title("Ablation table")
@@ -22,7 +25,13 @@ c1, c2 = st.columns([3, 1])
 chosen = c1.multiselect("Metrics", keys, default=default or keys[:1], key="abl_metrics")
 last = c2.number_input("Final window (last N steps)", 1, 1000, 10, key="abl_last")
 only_done = st.toggle("Finished runs only", value=True, key="abl_done")
-runs_ok = set(data.runs.loc[data.runs["state"] == "done", "run_id"]) if only_done else set(data.runs["run_id"])
+runs_ok = set(data.runs.loc[data.runs["state"] == "done", "run_id"]) if only_done else set(data.current["run_id"])
+for warning in data.warnings:
+    st.warning(warning)
+for key in chosen:  # the statistics refuse ±inf: name the runs, and leave them out
+    bad = non_finite(data.final(key, int(last), finite=False), key, data.runs)
+    if bad:
+        st.error(bad)
 
 
 def fmt(m: float, lo: float, hi: float) -> str:
@@ -57,10 +66,21 @@ if chosen:
         st.subheader("Main effects")
         final = data.final(metric, int(last))
         final = final[final["run_id"].isin(runs_ok)]
-        model = cell_means_effects(final, data.varying)[["factor", "level", "low", "high", "p"]]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", StatsWarning)
+            model = cell_means_effects(final, data.varying)
+        for w in caught:
+            if issubclass(w.category, StatsWarning):
+                st.warning(f"{metric}: {w.message}")
+        model = model[["factor", "level", "effect", "low", "high", "p", "note"]].rename(
+            columns={"effect": "model effect"})
         effects = main_effects(final, data.varying)[["factor", "level", "n", "mean", "effect", "low", "high"]].merge(
             model, on=["factor", "level"], how="left", suffixes=(" (bootstrap)", " (model)"))
-        st.caption(f"{metric}: mean over the grid's cells at each level minus at the first level; 95% CI and p "
-                   "from the factorial cell-means model (as `harness report`), and a bootstrap CI.")
-        st.dataframe(effects.style.format({c: "{:.4g}" for c in effects.columns if c not in ("factor", "level", "n")},
-                                          na_rep=""), hide_index=True, width="stretch")
+        st.caption(f"{metric}: mean over the grid's cells at each level minus at the first level (model effect), with "
+                   "its 95% CI and p from the factorial cell-means model (as `harness report`); beside it the "
+                   "two-group difference with a bootstrap CI. Where a cell of the grid has no run, the model gives no "
+                   "estimate (note): the two levels would average over different cells and mix in the other "
+                   "switches' effects, and the two-group difference is biased the same way.")
+        st.dataframe(effects.style.format({c: "{:.4g}" for c in effects.columns
+                                           if c not in ("factor", "level", "n", "note")}, na_rep=""),
+                     hide_index=True, width="stretch")

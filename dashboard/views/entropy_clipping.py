@@ -16,7 +16,7 @@ st.plotly_chart(figures.curves_by_arm([("policy entropy (token mean)", data.by_a
 st.subheader("Clip fractions")
 st.plotly_chart(figures.curves_by_arm([("low (r < 1-ε_low, A<0)", data.by_arm(M.CLIP_FRAC_LOW, x)),
                                        ("high (r > 1+ε_high, A>0)", data.by_arm(M.CLIP_FRAC_HIGH, x)),
-                                       ("total", data.by_arm(M.CLIP_FRAC, x))], data.arms, **kw),
+                                       ("total", data.by_arm(M.CLIP_FRAC, x))], data.arms, fit_y=True, **kw),
                 key="ent_clip")
 
 st.subheader("Token- vs sequence-level clipping")
@@ -28,6 +28,6 @@ clip = data.by_arm(M.CLIP_FRAC, x)
 panels = [(f"ratio = {lvl}" + (" (share of clipped sequences)" if lvl.startswith("sequence") else
                                " (share of clipped tokens)"), {a: clip[a] for a in arms if a in clip})
           for lvl, arms in groups.items()]
-st.plotly_chart(figures.curves_by_arm(panels, data.arms, **kw), key="ent_levels")
+st.plotly_chart(figures.curves_by_arm(panels, data.arms, fit_y=True, **kw), key="ent_levels")
 if len(groups) < 2:
     st.caption("Every arm of this sweep uses the same ratio level; `ablations/gspo_vs_grpo.yaml` compares them.")

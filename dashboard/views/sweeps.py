@@ -29,6 +29,8 @@ if data is None:
     st.stop()
 runs = data.runs
 st.header(data.sweep.name)
+for warning in data.warnings:  # what the reader set aside (a job run twice), as the report prints it
+    st.warning(warning)
 # planned jobs, plus any run of the sweep outside the current plan (an earlier profile, say)
 planned = len({j["job_id"] for j in data.planned} | set(runs.get("job_id", pd.Series(dtype=str)).dropna()))
 counts = runs["state"].value_counts()
