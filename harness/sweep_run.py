@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
@@ -67,17 +69,25 @@ def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], j
         raise ValueError(f"jobs log to experiment(s) {sorted(elsewhere)}, not the sweep's {experiment!r}")
 
     experiment_id = prepare_store(tracking_uri, experiment)  # once, before any worker touches the store
-    try:
-        with hold(sweep_lock(tracking_uri, sweep_id), wait=False), sigterm_raises():
-            return _run_locked(name, sweep_id, experiment, experiment_id, spec, jobs, executor, tracking_uri,
-                               console)
-    except Busy as exc:
-        raise SweepRunning(f"sweep {name} is already running (pid {exc.pid or '?'})") from None
+    with sole_invocation(tracking_uri, sweep_id, f"sweep {name}"), sigterm_raises():
+        return _run_locked(name, sweep_id, experiment, experiment_id, spec, jobs, executor, tracking_uri, console)
 
 
-def sweep_lock(tracking_uri: str, sweep_id: str):
-    """The lock file of one sweep on one store (held while an invocation runs it)."""
+def sweep_lock(tracking_uri: str, sweep_id: str) -> Path:
+    """The lock file of one sweep (or study) on one store."""
     return lock_file(tracking_uri, "sweep-" + hashlib.sha256(sweep_id.encode()).hexdigest()[:16])
+
+
+@contextmanager
+def sole_invocation(tracking_uri: str, sweep_id: str, label: str) -> Iterator[None]:
+    """Hold the sweep's lock for the block; `SweepRunning` ("<label> is already running (pid N)") at once
+    if another live process holds it."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(hold(sweep_lock(tracking_uri, sweep_id), wait=False))
+        except Busy as exc:
+            raise SweepRunning(f"{label} is already running (pid {exc.pid or '?'})") from None
+        yield
 
 
 def _run_locked(name: str, sweep_id: str, experiment: str, experiment_id: str, spec: dict[str, Any],
@@ -127,10 +137,10 @@ def _build_models(name: str, jobs: Sequence[Job], out: Console | None) -> None:
             continue
         start = time.monotonic()
         if out is not None:
-            out.print(f"sweep {name}: building the toy model in {model.cache_dir}")
+            out.print(f"sweep {name}: building the toy model in {model.cache_dir}", soft_wrap=True)
         ensure_toy_model(model.toy, model.cache_dir)
         if out is not None:
-            out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}")
+            out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}", soft_wrap=True)
 
 
 def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: str, sweep_id: str,
@@ -204,7 +214,7 @@ class _Progress:
             if kind == "finished":
                 self.seconds.append(now - started)
         if self.log is not None:
-            self.log.print(self.__rich__())
+            self.log.print(self.__rich__(), soft_wrap=True)  # one line, however long
 
     def eta_s(self) -> float | None:
         """Seconds left: the mean finished job's time for each job left, `workers` at a time."""

@@ -119,6 +119,13 @@ def prepare_store(uri: str, experiment_name: str) -> str:
         return experiment.experiment_id
 
 
+def store_client(uri: str) -> MlflowClient:
+    """A client for reading a store that may be new: made under the store's lock, since the first client of
+    a fresh SQLite file migrates it (use `prepare_store` to create one)."""
+    with hold(lock_file(uri, "store")):
+        return MlflowClient(tracking_uri=uri)
+
+
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested mapping -> {"dotted.key": str(value)}, values cut to MLflow's param limit."""
     flat: dict[str, str] = {}

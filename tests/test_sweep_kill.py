@@ -59,15 +59,16 @@ def _statuses(uri: str, sweep_id: str) -> dict[str, list[str]]:
         return {}
 
 
-def _wait_two_training(proc: subprocess.Popen, uri: str, sweep_id: str) -> None:
-    """Until two jobs are RUNNING with metrics logged (their progress bars exist by then)."""
+def _wait_two_training(proc: subprocess.Popen, uri: str, sweep_id: str, since_ms: int) -> None:
+    """Until two jobs started since `since_ms` are RUNNING with metrics logged (their progress bars exist by
+    then)."""
     client, deadline = MlflowClient(uri), time.monotonic() + 600
     experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
     while True:
         assert proc.poll() is None and time.monotonic() < deadline, "the sweep never had two jobs training"
         try:
             runs = client.search_runs([experiment_id], f"tags.sweep_id = '{sweep_id}' AND "
-                                                       "attributes.status = 'RUNNING'")
+                                      f"attributes.status = 'RUNNING' AND attributes.start_time >= {since_ms}")
         except Exception:  # noqa: BLE001
             runs = []
         if sum(1 for r in runs if r.data.tags.get("job_id") and r.data.metrics) >= 2:
@@ -127,43 +128,42 @@ def test_killed_sweep_leaves_no_worker_and_reruns_without_duplicates(scenario, t
     path = _sweep_file(tmp_path, "kill_" + scenario.lower().replace("-", "_"), toy_set)
     sweep_id = load_sweep(path).sweep_id
     prepare_store(uri, EXPERIMENT)  # so that polling it never races the sweep's first use
-    log = tmp_path / "first.err"
-    proc, workers = _start(path, uri, log), []
+    log, rerun_log = tmp_path / "first.err", tmp_path / "rerun.err"
+    proc, workers, rerun, second = _start(path, uri, log), [], None, None
     try:
-        _wait_two_training(proc, uri, sweep_id)
+        _wait_two_training(proc, uri, sweep_id, 0)
         workers = _workers(proc.pid)
         assert len(workers) == 2
         (os.killpg if group else os.kill)(proc.pid, sig)
-        assert proc.wait(timeout=120) == code
+        exit_code = proc.wait(timeout=120)
         time.sleep(5)
         alive = [pid for pid in workers if _alive(pid)]
+
+        rerun, since_ms = _start(path, uri, rerun_log), int(time.time() * 1000)
+        if scenario == "SIGKILL-main":  # the same sweep started again while the rerun runs: refused, one line
+            _wait_two_training(rerun, uri, sweep_id, since_ms)
+            second = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", str(path), "--tracking-uri",
+                                     uri], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                    capture_output=True, text=True, timeout=1200)
+        assert rerun.wait(timeout=1200) == 0, rerun_log.read_text()
     finally:  # never leave this test's processes training
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        for p in (proc, rerun):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
         for pid in workers:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    err = log.read_text()
-    lines = err.splitlines()
-    if sig == signal.SIGINT:
-        assert "harness: interrupted" in lines, err  # on a line of its own, not after the status line
-    if sig == signal.SIGTERM and not group:
-        assert "harness: terminated" in lines, err
-    assert "leaked semaphore" not in err, err
-
-    rerun_log = tmp_path / "rerun.err"
-    rerun = _start(path, uri, rerun_log)
-    second = None
-    if scenario == "SIGKILL-main":  # the same sweep started again while the rerun runs: refused, one line
-        _wait_two_training(rerun, uri, sweep_id)
-        second = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", str(path), "--tracking-uri", uri],
-                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                                text=True, timeout=300)
-    assert rerun.wait(timeout=1200) == 0, rerun_log.read_text()
     duplicated, lost, seeds = _check_clean(path, uri)
     print(f"\n| {scenario} | {duplicated} | {lost} | {len(alive)} | {seeds} |")
     assert (duplicated, lost, alive) == (0, 0, [])
     assert seeds == {"preset=grpo": [0, 1], "preset=dr_grpo": [0, 1]}
+    assert exit_code == code
+    err = log.read_text()
+    assert "leaked semaphore" not in err, err
+    if sig == signal.SIGINT:
+        assert "harness: interrupted" in err.splitlines(), err  # a line of its own, not after the status line
+    if sig == signal.SIGTERM:
+        assert "harness: terminated" in err.splitlines(), err
     if second is not None:
         assert second.returncode == 1
         assert second.stderr.strip().splitlines() == [f"harness: sweep {path.stem} is already running "
