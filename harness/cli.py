@@ -52,10 +52,18 @@ def _sweep(args: argparse.Namespace) -> int:
         threads = max(j.config.train.threads or 1 for j in plan.jobs)
         workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
         executor = LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
-    from harness.sweep_run import run_sweep
+    from harness.executor.base import Terminated
+    from harness.sweep_run import SweepRunning, run_sweep
 
-    result = run_sweep(plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs),
-                       executor=executor, tracking_uri=uri)
+    try:
+        result = run_sweep(plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs),
+                           executor=executor, tracking_uri=uri)
+    except SweepRunning as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print("harness: terminated", file=sys.stderr)
+        return 128 + 15  # SIGTERM
     for outcome in result.failed:
         print(f"harness: job {outcome.job_id} FAILED: {outcome.reason}", file=sys.stderr)
     print(f"sweep {plan.name}: {len(result.finished)} finished, {len(result.skipped)} already done, "

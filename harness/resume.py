@@ -11,7 +11,7 @@ from collections import defaultdict
 from mlflow.entities import Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from harness.tracking import FAILURE_REASON_TAG, STATUS_TAG
+from harness.tracking import FAILURE_REASON_TAG, STATUS_TAG, store_client
 
 _PAGE = 1000
 
@@ -40,7 +40,7 @@ def sweep_runs(client: MlflowClient, experiment_name: str, sweep_id: str, where:
 def job_runs(tracking_uri: str, experiment_name: str, sweep_id: str) -> dict[str, list[str]]:
     """{job_id: [status of each of its runs]} for the sweep (its parent run, which has no job id, left out)."""
     out: dict[str, list[str]] = defaultdict(list)
-    for run in sweep_runs(MlflowClient(tracking_uri), experiment_name, sweep_id):
+    for run in sweep_runs(store_client(tracking_uri), experiment_name, sweep_id):
         job_id = run.data.tags.get("job_id")
         if job_id:
             out[job_id].append(run.info.status)
@@ -63,8 +63,9 @@ def fail_orphans(tracking_uri: str, experiment_name: str, sweep_id: str, reason:
     """End FAILED every run of the sweep still RUNNING (its parent run included); return how many.
 
     Assumes no process of this sweep is alive: call it when the sweep (re)starts, e.g. after the
-    previous invocation was SIGKILLed and could not close its runs. Two invocations of one sweep
-    at the same time are not supported; the second would fail the first one's live runs.
+    previous invocation was SIGKILLed and could not close its runs, holding the sweep's lock
+    (`harness.sweep_run.sweep_lock`), which no other live invocation then holds; its workers died
+    with it (`harness.executor.local.die_with_parent`).
     """
     client = MlflowClient(tracking_uri)
     orphans = sweep_runs(client, experiment_name, sweep_id, "attributes.status = 'RUNNING'")

@@ -2,14 +2,18 @@
 
 Idempotent by design: rerunning a sweep (after a crash, a Ctrl-C, a SIGKILL) trains only the jobs
 that have no FINISHED run yet, reuses the parent run, and first ends FAILED whatever the killed
-invocation left RUNNING.
+invocation left RUNNING. One invocation of a sweep at a time: it holds a file lock on (store, sweep id)
+while it runs, which the kernel releases however the process ends.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
@@ -20,15 +24,20 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from harness.executor.base import Executor, JobOutcome
+from harness.executor.base import Executor, JobOutcome, sigterm_raises, stop_reason
 from harness.jobs import Job
+from harness.locks import Busy, hold
 from harness.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
-from harness.tracking import STATUS_TAG, failure_reason, flatten_params, prepare_store
+from harness.tracking import STATUS_TAG, failure_reason, flatten_params, lock_file, prepare_store
 
 PARENT_TAG = "sweep_parent"
 N_JOBS_TAG = "n_jobs"
 JOBS_ARTIFACT = "jobs.json"  # the planned jobs, read by the dashboard to show progress before a job starts
 ORPHAN_REASON = "orphaned: the sweep process died while this run was running"
+
+
+class SweepRunning(RuntimeError):
+    """Another live process is running this sweep on this store."""
 
 
 @dataclass
@@ -60,8 +69,31 @@ def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], j
         raise ValueError(f"jobs log to experiment(s) {sorted(elsewhere)}, not the sweep's {experiment!r}")
 
     experiment_id = prepare_store(tracking_uri, experiment)  # once, before any worker touches the store
+    with sole_invocation(tracking_uri, sweep_id, f"sweep {name}"), sigterm_raises():
+        return _run_locked(name, sweep_id, experiment, experiment_id, spec, jobs, executor, tracking_uri, console)
+
+
+def sweep_lock(tracking_uri: str, sweep_id: str) -> Path:
+    """The lock file of one sweep (or study) on one store."""
+    return lock_file(tracking_uri, "sweep-" + hashlib.sha256(sweep_id.encode()).hexdigest()[:16])
+
+
+@contextmanager
+def sole_invocation(tracking_uri: str, sweep_id: str, label: str) -> Iterator[None]:
+    """Hold the sweep's lock for the block; `SweepRunning` ("<label> is already running (pid N)") at once
+    if another live process holds it."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(hold(sweep_lock(tracking_uri, sweep_id), wait=False))
+        except Busy as exc:
+            raise SweepRunning(f"{label} is already running (pid {exc.pid or '?'})") from None
+        yield
+
+
+def _run_locked(name: str, sweep_id: str, experiment: str, experiment_id: str, spec: dict[str, Any],
+                jobs: Sequence[Job], executor: Executor, tracking_uri: str, console: bool) -> SweepResult:
     client = MlflowClient(tracking_uri)
-    fail_orphans(tracking_uri, experiment, sweep_id, ORPHAN_REASON)
+    fail_orphans(tracking_uri, experiment, sweep_id, ORPHAN_REASON)  # safe: no other invocation is alive
     done = finished_job_ids(tracking_uri, experiment, sweep_id)
     result = SweepResult(skipped=[job for job in jobs if job.job_id in done])
     todo = [job for job in jobs if job.job_id not in done]
@@ -74,19 +106,41 @@ def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], j
         end_parent(client, parent, failed=False)
         return result
 
-    view = _Progress(name, len(todo), len(result.skipped), getattr(executor, "workers", 1))
+    view = _Progress(name, len(todo), len(result.skipped), getattr(executor, "workers", 1),
+                     log=out if console and not out.is_terminal else None)
     try:
+        _build_models(name, todo, out if console else None)
         with Live(view, console=out, refresh_per_second=2, transient=False, redirect_stdout=False,
-                  redirect_stderr=False) if console else nullcontext():
+                  redirect_stderr=True) if console and out.is_terminal else nullcontext():
             outcomes = executor.run(todo, tracking_uri=tracking_uri, sweep_id=sweep_id, parent_run_id=parent,
                                     on_event=view.on_event)
     except BaseException as exc:
-        end_failed(client, parent, "interrupted" if isinstance(exc, KeyboardInterrupt) else failure_reason(exc))
+        end_failed(client, parent, stop_reason(exc) or failure_reason(exc))
         raise
     result.finished = [o for o in outcomes if o.status == "FINISHED"]
     result.failed = [o for o in outcomes if o.status != "FINISHED"]
     end_parent(client, parent, failed=bool(result.failed))
     return result
+
+
+def _build_models(name: str, jobs: Sequence[Job], out: Console | None) -> None:
+    """Build the toy models the jobs need, once, before any job starts: a phase of its own, so that no job's
+    time (nor the ETA drawn from it) includes a build, and parallel workers do not wait on one."""
+    toys = {(job.config.model.toy.model_dump_json(), job.config.model.cache_dir): job.config.model
+            for job in jobs if job.config.model.source == "toy"}
+    if not toys:
+        return
+    from trainer.models.toy import COMPLETE_MARKER, ensure_toy_model, toy_model_dir
+
+    for model in toys.values():
+        if (toy_model_dir(model.toy, model.cache_dir) / COMPLETE_MARKER).exists():
+            continue
+        start = time.monotonic()
+        if out is not None:
+            out.print(f"sweep {name}: building the toy model in {model.cache_dir}", soft_wrap=True)
+        ensure_toy_model(model.toy, model.cache_dir)
+        if out is not None:
+            out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}", soft_wrap=True)
 
 
 def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: str, sweep_id: str,
@@ -130,37 +184,53 @@ def end_parent(client: MlflowClient, run_id: str, *, failed: bool, reason: str =
 
 
 class _Progress:
-    """One live line: done / running / failed / skipped, and an ETA from the mean job time."""
+    """One status line: done / running / failed / skipped, and an ETA from how long finished jobs ran.
 
-    def __init__(self, name: str, total: int, skipped: int, workers: int):
+    Redrawn in place on a terminal (rich Live); into a log (`log`, a console that is not a terminal) it
+    is printed as a whole line whenever a job ends, so that no other output runs into it."""
+
+    def __init__(self, name: str, total: int, skipped: int, workers: int, *, log: Console | None = None):
         self.name, self.total, self.skipped, self.workers = name, total, skipped, max(1, workers)
+        self.log = log
         self.running = self.done = self.failed = self.retries = 0
         self.seconds: list[float] = []
+        """How long each FINISHED job's successful attempt ran (no queueing, failed attempts or builds)."""
+        self._started: dict[str, float] = {}
         self.start = time.monotonic()
 
     def on_event(self, kind: str, job: Job, outcome: JobOutcome | None) -> None:
+        now = time.monotonic()
         if kind == "started":
             self.running += 1
-        elif kind == "retrying":
-            self.running -= 1
+            self._started[job.job_id] = now
+            return
+        self.running -= 1
+        started = self._started.pop(job.job_id, now)
+        if kind == "retrying":
             self.retries += 1
         else:
-            self.running -= 1
             self.done += kind == "finished"
             self.failed += kind == "failed"
-            if outcome is not None:
-                self.seconds.append(outcome.seconds)
+            if kind == "finished":
+                self.seconds.append(now - started)
+        if self.log is not None:
+            self.log.print(self.__rich__(), soft_wrap=True)  # one line, however long
+
+    def eta_s(self) -> float | None:
+        """Seconds left: the mean finished job's time for each job left, `workers` at a time."""
+        left = self.total - self.done - self.failed
+        if not self.seconds or not left:
+            return None
+        return sum(self.seconds) / len(self.seconds) * left / min(self.workers, left)
 
     def __rich__(self) -> Text:
         left = self.total - self.done - self.failed
-        if self.seconds and left:
-            eta = f"ETA {_hms(sum(self.seconds) / len(self.seconds) * left / min(self.workers, left))}"
-        else:
-            eta = "ETA -" if left else "done"
+        eta = self.eta_s()
+        eta_text = f"ETA {_hms(eta)}" if eta is not None else ("ETA -" if left else "done")
         return Text(f"sweep {self.name}: {self.done}/{self.total} done, {self.running} running, "
                     f"{self.failed} failed, {self.skipped} skipped"
                     + (f", {self.retries} retried" if self.retries else "")
-                    + f" | {_hms(time.monotonic() - self.start)} elapsed, {eta}")
+                    + f" | {_hms(time.monotonic() - self.start)} elapsed, {eta_text}")
 
 
 def _hms(seconds: float) -> str:

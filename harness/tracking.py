@@ -9,6 +9,7 @@ takes at most 1000 metrics / 100 params / 100 tags; a fresh SQLite store must be
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +33,8 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
+from harness.locks import hold
+
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 STATUS_TAG = "status"
 FAILURE_REASON_TAG = "failure_reason"
@@ -40,6 +43,11 @@ _REASON_MAX_CHARS = 500
 _SQLITE_PREFIX = "sqlite:///"
 _log = logging.getLogger(__name__)
 PRUNED = "PRUNED"  # the status tag of a run stopped early on purpose (an Optuna trial pruned)
+
+
+class RunClosedElsewhere(RuntimeError):
+    """The run was already ended by another process (e.g. a rerun of the sweep failed it as orphaned):
+    it keeps that ending, and this process's end is refused."""
 
 
 class RunStopped(Exception):
@@ -71,30 +79,51 @@ def store_exists(uri: str) -> bool:
     return path is None or path.exists()
 
 
+def lock_file(uri: str, key: str) -> Path:
+    """The file of lock `key` (a file-name-safe word) on the store at `uri`: beside a SQLite database
+    (`<db>.<key>.lock`), else in the user's cache, named by a hash of (uri, key); the latter guards
+    only this machine."""
+    db = _sqlite_path(uri)
+    if db is not None:
+        return db.with_name(f"{db.name}.{key}.lock")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness" / "locks"
+    return cache / (hashlib.sha256(f"{uri}\n{key}".encode()).hexdigest()[:24] + ".lock")
+
+
 def prepare_store(uri: str, experiment_name: str) -> str:
     """Create the store (running MLflow's schema migrations) and the experiment; return its id.
 
-    Idempotent. Call once in the parent before starting parallel jobs: concurrent first-time
-    migrations of one SQLite file crash. Artifacts of a SQLite store go next to the database
-    (`<db dir>/artifacts`) instead of MLflow's default `./mlruns` under the current directory.
+    Idempotent and safe under concurrency: the first `MlflowClient` of a fresh SQLite file migrates
+    it, and two processes migrating one file at once crash, so everything here runs under the
+    store's file lock (`lock_file(uri, "store")`). Call it before any other client use of a store.
+    Artifacts of a SQLite store go next to the database (`<db dir>/artifacts`) instead of MLflow's
+    default `./mlruns` under the current directory.
     """
     db = _sqlite_path(uri)
     artifact_location = None
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
         artifact_location = (db.parent / "artifacts").resolve().as_uri()
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        try:
-            return client.create_experiment(experiment_name, artifact_location=artifact_location)
-        except MlflowException as exc:  # another process created it in between
-            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
-                raise
-            experiment = client.get_experiment_by_name(experiment_name)
-    if experiment.lifecycle_stage == "deleted":
-        client.restore_experiment(experiment.experiment_id)
-    return experiment.experiment_id
+    with hold(lock_file(uri, "store")):
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name(experiment_name)
+        if experiment is None:
+            try:
+                return client.create_experiment(experiment_name, artifact_location=artifact_location)
+            except MlflowException as exc:  # another machine created it in between (a shared server)
+                if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                    raise
+                experiment = client.get_experiment_by_name(experiment_name)
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+
+
+def store_client(uri: str) -> MlflowClient:
+    """A client for reading a store that may be new: made under the store's lock, since the first client of
+    a fresh SQLite file migrates it (use `prepare_store` to create one)."""
+    with hold(lock_file(uri, "store")):
+        return MlflowClient(tracking_uri=uri)
 
 
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -135,7 +164,8 @@ def failure_reason(exc: BaseException) -> str:
 class RunTracker:
     """One MLflow run of the training loop, used as a context manager.
 
-    Leaving the `with` block normally flushes and ends the run FINISHED; an exception flushes
+    Leaving the `with` block normally flushes and ends the run FINISHED, unless another process has
+    ended it meanwhile (then it stays as that process left it: `RunClosedElsewhere`); an exception flushes
     what is buffered, ends it FAILED with a `failure_reason` tag (traceback in `failure.txt`)
     and propagates. `fail(reason)` ends it FAILED without an exception (e.g. a NaN loss).
     Metrics are buffered and sent with `log_batch` every `flush_every` steps or `flush_seconds`
@@ -189,18 +219,33 @@ class RunTracker:
         if exc is None:
             try:
                 self.flush()
+                self._refuse_if_closed()
                 self.set_tags({STATUS_TAG: "FINISHED"})
                 self._end(RunStatus.FINISHED)
+            except RunClosedElsewhere:
+                raise
             except Exception as err:  # e.g. the store went away during the final flush
                 self._end_failed(failure_reason(err), "".join(traceback.format_exception(err)))
                 raise
         elif isinstance(exc, RunStopped):
             self.flush()
+            self._refuse_if_closed()
             self.set_tags({STATUS_TAG: PRUNED, "stop_reason": str(exc)})
             self._end(RunStatus.KILLED)
         else:
             self._end_failed(failure_reason(exc), "".join(traceback.format_exception(exc)))
         return False  # never swallow the exception
+
+    def _refuse_if_closed(self) -> None:
+        """Raise `RunClosedElsewhere` (and stop) if the store no longer has this run RUNNING."""
+        run = self.client.get_run(self.run_id)
+        if run.info.status != "RUNNING":
+            self._ended = True
+            if self._sender is not None:
+                self._outbox.put(None)
+            reason = run.data.tags.get(FAILURE_REASON_TAG)
+            raise RunClosedElsewhere(f"run {self.run_id} was ended {run.info.status} by another process"
+                                     + (f" ({reason})" if reason else "") + "; it is left as it is")
 
     def fail(self, reason: str) -> None:
         """End the run FAILED on purpose (e.g. loss became NaN); the `with` exit then does nothing."""
@@ -209,13 +254,17 @@ class RunTracker:
 
     def _end_failed(self, reason: str, details: str | None) -> None:
         # Best effort: the store itself may be what failed, and the original error matters more.
-        steps = [self.flush, lambda: self.set_tags({STATUS_TAG: "FAILED", FAILURE_REASON_TAG: reason})]
+        steps = [self.flush, self._refuse_if_closed,
+                 lambda: self.set_tags({STATUS_TAG: "FAILED", FAILURE_REASON_TAG: reason})]
         if details:
             steps.append(lambda: self.client.log_text(self.run_id, details, "failure.txt"))
         steps.append(lambda: self._end(RunStatus.FAILED))
         for step in steps:
             try:
                 step()
+            except RunClosedElsewhere as exc:  # keep the other process's ending and reason
+                _log.warning("%s", exc)
+                break
             except Exception as exc:  # noqa: BLE001
                 _log.warning("run %s: could not record the failure (%s)", self.run_id, exc)
         self._ended = True

@@ -11,6 +11,7 @@ invocation left RUNNING.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from harness.executor.local import die_with_parent
 from harness.resume import fail_orphans
-from harness.sweep_run import end_parent, parent_run
+from harness.sweep_run import end_parent, parent_run, sole_invocation
 from harness.tracking import RunStopped, prepare_store
 from harness.tune_spec import TunePlan, TuneSpec, load_tune
 
@@ -104,50 +106,58 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
     n_trials = trials or spec.trials
     url = default_storage(plan, storage_url)
     uri = default_tracking_uri(plan.results_dir, tracking_uri)
-    study = optuna.create_study(study_name=spec.name, storage=storage(url), load_if_exists=True,
-                                direction=spec.objective.direction, sampler=sampler(spec, 0), pruner=pruner(spec))
-    if study.direction.name.lower() != spec.objective.direction:
-        raise ValueError(f"study {spec.name!r} in {url} is {study.direction.name.lower()}, the file says "
-                         f"{spec.objective.direction}")
-    study.set_user_attr("objective_metric", spec.objective.metric)
-    study.set_user_attr("objective_at", spec.objective.at)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study.tell(t.number, state=TrialState.FAIL)  # left by a killed invocation
     experiment_id = prepare_store(uri, plan.experiment)  # once, before any worker touches the store
-    base = plan.trial_config({})
-    if base.model.source == "toy":  # built once here, not by each worker
-        from trainer.models.toy import ensure_toy_model
+    with sole_invocation(uri, plan.study_id, f"study {spec.name}"):  # so RUNNING below means orphaned
+        study = optuna.create_study(study_name=spec.name, storage=storage(url), load_if_exists=True,
+                                    direction=spec.objective.direction, sampler=sampler(spec, 0),
+                                    pruner=pruner(spec))
+        if study.direction.name.lower() != spec.objective.direction:
+            raise ValueError(f"study {spec.name!r} in {url} is {study.direction.name.lower()}, the file says "
+                             f"{spec.objective.direction}")
+        study.set_user_attr("objective_metric", spec.objective.metric)
+        study.set_user_attr("objective_at", spec.objective.at)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(t.number, state=TrialState.FAIL)  # left by a killed invocation
+        base = plan.trial_config({})
+        if base.model.source == "toy":  # built once here, not by each worker
+            from trainer.models.toy import ensure_toy_model
 
-        ensure_toy_model(base.model.toy, base.model.cache_dir)
-    fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
-    client = MlflowClient(uri)
-    parent = parent_run(client, experiment_id, plan.experiment, spec.name, plan.study_id,
-                        spec.model_dump(mode="json"), tags={"study": spec.name, "optuna_storage": url},
-                        artifact="tune.yaml", text=plan.source.read_text())
-    args = (str(path), overrides or [], n_trials, url, uri, parent)
-    if executor == "ray":
-        import ray
+            ensure_toy_model(base.model.toy, base.model.cache_dir)
+        fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
+        client = MlflowClient(uri)
+        parent = parent_run(client, experiment_id, plan.experiment, spec.name, plan.study_id,
+                            spec.model_dump(mode="json"), tags={"study": spec.name, "optuna_storage": url},
+                            artifact="tune.yaml", text=plan.source.read_text())
+        args = (str(path), overrides or [], n_trials, url, uri, parent)
+        if executor == "ray":
+            import ray
 
-        started = not ray.is_initialized()
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-        try:
-            remote = ray.remote(num_cpus=1)(_worker)
-            ray.get([remote.remote(i, *args) for i in range(workers)])
-        finally:
-            if started:
-                ray.shutdown()
-    elif workers == 1:
-        _worker(0, *args)
-    else:
-        ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_worker, args=(i, *args)) for i in range(workers)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-    finished = len(study.get_trials(deepcopy=False, states=DONE))
-    end_parent(client, parent, failed=finished < n_trials, reason=f"{finished} of {n_trials} trials finished")
-    return TuneResult(spec.name, url, finished, parent)
+            started = not ray.is_initialized()
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            try:
+                remote = ray.remote(num_cpus=1)(_worker)
+                ray.get([remote.remote(i, *args) for i in range(workers)])
+            finally:
+                if started:
+                    ray.shutdown()
+        elif workers == 1:
+            _worker(0, *args)
+        else:
+            ctx = mp.get_context("spawn")
+            procs = [ctx.Process(target=_worker_process, args=(os.getpid(), i, *args)) for i in range(workers)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+        finished = len(study.get_trials(deepcopy=False, states=DONE))
+        end_parent(client, parent, failed=finished < n_trials, reason=f"{finished} of {n_trials} trials finished")
+        return TuneResult(spec.name, url, finished, parent)
+
+
+def _worker_process(parent_pid: int, *args) -> None:
+    """A local worker process: dies with `harness tune`, then works as `_worker`."""
+    die_with_parent(parent_pid)
+    _worker(*args)
 
 
 def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str, uri: str, parent: str) -> None:

@@ -218,3 +218,30 @@ def test_sigkilled_sweep_resumes_without_duplicates(tmp_path, overrides):
     assert orphan.data.tags["job_id"] in orphaned and orphan.data.tags["failure_reason"] == ORPHAN_REASON
     (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "1"]
     assert parent.info.status == "FINISHED"
+
+
+def test_eta_counts_only_how_long_finished_jobs_ran(monkeypatch):
+    """Not a failed attempt before a retry, not a fast failure: 4 jobs on 2 workers, the ones left at the
+    mean run time of the finished ones (10 s and 30 s)."""
+    from harness.executor.base import JobOutcome
+    from harness.sweep_run import _Progress
+
+    now = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    view = _Progress("t", total=4, skipped=0, workers=2)
+    a, b, c = (type("J", (), {"job_id": i})() for i in "abc")
+
+    def at(t, kind, job, seconds=None):  # seconds: what the executor reports, counted from the first attempt
+        now[0] = t
+        status = "FAILED" if kind in ("failed", "retrying") else "FINISHED"
+        view.on_event(kind, job, JobOutcome(job.job_id, status, None, None, 1, seconds) if seconds else None)
+
+    at(0, "started", a), at(0, "started", b)
+    at(30, "finished", b, 30)
+    at(100, "retrying", a, 100)  # timed out after 100 s, tried again
+    at(100, "started", a)
+    at(110, "finished", a, 110)
+    at(110, "started", c)
+    at(111, "failed", c, 1)
+    assert view.seconds == [30, 10]
+    assert str(view.__rich__()).endswith("0:01:51 elapsed, ETA 0:00:20")  # 1 left at (30 + 10) / 2 s

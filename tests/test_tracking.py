@@ -237,3 +237,38 @@ def test_two_processes_share_one_prepared_store(store):
     assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "FINISHED" for r in runs)
     client = MlflowClient(uri)
     assert all(len(client.get_metric_history(r.info.run_id, "m34")) == 40 for r in runs)
+
+
+def _prepare_at(uri: str, start_at: float) -> None:
+    time.sleep(max(0.0, start_at - time.time()))  # every process reaches the fresh store at once
+    prepare_store(uri, "fresh")
+
+
+def test_concurrent_first_use_of_a_fresh_store_all_succeed(tmp_path):
+    """Several processes creating one new SQLite store at the same instant: one migrates, the others wait."""
+    uri = f"sqlite:///{tmp_path}/new/mlflow.db"
+    ctx = mp.get_context("spawn")
+    start_at = time.time() + 15  # after the spawned interpreters have imported mlflow
+    procs = [ctx.Process(target=_prepare_at, args=(uri, start_at)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=180)
+    assert [p.exitcode for p in procs] == [0] * 4
+    assert [e.name for e in MlflowClient(uri).search_experiments()].count("fresh") == 1
+
+
+def test_a_run_closed_by_another_process_is_not_set_back_to_finished(store):
+    """A rerun of a sweep ends FAILED the runs of a killed invocation; a straggler worker must not reopen one."""
+    from harness.resume import end_failed
+    from harness.tracking import RunClosedElsewhere
+
+    uri, experiment_id = store
+    client = MlflowClient(uri)
+    with pytest.raises(RunClosedElsewhere, match="FAILED"):
+        with RunTracker(uri, experiment_id) as run:
+            run.log_metrics(0, {"a": 1.0})
+            end_failed(client, run.run_id, "orphaned: the sweep process died")
+    got = client.get_run(run.run_id)
+    assert got.info.status == "FAILED" and got.data.tags["status"] == "FAILED"
+    assert got.data.tags["failure_reason"] == "orphaned: the sweep process died"

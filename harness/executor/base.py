@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Literal, Protocol, Sequence
 
@@ -33,3 +37,34 @@ class Executor(Protocol):
         in the order given. A job that crashes, hangs past the time limit or diverges is FAILED, its MLflow
         run ended FAILED with the reason, and the others go on."""
         ...
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a process manager, `kill PID`), raised in the main thread so that a sweep stops as on Ctrl-C:
+    its workers stopped, their runs ended FAILED, a non-zero exit."""
+
+
+def stop_reason(exc: BaseException) -> str | None:
+    """The failure reason of runs stopped by the user ("interrupted", "terminated"); None for any other error."""
+    if isinstance(exc, Terminated):
+        return "terminated"
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else None
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` in the main thread (once: a second SIGTERM during the
+    cleanup is ignored). Outside the main thread nothing changes (Python delivers signals only there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -4,14 +4,20 @@ A fresh "spawn" process per job (not a fork, not a reused pool worker) means no 
 thread setting or leaked memory carries from one run to the next, and a job that segfaults,
 hangs or is OOM-killed takes only itself down. The child reports back over a pipe; anything
 it cannot report (a kill, a timeout) the parent detects and records in MLflow itself, so that
-no run of a sweep is left RUNNING once `run` returns or raises.
+no run of a sweep is left RUNNING once `run` returns or raises. A child dies with its parent
+(`die_with_parent`): a sweep killed outright leaves no worker training on, and its runs RUNNING
+for the rerun to end FAILED as orphaned.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing as mp
+import os
 import signal
+import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -21,7 +27,7 @@ from typing import Sequence
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
-from harness.executor.base import EventHook, JobOutcome
+from harness.executor.base import EventHook, JobOutcome, stop_reason
 from harness.jobs import Job, run_job, run_name, run_tags
 from harness.resume import quote_value, end_failed
 from harness.tracking import FAILURE_REASON_TAG, STATUS_TAG, failure_reason, prepare_store
@@ -31,9 +37,42 @@ _POLL_S = 0.5
 _log = logging.getLogger(__name__)
 
 
-def _child(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None, conn: Connection) -> None:
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (spawned) process die by SIGKILL as soon as `parent_pid`, its parent, is gone, however the
+    parent ended. Linux: the kernel's parent-death signal; elsewhere a thread watching the parent pid."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent_pid:  # the parent died before the signal was armed
+                os.kill(os.getpid(), signal.SIGKILL)
+            return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def worker_setup(parent_pid: int) -> None:
+    """First thing in a worker process: die with the parent; leave Ctrl-C to the parent (it terminates us);
+    and give tqdm a thread lock instead of its default named semaphore, which a terminated worker cannot
+    unregister (multiprocessing's resource tracker then warns of a "leaked semaphore" at exit)."""
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+def _child(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None, conn: Connection,
+           parent_pid: int) -> None:
     """Worker entry point: train the job, send ("ok", run id) or ("error", one-line reason)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it terminates us)
+    worker_setup(parent_pid)
     try:
         message = ("ok", run_job(job, tracking_uri, sweep_id, parent_run_id))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as one line
@@ -79,7 +118,8 @@ class LocalExecutor:
 
         def start(index: int, number: int) -> None:
             reader, writer = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child, args=(jobs[index], tracking_uri, sweep_id, parent_run_id, writer),
+            process = ctx.Process(target=_child, args=(jobs[index], tracking_uri, sweep_id, parent_run_id, writer,
+                                                       os.getpid()),
                                   name=f"harness-job-{jobs[index].job_id}", daemon=False)
             started_ms = int(time.time() * 1000)
             process.start()
@@ -115,7 +155,7 @@ class LocalExecutor:
                         attempt.conn.close()
                         settle(attempt, *ended)
         except BaseException as exc:
-            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"executor error: {failure_reason(exc)}"
+            reason = stop_reason(exc) or f"executor error: {failure_reason(exc)}"
             for attempt in active:
                 attempt.process.terminate()
             for attempt in active:

@@ -24,14 +24,13 @@ from typing import Any, Sequence
 
 from mlflow.tracking import MlflowClient
 
-from harness.executor.base import EventHook, JobOutcome
+from harness.executor.base import EventHook, JobOutcome, stop_reason
 from harness.executor.local import record_failure
 from harness.jobs import Job, run_job
 from harness.tracking import failure_reason
 
 RAY_MISSING = "--executor ray needs the ray extra: pip install 'harness[ray]'"
 WORKER_DIED = "worker died"
-INTERRUPTED = "interrupted"
 _SQLITE_PREFIX = "sqlite:///"
 _POLL_S = 1.0
 """How often the driver wakes to check deadlines when nothing finishes."""
@@ -192,7 +191,7 @@ class RayExecutor:
                         del running[attempt.ref]
                         settle(attempt, "FAILED", None, f"timeout after {self.timeout_s:g} s")
         except BaseException as exc:  # Ctrl-C, or the cluster went away: no run may stay RUNNING
-            reason = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"executor error: {failure_reason(exc)}"
+            reason = stop_reason(exc) or f"executor error: {failure_reason(exc)}"
             self._cancel(ray, list(running))
             for attempt in running.values():
                 record_failure(client, uri, jobs[attempt.index], sweep_id, parent_run_id, reason, attempt.started_ms)

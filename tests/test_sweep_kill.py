@@ -1,0 +1,190 @@
+"""`harness sweep` killed every way a user or the system kills it, and rerun; sweeps started at the same time.
+
+Real `harness sweep` subprocesses (in their own session, so that the whole group can be killed) on real
+tiny jobs. After each kill no worker outlives the sweep, and a rerun leaves every planned job with exactly
+one FINISHED run, which the reader counts as one seed. Slow (minutes): one sweep per scenario.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from harness.plan import load_sweep
+from harness.resume import job_runs
+from harness.tracking import prepare_store
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
+EXPERIMENT = "kill"
+STEPS = 20  # long enough to be caught running after its first metrics (logged every 10 steps)
+
+
+@pytest.fixture(scope="module")
+def toy_set(tiny_run_overrides) -> dict[str, str]:
+    """The tiny-run overrides as a sweep file's `set:`, with the toy model built here once."""
+    from harness.config import load_run_config
+    from trainer.models.toy import ensure_toy_model
+
+    cfg = load_run_config(TOY_RUN, tiny_run_overrides)
+    ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)
+    return dict(item.split("=", 1) for item in [*tiny_run_overrides, f"train.steps={STEPS}"])
+
+
+def _sweep_file(tmp_path: Path, name: str, toy_set: dict[str, str], grid: str = "[grpo, dr_grpo]",
+                seeds: str = "[0, 1]") -> Path:
+    lines = [f"name: {name}", f"experiment: {EXPERIMENT}", f"base: {TOY_RUN}", "set:",
+             *[f"  {k}: {v}" for k, v in toy_set.items()], "grid:", f"  objective.preset: {grid}", f"seeds: {seeds}"]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _start(path: Path, uri: str, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(path), "--workers", "2",
+                             "--tracking-uri", uri], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=log.open("w"))
+
+
+def _statuses(uri: str, sweep_id: str) -> dict[str, list[str]]:
+    try:
+        return job_runs(uri, EXPERIMENT, sweep_id)
+    except Exception:  # noqa: BLE001 - a SQLite read racing the workers' writes counts as nothing yet
+        return {}
+
+
+def _wait_two_training(proc: subprocess.Popen, uri: str, sweep_id: str, since_ms: int) -> None:
+    """Until two jobs started since `since_ms` are RUNNING with metrics logged (their progress bars exist by
+    then)."""
+    client, deadline = MlflowClient(uri), time.monotonic() + 600
+    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep never had two jobs training"
+        try:
+            runs = client.search_runs([experiment_id], f"tags.sweep_id = '{sweep_id}' AND "
+                                      f"attributes.status = 'RUNNING' AND attributes.start_time >= {since_ms}")
+        except Exception:  # noqa: BLE001
+            runs = []
+        if sum(1 for r in runs if r.data.tags.get("job_id") and r.data.metrics) >= 2:
+            return
+        time.sleep(0.5)
+
+
+def _workers(pid: int) -> list[int]:
+    """The sweep's job processes: its children started by multiprocessing's spawn."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"multiprocessing.spawn" in (entry / "cmdline").read_bytes():
+                out.append(int(entry.name))
+        except (ValueError, OSError, IndexError):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _check_clean(path: Path, uri: str) -> tuple[int, int, dict[str, list[int]]]:
+    """(job ids with two FINISHED runs, planned jobs without exactly one, the reader's seeds per arm)."""
+    from harness.store import reader_for, sweeps
+    from harness.sweep_data import load_sweep as load_sweep_data
+
+    plan = load_sweep(path)
+    runs = job_runs(uri, EXPERIMENT, plan.sweep_id)
+    duplicated = sum(1 for statuses in runs.values() if statuses.count("FINISHED") > 1)
+    lost = sum(1 for job in plan.jobs if runs.get(job.job_id, []).count("FINISHED") != 1)
+    reader = reader_for(uri)
+    (sweep,) = [s for s in sweeps(reader.runs()) if s.sweep_id == plan.sweep_id]
+    data = load_sweep_data(reader, sweep)
+    done = data.runs[data.runs["status"] == "FINISHED"]
+    seeds = {arm: sorted(group["seed"].tolist()) for arm, group in done.groupby("arm")}
+    return duplicated, lost, seeds
+
+
+SCENARIOS = {  # name: (signal, to the whole process group (as Ctrl-C in a terminal)?, the sweep's exit code)
+    "SIGKILL-main": (signal.SIGKILL, False, -signal.SIGKILL),
+    "SIGTERM-main": (signal.SIGTERM, False, 128 + signal.SIGTERM),
+    "SIGKILL-group": (signal.SIGKILL, True, -signal.SIGKILL),
+    "SIGINT-group": (signal.SIGINT, True, 130),
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_killed_sweep_leaves_no_worker_and_reruns_without_duplicates(scenario, tmp_path, toy_set):
+    sig, group, code = SCENARIOS[scenario]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = _sweep_file(tmp_path, "kill_" + scenario.lower().replace("-", "_"), toy_set)
+    sweep_id = load_sweep(path).sweep_id
+    prepare_store(uri, EXPERIMENT)  # so that polling it never races the sweep's first use
+    log, rerun_log = tmp_path / "first.err", tmp_path / "rerun.err"
+    proc, workers, rerun, second = _start(path, uri, log), [], None, None
+    try:
+        _wait_two_training(proc, uri, sweep_id, 0)
+        workers = _workers(proc.pid)
+        assert len(workers) == 2
+        (os.killpg if group else os.kill)(proc.pid, sig)
+        exit_code = proc.wait(timeout=120)
+        time.sleep(5)
+        alive = [pid for pid in workers if _alive(pid)]
+
+        rerun, since_ms = _start(path, uri, rerun_log), int(time.time() * 1000)
+        if scenario == "SIGKILL-main":  # the same sweep started again while the rerun runs: refused, one line
+            _wait_two_training(rerun, uri, sweep_id, since_ms)
+            second = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", str(path), "--tracking-uri",
+                                     uri], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                    capture_output=True, text=True, timeout=1200)
+        assert rerun.wait(timeout=1200) == 0, rerun_log.read_text()
+    finally:  # never leave this test's processes training
+        for p in (proc, rerun):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    duplicated, lost, seeds = _check_clean(path, uri)
+    print(f"\n| {scenario} | {duplicated} | {lost} | {len(alive)} | {seeds} |")
+    assert (duplicated, lost, alive) == (0, 0, [])
+    assert seeds == {"preset=grpo": [0, 1], "preset=dr_grpo": [0, 1]}
+    assert exit_code == code
+    err = log.read_text()
+    assert "leaked semaphore" not in err, err
+    if sig == signal.SIGINT:
+        assert "harness: interrupted" in err.splitlines(), err  # a line of its own, not after the status line
+    if sig == signal.SIGTERM:
+        assert "harness: terminated" in err.splitlines(), err
+    if second is not None:
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines() == [f"harness: sweep {path.stem} is already running "
+                                                      f"(pid {rerun.pid})"], second.stderr
+    last = rerun_log.read_text().splitlines()[-1]  # the status line, whole, as the last line of a log
+    assert re.fullmatch(rf"sweep {path.stem}: (\d)/\1 done, 0 running, 0 failed, \d skipped \| .* elapsed, done",
+                        last), last
+
+
+def test_three_sweeps_starting_together_on_a_fresh_store_all_succeed(tmp_path, toy_set):
+    """Each creates the store, or waits while another one migrates it; none crashes."""
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    short = {**toy_set, "train.steps": "1"}
+    paths = [_sweep_file(tmp_path, f"fresh{i}", short, grid="[grpo]", seeds=f"[{i}]") for i in range(3)]
+    logs = [tmp_path / f"fresh{i}.err" for i in range(3)]
+    procs = [_start(path, uri, log) for path, log in zip(paths, logs)]
+    try:
+        codes = [p.wait(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert codes == [0, 0, 0], "\n".join(log.read_text()[-2000:] for log in logs)
