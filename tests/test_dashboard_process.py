@@ -47,8 +47,8 @@ def _accepts(port: int) -> bool:
 def test_signal_to_harness_dashboard_stops_its_server(tmp_path, sig):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "harness.cli", "dashboard", "--port", str(port),
-           "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--optuna-storage", f"sqlite:///{tmp_path / 'o.db'}"]
+    cmd = [sys.executable, "-m", "harness.cli", "dashboard", "--port", str(port), "--tracking-uri",
+           f"sqlite:///{tmp_path / 'mlflow.db'}", "--optuna-storage", f"sqlite:///{tmp_path / 'optuna.db'}"]
     log = tmp_path / "dashboard.log"
     with open(log, "wb") as out:  # a session of its own: the cleanup below reaches whatever it started
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -230,12 +230,13 @@ class RayExecutor:
 
 
 def connect(ray, address: str | None, **init_kwargs: Any) -> bool:
-    """Connect to the Ray cluster at `address` (its network exposure is the cluster's own), or start a local
-    instance that listens on loopback only, without dashboard, one CPU slot per core unless `init_kwargs` say
-    otherwise; True if this call started one (to shut down at the end). A process already connected to Ray
-    keeps that connection. `init_kwargs` go to `ray.init`."""
+    """Connect to the Ray cluster at `address` or $RAY_ADDRESS (how it is exposed is the cluster's own choice), or
+    start a local instance that listens on loopback only, without dashboard, one CPU slot per core unless
+    `init_kwargs` (for `ray.init`) say otherwise. True if this call started one (to shut down at the end).
+    A process already connected to Ray keeps that connection."""
     if ray.is_initialized():
         return False
+    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, **init_kwargs)
         return False
