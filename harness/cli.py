@@ -111,14 +111,17 @@ def dashboard_command(uri: str, host: str, port: int, optuna_storage: str | None
 
 
 def _dashboard(args: argparse.Namespace) -> int:
+    import os
     import subprocess
 
     from harness.tracking import default_tracking_uri
 
     uri = default_tracking_uri("results", args.tracking_uri)
     cmd, env = dashboard_command(uri, args.host, args.port, args.optuna_storage)
-    print(f"harness dashboard: http://{args.host}:{args.port} reading {uri}", file=sys.stderr)
-    return subprocess.call(cmd, env=env)
+    print(f"harness dashboard: http://{args.host}:{args.port} reading {uri}", file=sys.stderr, flush=True)
+    if os.name == "posix":  # Streamlit takes over this pid: a SIGTERM or SIGINT to harness stops the server itself
+        os.execve(cmd[0], cmd, env)
+    return subprocess.call(cmd, env=env)  # Windows has no exec that keeps the pid
 
 
 def _report(args: argparse.Namespace) -> int:

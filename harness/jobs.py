@@ -44,9 +44,19 @@ def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
             "git_commit": _git_commit()}
 
 
-def run_name(cfg: RunConfig) -> str:
-    """MLflow run name: tracking.run_name, else `<name>-s<seed>`."""
-    return cfg.tracking.run_name or f"{cfg.name}-s{cfg.seed}"
+RUN_NAME_MAX = 250
+"""MLflow's limit on a run name (its `runs.name` column)."""
+
+
+def run_name(cfg: RunConfig, arm: str | None = None) -> str:
+    """MLflow run name: tracking.run_name, else `<arm>-s<seed>` for a sweep's job (its arm label, one line,
+    shortened to fit MLflow), else `<name>-s<seed>`."""
+    if cfg.tracking.run_name:
+        return cfg.tracking.run_name
+    seed = f"-s{cfg.seed}"
+    label = " ".join("".join(c if c.isprintable() else " " for c in arm or cfg.name).split()) or cfg.name
+    room = RUN_NAME_MAX - len(seed)
+    return (label if len(label) <= room else label[:room - 3] + "...") + seed
 
 
 def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None) -> str:

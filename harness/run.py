@@ -41,7 +41,8 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
                  started: Callable[[str], None] | None = None) -> RunResult:
     """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises.
 
-    `extra_tags` are added to the run's tags (a sweep passes its arm label and `mlflow.parentRunId`).
+    `extra_tags` are added to the run's tags (a sweep passes its arm label, which names the run, and
+    `mlflow.parentRunId`).
     `started(run_id)` is called once the MLflow run exists; `watch(step, metrics)` after every step, and
     may raise `RunStopped` to end the run early (KILLED, status tag PRUNED)."""
     transformers.utils.logging.disable_progress_bar()  # our own progress line is the one to read
@@ -58,8 +59,8 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     backend = build_backend(cfg, path, policy, tokenizer)
     trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
     evaluate_at = periodic_eval(cfg, backend)
-    name = run_name(cfg)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
+    name = run_name(cfg, tags.get("arm_label"))
     with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
         if started is not None:
             started(tracker.run_id)

@@ -132,8 +132,9 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
         if executor == "ray":
             import ray
 
-            started = not ray.is_initialized()
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            from harness.executor.ray_executor import connect
+
+            started = connect(ray, address, log_to_driver=False)
             try:
                 remote = ray.remote(num_cpus=1)(_worker)
                 ray.get([remote.remote(i, *args) for i in range(workers)])

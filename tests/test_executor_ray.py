@@ -9,7 +9,7 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'harn
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from harness.config import load_run_config  # noqa: E402
-from harness.executor.ray_executor import RayExecutor  # noqa: E402
+from harness.executor.ray_executor import RayExecutor, connect  # noqa: E402
 from harness.jobs import Job  # noqa: E402
 from harness.tracking import prepare_store  # noqa: E402
 from trainer.models.toy import ensure_toy_model  # noqa: E402
@@ -20,8 +20,8 @@ SWEEP = "sweep-ray-test"
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One local instance for the module (num_cpus=2); the executor finds it and leaves it running."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    """One local instance for the module (num_cpus=2, loopback only); the executor finds it and leaves it running."""
+    connect(ray, None, num_cpus=2, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -86,3 +86,58 @@ def test_timeout_kills_the_job_and_ends_its_run_failed(local_ray, tmp_path, tiny
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
     assert run.data.tags["failure_reason"] == "timeout after 20 s" and "mlflow.parentRunId" not in run.data.tags
     assert run.data.metrics  # it was training when it was killed
+
+
+_LOCAL_RAY = """
+import os, sys
+import ray
+from harness.executor.ray_executor import RayExecutor
+
+
+def pid():
+    return os.getpid()
+
+
+assert RayExecutor(None)._connect(ray), "a local instance was expected"
+print(ray.get([ray.remote(pid).remote() for _ in range(2)]), flush=True)  # workers are up
+sys.stdin.read()  # until the test has looked
+ray.shutdown()
+"""
+
+
+def test_local_instance_listens_on_loopback_only(tmp_path):
+    """Every socket that the executor's local Ray listens on (gcs_server, raylet, agents, the driver's and the
+    workers' gRPC servers) is bound to a loopback address."""
+    import ipaddress
+    import os
+    import subprocess
+    import sys
+
+    psutil = pytest.importorskip("psutil")  # Ray's own dependency (vendored under ray/thirdparty_files)
+    env = {**os.environ, "PYTHONPATH": str(TOY_RUN.parents[1]), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    log = tmp_path / "ray.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _LOCAL_RAY], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().startswith("["), f"the local Ray did not start:\n{log.read_text()}"
+        driver = psutil.Process(proc.pid)
+        procs = {p.pid: p for p in [driver, *driver.children(recursive=True)]}
+        listening = sorted({(procs[c.pid].name(), c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
+                            if c.status == psutil.CONN_LISTEN and c.pid in procs})
+        assert {name for name, *_ in listening} >= {"gcs_server", "raylet"}, listening
+
+        def loopback(ip: str) -> bool:
+            addr = ipaddress.ip_address(ip.split("%")[0])
+            return addr.is_loopback or bool(getattr(addr, "ipv4_mapped", None) and addr.ipv4_mapped.is_loopback)
+
+        exposed = [f"{name} {ip}:{port}" for name, ip, port in listening if not loopback(ip)]
+        assert not exposed, f"listening beyond loopback: {exposed} (all: {listening})"
+    finally:
+        proc.stdin.close()  # the script shuts its Ray down
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)

@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from harness.cli import main
 from harness.config import load_run_config
+from harness.jobs import run_name
 from harness.run import run_training
 from trainer import metric_names as M
 
@@ -56,6 +57,7 @@ def test_run_logs_everything(tmp_path, tiny_run_overrides):
     seen = {m.step: m.value for m in client.get_metric_history(run.info.run_id, M.TOKENS_GENERATED)}
     assert rows.groupby("step")["length"].sum().cumsum().to_dict() == pytest.approx(seen)
     assert run.data.params["objective.clip_high"] == "0.2"
+    assert run.info.run_name == "toy_run-s0"  # no arm: `<name>-s<seed>`
 
 
 def test_same_seed_same_metrics_and_presets_differ(tmp_path, tiny_run_overrides):
@@ -135,3 +137,14 @@ def test_cli_help(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["run", "--help"])
     assert exit_.value.code == 0 and "--set" in capsys.readouterr().out
+
+
+def test_run_name_is_the_arm_and_seed_one_clean_line_within_mlflows_limit():
+    cfg = load_run_config(TOY_RUN, ["seed=3"])
+    assert run_name(cfg) == "toy_run-s3"
+    assert run_name(cfg, "aggregation=constant advantage=group_mean") == "aggregation=constant advantage=group_mean-s3"
+    assert run_name(cfg, "dr_grpo\n lr=1e-06\x00\t") == "dr_grpo lr=1e-06-s3"  # control characters: one line
+    assert run_name(cfg, " \n") == "toy_run-s3"
+    long = run_name(cfg, "lr=0.001 " * 100)  # MLflow keeps 250 characters of a run name
+    assert len(long) == 250 and long.startswith("lr=0.001 lr=") and long.endswith("...-s3")
+    assert run_name(load_run_config(TOY_RUN, ["tracking.run_name=mine"]), "arm") == "mine"  # the user's name wins

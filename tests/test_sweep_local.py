@@ -96,6 +96,8 @@ def test_failing_job_is_retried_recorded_and_does_not_stop_the_others(tmp_path, 
     for run in _runs(uri, "s2"):
         if run.data.tags["job_id"] == bad.job_id:  # every attempt is history, with its reason
             assert run.data.tags["status"] == "FAILED" and "cuda" in run.data.tags["failure_reason"]
+    # named by arm and seed, both the worker's run and the FAILED ones recorded for it
+    assert sorted(r.info.run_name for r in _runs(uri, "s2")) == ["a-s0", "a-s1", "a-s1"]
 
     result = _sweep(uri, [good, bad], LocalExecutor(workers=1), sweep_id="s2")  # the sweep view: it is listed, parent FAILED
     assert [o.job_id for o in result.failed] == [bad.job_id] and [j.job_id for j in result.skipped] == [good.job_id]

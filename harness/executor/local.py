@@ -217,7 +217,7 @@ def record_failure(client: MlflowClient, tracking_uri: str, job: Job, sweep_id: 
                 FAILURE_REASON_TAG: reason}
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
-        run = client.create_run(experiment_id, run_name=run_name(job.config), tags=tags)
+        run = client.create_run(experiment_id, run_name=run_name(job.config, job.arm), tags=tags)
         client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.FAILED))
         return run.info.run_id
     except Exception as exc:  # noqa: BLE001

@@ -63,7 +63,7 @@ class _Attempt:
 class RayExecutor:
     """Executor that runs each job as one Ray task.
 
-    `address=None` starts a local Ray instance (no dashboard, one CPU slot per core)
+    `address=None` starts a local Ray instance (loopback only, no dashboard, one CPU slot per core)
     and shuts it down at the end; an address ("auto", "ray://host:10001") connects to an existing
     cluster and leaves it running. If this process is already connected to Ray, that connection
     is used as it is. At most as many jobs are in flight as the cluster has slots for
@@ -105,15 +105,7 @@ class RayExecutor:
     # -- connection ----------------------------------------------------------------------------
     def _connect(self, ray) -> bool:
         """Connect to Ray; True if this call started a local instance (to shut down at the end)."""
-        if ray.is_initialized():
-            return False
-        if self.address:
-            ray.init(address=self.address)
-            return False
-        # Ray on Linux binds a local instance to the node's IP even if asked for 127.0.0.1
-        # (services.resolve_ip_for_localhost); since 2.5x it guards it with a generated auth token.
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False)
-        return True
+        return connect(ray, self.address)
 
     def _usable_uri(self, uri: str) -> str:
         """Make a SQLite path absolute (workers do not share the driver's cwd); warn when a cluster
@@ -234,6 +226,33 @@ class RayExecutor:
                 ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_GRACE_S)
         except Exception as exc:  # noqa: BLE001
             _log.warning("could not wait for cancelled Ray tasks: %s", exc)
+
+
+def connect(ray, address: str | None, **init_kwargs: Any) -> bool:
+    """Connect to the Ray cluster at `address` or $RAY_ADDRESS (how it is exposed is the cluster's own choice), or
+    start a local instance that listens on loopback only, without dashboard, one CPU slot per core unless
+    `init_kwargs` (for `ray.init`) say otherwise. True if this call started one (to shut down at the end).
+    A process already connected to Ray keeps that connection."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **init_kwargs)
+        return False
+    from ray._private import ray_constants
+
+    # Ray replaces a node IP of 127.0.0.1 by this machine's outward IP (services.resolve_ip_for_localhost), and
+    # its gRPC servers then listen on every interface; as a single-machine instance (what it is on macOS and
+    # Windows: ENABLE_RAY_CLUSTER false) it keeps 127.0.0.1, and gcs_server, raylet, the runtime-env agent, the
+    # driver and every worker bind loopback only. The switch is read only while the node's IP is chosen.
+    multi_node = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
+                 **{"num_cpus": os.cpu_count() or 1, **init_kwargs})
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = multi_node
+    return True
 
 
 def _task_error_reason(ray, exc) -> str:
