@@ -7,6 +7,7 @@ import re
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 

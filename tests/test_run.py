@@ -1,6 +1,5 @@
 """`harness run` end to end on the toy task, against a real SQLite MLflow store."""
 
-import math
 from pathlib import Path
 
 import pandas as pd
