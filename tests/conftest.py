@@ -1,8 +1,12 @@
 """Shared fixtures: one tiny toy model per test session (a short SFT; the real default is ~800 steps)."""
 
+import os
 from pathlib import Path
 
 import pytest
+
+# No test reaches a model hub: the one that probes one points HF_ENDPOINT at a closed loopback port.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,8 @@ Failures are real too (a spawned child cannot be monkeypatched): a CUDA device o
 a time limit, a SIGKILL of a worker, Ctrl-C, and a SIGKILL of the whole sweep process group.
 """
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +18,7 @@ from harness.config import load_run_config
 from harness.executor.local import LocalExecutor
 from harness.jobs import Job
 from harness.resume import job_runs
-from harness.sweep_run import ORPHAN_REASON, run_sweep
+from harness.sweep_run import run_sweep
 from harness.tracking import prepare_store
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
@@ -166,60 +163,6 @@ def test_ctrl_c_fails_running_runs_and_reraises(tmp_path, overrides):
     assert len(runs) == 2  # the job's run and the parent
     for run in runs:
         assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == "interrupted"
-
-
-SWEEP_SCRIPT = """
-import json, sys
-from harness.config import load_run_config
-from harness.executor.local import LocalExecutor
-from harness.jobs import Job
-from harness.sweep_run import run_sweep
-
-if __name__ == "__main__":  # spawned workers re-import this file
-    toy, uri, overrides, seeds = json.loads(sys.argv[1])
-    jobs = [Job(config=load_run_config(toy, [*overrides, f"seed={s}"]), arm="a") for s in seeds]
-    run_sweep("test", "s5", "toy", {}, jobs, executor=LocalExecutor(workers=1), tracking_uri=uri, console=False)
-"""
-
-
-def test_sigkilled_sweep_resumes_without_duplicates(tmp_path, overrides):
-    uri, seeds = _uri(tmp_path), [0, 1, 2, 3]
-    overrides = [*overrides, "train.steps=12"]  # jobs long enough that one seen RUNNING is still running at the kill
-    script = tmp_path / "sweep.py"
-    script.write_text(SWEEP_SCRIPT)
-    prepare_store(uri, EXPERIMENT)  # so that polling it below never races the sweep's first migration
-    proc = subprocess.Popen([sys.executable, str(script), json.dumps([str(TOY_RUN), uri, overrides, seeds])],
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 150
-        while True:  # wait for one job done and the next one mid-run, then kill everything at once
-            assert time.monotonic() < deadline and proc.poll() is None, "the sweep never got going"
-            statuses = [s for ss in _poll(uri, "s5").values() for s in ss]
-            if "FINISHED" in statuses and "RUNNING" in statuses:
-                break
-            time.sleep(0.3)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    before = job_runs(uri, EXPERIMENT, "s5")
-    finished_before = {j for j, ss in before.items() if ss == ["FINISHED"]}
-    orphaned = {j for j, ss in before.items() if "RUNNING" in ss}
-    assert finished_before and len(orphaned) == 1
-
-    jobs = [_job(overrides, s) for s in seeds]
-    result = _sweep(uri, jobs, LocalExecutor(workers=2), sweep_id="s5")
-    assert result.ok and {j.job_id for j in result.skipped} == finished_before
-    assert {o.job_id for o in result.finished} == {j.job_id for j in jobs} - finished_before
-    after = job_runs(uri, EXPERIMENT, "s5")
-    assert set(after) == {j.job_id for j in jobs}
-    for job_id, statuses in after.items():
-        assert statuses.count("FINISHED") == 1 and "RUNNING" not in statuses
-        assert sorted(statuses) == (["FAILED", "FINISHED"] if job_id in orphaned else ["FINISHED"])
-    runs = _runs(uri, "s5")
-    (orphan,) = [r for r in runs if r.info.status == "FAILED"]
-    assert orphan.data.tags["job_id"] in orphaned and orphan.data.tags["failure_reason"] == ORPHAN_REASON
-    (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "1"]
-    assert parent.info.status == "FINISHED"
 
 
 def test_eta_counts_only_how_long_finished_jobs_ran(monkeypatch):

@@ -239,8 +239,8 @@ def test_two_processes_share_one_prepared_store(store):
     assert all(len(client.get_metric_history(r.info.run_id, "m34")) == 40 for r in runs)
 
 
-def _prepare_at(uri: str, start_at: float) -> None:
-    time.sleep(max(0.0, start_at - time.time()))  # every process reaches the fresh store at once
+def _prepare_together(uri: str, barrier) -> None:
+    barrier.wait(timeout=120)  # every process, mlflow imported, reaches the fresh store at once
     prepare_store(uri, "fresh")
 
 
@@ -248,8 +248,8 @@ def test_concurrent_first_use_of_a_fresh_store_all_succeed(tmp_path):
     """Several processes creating one new SQLite store at the same instant: one migrates, the others wait."""
     uri = f"sqlite:///{tmp_path}/new/mlflow.db"
     ctx = mp.get_context("spawn")
-    start_at = time.time() + 15  # after the spawned interpreters have imported mlflow
-    procs = [ctx.Process(target=_prepare_at, args=(uri, start_at)) for _ in range(4)]
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_prepare_together, args=(uri, barrier)) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:
