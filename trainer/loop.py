@@ -237,13 +237,16 @@ class Trainer:
             if "overflow" not in str(error):
                 raise
             raise self._diverged(step, f"the optimiser step overflowed ({error})") from error
-        if not torch.stack([torch.isfinite(p.detach()).all() for p in self.policy.parameters()]).all():
+        if not self._finite_parameters():
             raise self._diverged(step, "parameters are non-finite after the optimiser step")
+
+    def _finite_parameters(self) -> bool:
+        return bool(torch.stack([torch.isfinite(p.detach()).all() for p in self.policy.parameters()]).all())
 
     def _finite_policy(self) -> bool:
         """Whether the parameters, and the logits of a one-token input, are finite (a diagnosis after a
         failed generation: huge but finite weights can still give NaN logits)."""
-        if not all(torch.isfinite(p.detach()).all() for p in self.policy.parameters()):
+        if not self._finite_parameters():
             return False
         with torch.no_grad():
             logits = self.policy(input_ids=torch.full((1, 1), self.pad_id, device=self.device)).logits
