@@ -127,12 +127,12 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from harness.at import At
     from harness.store import reader_for
     from harness.sweep_data import load_sweep as load_sweep_data
     from report.build import DEFAULT_AT, TESTS, build
     from report.render import FORMATS, safe_name, write
     from report.select import resolve
-    from report.values import At
 
     at = At.parse(args.at or DEFAULT_AT)  # argument errors before anything is read
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
@@ -143,10 +143,13 @@ def _report(args: argparse.Namespace) -> int:
         raise ConfigError(f"--test: {args.test!r} is not one of {', '.join(TESTS)}")
     if not 0 < args.alpha < 1:
         raise ConfigError(f"--alpha: {args.alpha} is not in (0, 1)")
-    uri, sweep = resolve(args.sweep, args.tracking_uri, args.profile)
+    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
     data = load_sweep_data(reader_for(uri), sweep)
     report = build(data, metrics=args.metric or None, at=at, baseline=args.baseline, test=args.test,
-                   alpha=args.alpha, seed=args.seed)
+                   alpha=args.alpha, seed=args.seed, claims=claims)
+    report.warnings += notes
+    for v in report.verdicts:
+        print(v.summary())
     out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
     written = write(report, out, formats)
     for line in report.findings:
@@ -155,6 +158,47 @@ def _report(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     print(f"harness report: wrote {', '.join(str(p) for p in written if p.suffix != '.svg')}", file=sys.stderr)
     return 0
+
+
+def _claims(args: argparse.Namespace) -> int:
+    from harness.claims import judge
+    from harness.store import reader_for
+    from harness.sweep_data import load_sweep as load_sweep_data
+    from report.select import resolve
+
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"--alpha: {args.alpha} is not in (0, 1)")
+    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
+    for line in notes:
+        print(f"warning: {line}", file=sys.stderr)
+    if not claims:
+        raise ConfigError(f"{args.sweep}: claims: the sweep declares none (add a `claims:` list to its file)")
+    data = load_sweep_data(reader_for(uri), sweep)
+    verdicts = judge(data, claims, alpha=args.alpha)
+    _print_verdicts(sweep.name, verdicts, args.alpha)
+    for line in data.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return 1 if any(v.verdict == "contradicted" for v in verdicts) else 0
+
+
+def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{name}: claims (α = {alpha}, Holm across {len(verdicts)})", title_justify="left")
+    for col in ("claim", "verdict", "paper", "metric @ at", "contrast", "claimed", "effect [95% CI]", "p", "Holm p",
+                "n"):
+        table.add_column(col, overflow="fold")
+    style = {"reproduced": "green", "contradicted": "red", "inconclusive": "yellow"}
+    for v in verdicts:
+        c = v.claim
+        table.add_row(c.id, f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else ""),
+                      c.paper, f"{c.metric_text()} @ {c.at}", c.contrast.describe(), c.expectation(),
+                      f"{v.effect:+.4g} [{v.low:+.4g}, {v.high:+.4g}]", f"{v.p:.3g}", f"{v.p_holm:.3g}",
+                      f"{v.n1} vs {v.n2}")
+    Console(width=200).print(table)
+    for v in verdicts:
+        print(v.summary())
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -291,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--metric", action="append", default=[],
                      help="metric to compare (repeatable; default: incorrect and correct length, accuracy, "
                           "reward, entropy)")
-    rep.add_argument("--at", default=None, help="a run's value: final, last-K (default last-10), step N, best")
+    rep.add_argument("--at", default=None, help="a run's value: final, last-K (default last-10), step N, auc, best")
     rep.add_argument("--baseline", default=None, help="baseline arm (its label or a unique part; default: first arm)")
     rep.add_argument("--test", default="welch", help="test for the p-values Holm corrects: welch (default), "
                                                      "mannwhitney, permutation")
@@ -303,6 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(rep)
     rep.set_defaults(func=_report)
+
+    cl = sub.add_parser("claims", help="judge a sweep's claims: reproduced, contradicted or inconclusive",
+                        description="Judge the claims of a sweep file (its `claims:` list) on the sweep's runs, "
+                                    "with Holm across the claims. Exit code 1 when a claim is contradicted.")
+    cl.add_argument("sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it "
+                                  "last ran with)")
+    cl.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
+    _tracking_uri_option(cl)
+    cl.set_defaults(func=_claims)
 
     ev = sub.add_parser("eval", help="evaluate a model on math benchmarks (avg@k, pass@k, maj@k, lengths)",
                         description="Sample k responses per problem, grade them with math-verify, log one MLflow "

@@ -11,6 +11,7 @@ import difflib
 import os
 import re
 import stat
+from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
@@ -148,6 +149,18 @@ def set_dotted(data: dict[str, Any], values: dict[str, Any], where: str) -> dict
             node = child
         node[parts[-1]] = copy.deepcopy(value)
     return result
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping → {"dotted.key": value} (an empty mapping is a value of its own)."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, prefix=f"{name}."))
+        else:
+            flat[name] = value
+    return flat
 
 
 def validate(model_cls: type[M], data: dict[str, Any], source: str) -> M:

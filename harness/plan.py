@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from harness.claims_spec import Claim, check_claims, check_unique
 from harness.config import RunConfig
-from harness.config_io import ConfigError, Name, apply_overrides, load_yaml, set_dotted, validate
+from harness.config_io import ConfigError, Name, apply_overrides, flatten, load_yaml, set_dotted, validate
 from harness.jobs import Job
 from trainer.config import STRICT as _STRICT
 from trainer.config import Seed
@@ -93,6 +94,13 @@ class SweepSpec(RunsFile):
     profiles: dict[str, Overrides] = {}
     """Named override sets selected with --profile (e.g. `paper` for the GPU settings)."""
     executor: ExecutorSettings = ExecutorSettings()
+    claims: list[Claim] = []
+    """Published claims judged on this sweep's runs (`harness claims`, the report, the dashboard)."""
+
+    @field_validator("claims")
+    @classmethod
+    def _claims(cls, claims: list[Claim]) -> list[Claim]:
+        return check_unique(claims)
 
     @field_validator("seeds")
     @classmethod
@@ -211,8 +219,23 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
         values = {k: combo[k] for k in varying if k in combo}  # a key the combination leaves alone keeps the base
         for seed in spec.seeds:  # seeds share the validated arm: copy instead of validating again
             jobs.append(Job(config=cfg.model_copy(update={"seed": seed}), arm=label, varying=values))
+    _check_claims(path, spec, jobs)
     sweep_id = hashlib.sha256(f"{spec.name}\n{experiment}".encode()).hexdigest()[:12]
     return SweepPlan(spec.name, experiment, sweep_id, str(path), raw, spec, tuple(jobs))
+
+
+def _check_claims(path: Path, spec: SweepSpec, jobs: list[Job]) -> None:
+    """Every claim's arms, switch and levels exist in this sweep (one `ConfigError` line otherwise)."""
+    if not spec.claims:
+        return
+    arms = {j.arm: flatten(j.config.model_dump(mode="json")) for j in jobs}
+    levels: dict[str, list[Any]] = {}
+    if not spec.cumulative:  # a progression has no factorial model: its claims compare arms
+        for job in jobs:
+            for key, value in job.varying.items():
+                if value not in levels.setdefault(key, []):
+                    levels[key].append(value)
+    check_claims(spec.claims, arms, levels, str(path))
 
 
 def refuse_taken_overrides(path: Path, taken: set[str], overrides: list[str]) -> None:

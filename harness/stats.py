@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 
 N_RESAMPLES = 2000
@@ -137,50 +136,70 @@ def cell_means_effects(final: pd.DataFrame, factors: list[str], *, alpha: float 
 
     Rows: factor, level, effect, low, high, p, df, note.
     """
-    import statsmodels.api as sm
-
     cols = ["factor", "level", "effect", "low", "high", "p", "df", "note"]
     data = final.dropna(subset=["value", *factors])  # a run without the settings (e.g. still starting) has no cell
-    y = data["value"].to_numpy(float)
-    _require_finite(y)
+    _require_finite(data["value"].to_numpy(float))
     if data.empty:
         return pd.DataFrame(columns=cols)
-    keys = data[factors].astype(str)
-    cell = keys.agg("\x1f".join, axis=1).to_numpy()
-    names = list(dict.fromkeys(cell))
-    means = np.array([y[cell == n].mean() for n in names])
-    df_resid = len(data) - len(names)
-    noiseless = all(np.ptp(y[cell == n]) == 0 for n in names)
-    why = ("" if df_resid >= 1 and not noiseless else
-           "no CI or p: one run per cell (no residual df)" if df_resid < 1 else
-           "no CI or p: no variance within any cell (every cell's runs have the same value)")
-    fit = sm.OLS(y, (cell[:, None] == np.array(names)[None, :]).astype(float)).fit() if not why else None
-    levels = {f: list(dict.fromkeys(keys[f])) for f in factors}
     rows, all_empty = [], []
     for f in factors:
-        base_level = levels[f][0]
-        for lv in levels[f][1:]:
-            empty = _empty_cells(levels, f, (base_level, lv), set(names))
-            row = {"factor": f, "level": lv, "effect": np.nan, "low": np.nan, "high": np.nan, "p": np.nan,
-                   "df": df_resid, "note": why}
-            if empty:
-                all_empty += [c for c in empty if c not in all_empty]
-                row["note"] = ("no estimate: empty cells " + "; ".join(empty) + " (the marginal means would average "
-                               "over different cells, mixing in the other switches' effects)")
-            else:
-                at = np.array([n.split("\x1f")[factors.index(f)] == lv for n in names], float)
-                base = np.array([n.split("\x1f")[factors.index(f)] == base_level for n in names], float)
-                c = at / at.sum() - base / base.sum()
-                row["effect"] = float(c @ means)
-                if fit is not None:
-                    res = fit.t_test(c[None, :])
-                    row["low"], row["high"] = (float(v) for v in np.asarray(res.conf_int(alpha=alpha)).ravel())
-                    row["p"] = float(np.asarray(res.pvalue).ravel()[0])
-            rows.append(row)
+        levels = list(dict.fromkeys(data[f].astype(str)))
+        for lv in levels[1:]:
+            row = main_effect(data, factors, f, lv, levels[0], alpha=alpha)
+            all_empty += [c for c in row.pop("empty") if c not in all_empty]
+            rows.append({"factor": f, "level": lv, **{k: row[k] for k in cols[2:]}})
     if all_empty:
         warnings.warn(f"empty cells of the factorial grid: {'; '.join(all_empty)}: the main effects that need them "
                       "are NaN", StatsWarning, stacklevel=2)
     return pd.DataFrame(rows, columns=cols)
+
+
+def main_effect(final: pd.DataFrame, factors: list[str], factor: str, level: str, base_level: str, *,
+                null: float = 0.0, alpha: float = 1 - CONFIDENCE) -> dict:
+    """One main effect of the cell-means model (see `cell_means_effects`): `factor` at `level` minus at
+    `base_level` (levels as text), its t CI, and the two-sided p of the test that it equals `null`.
+
+    Returns effect, low, high, p, se, df, n (runs at the level), n_base, note (why a NaN), empty (the
+    empty cells the contrast needs)."""
+    import statsmodels.api as sm
+
+    data = final.dropna(subset=["value", *factors])
+    y = data["value"].to_numpy(float)
+    _require_finite(y)
+    keys = data[factors].astype(str)
+    out = {"effect": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "se": np.nan, "df": np.nan,
+           "n": int((keys[factor] == level).sum()), "n_base": int((keys[factor] == base_level).sum()), "note": "",
+           "empty": []}
+    if data.empty:
+        out["note"] = "no runs with a value"
+        return out
+    cell = keys.agg("\x1f".join, axis=1).to_numpy()
+    names = list(dict.fromkeys(cell))
+    levels = {f: list(dict.fromkeys(keys[f])) for f in factors}
+    for wanted in (level, base_level):
+        if wanted not in levels[factor]:
+            levels[factor].append(wanted)  # a level with no run: every cell it needs is empty
+    out["empty"] = _empty_cells(levels, factor, (base_level, level), set(names))
+    if out["empty"]:
+        out["note"] = ("no estimate: empty cells " + "; ".join(out["empty"]) + " (the marginal means would "
+                       "average over different cells, mixing in the other switches' effects)")
+        return out
+    means = np.array([y[cell == n].mean() for n in names])
+    at = np.array([n.split("\x1f")[factors.index(factor)] == level for n in names], float)
+    base = np.array([n.split("\x1f")[factors.index(factor)] == base_level for n in names], float)
+    c = at / at.sum() - base / base.sum()
+    out["effect"], out["df"] = float(c @ means), len(data) - len(names)
+    if out["df"] < 1:
+        out["note"] = "no CI or p: one run per cell (no residual df)"
+    elif all(np.ptp(y[cell == n]) == 0 for n in names):
+        out["note"] = "no CI or p: no variance within any cell (every cell's runs have the same value)"
+    else:
+        fit = sm.OLS(y, (cell[:, None] == np.array(names)[None, :]).astype(float)).fit()
+        res = fit.t_test((c[None, :], np.array([null])))
+        out["low"], out["high"] = (float(v) for v in np.asarray(res.conf_int(alpha=alpha)).ravel())
+        out["p"] = float(np.asarray(res.pvalue).ravel()[0])
+        out["se"] = float(np.asarray(res.sd).ravel()[0])
+    return out
 
 
 def _empty_cells(levels: dict[str, list[str]], factor: str, at: tuple[str, str], present: set[str]) -> list[str]:
@@ -432,17 +451,85 @@ def _welch_mde(n1: int, n2: int, alpha: float, power: float) -> float:
     return float(optimize.brentq(lambda d: welch_power(d, n1, n2, alpha=alpha) - power, 0.0, 100.0, xtol=1e-8))
 
 
+def contrast(arm, base, *, fold: float = 1.0, null: float = 0.0, alpha: float = 1 - CONFIDENCE) -> dict:
+    """Welch's test of mean(arm) − fold·mean(base) against `null`: SE = √(s₁²/n₁ + fold²·s₂²/n₂),
+    Welch–Satterthwaite df, t CI of the estimate and two-sided p of (estimate − null)/SE. With fold 1 and
+    null 0 it is `scipy.stats.ttest_ind(equal_var=False)`. NaN (with `note`) below 2 values a side or
+    with no variance. Returns effect, low, high, p, se, df, n1, n2, note."""
+    a, b = _clean(arm), _clean(base)
+    out = {"effect": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "se": np.nan, "df": np.nan,
+           "n1": a.size, "n2": b.size, "note": ""}
+    if not (a.size and b.size):
+        out["note"] = "no value in a group"
+        return out
+    out["effect"] = float(a.mean() - fold * b.mean())
+    if a.size < 2 or b.size < 2:
+        out["note"] = "fewer than 2 values in a group: no test"
+        return out
+    v1, v2 = a.var(ddof=1) / a.size, fold**2 * b.var(ddof=1) / b.size
+    if v1 + v2 == 0:
+        out["note"] = "no variance in either group: no test"
+        return out
+    se = math.sqrt(v1 + v2)
+    df = (v1 + v2) ** 2 / (v1**2 / (a.size - 1) + v2**2 / (b.size - 1))
+    half = stats.t.ppf(1 - alpha / 2, df) * se
+    out.update(se=se, df=float(df), low=out["effect"] - half, high=out["effect"] + half,
+               p=float(2 * stats.t.sf(abs(out["effect"] - null) / se, df)))
+    return out
+
+
+def t_power(delta: float, se: float, df: float, *, alpha: float = 0.05) -> float:
+    """Power of a two-sided t-test of an estimate with standard error `se` and `df` degrees of freedom
+    when the true value is `delta` away from the null: the noncentral t's mass beyond ±t_{1−α/2, df}."""
+    crit, nc = stats.t.ppf(1 - alpha / 2, df), delta / se
+    power = float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    if np.isnan(power):  # scipy's noncentral t fails far in the tail: the shifted central t is exact enough there
+        power = float(stats.t.sf(crit - nc, df) + stats.t.cdf(-crit - nc, df))
+    return power
+
+
+def t_mde(se: float, df: float, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true distance from the null such a test detects with probability `power`."""
+    if not (se > 0 and df > 0):
+        return np.nan
+    return float(optimize.brentq(lambda d: t_power(d, se, df, alpha=alpha) - power, 0.0, 100 * se + 1e-12))
+
+
+def seeds_needed(delta: float, se: float, df: float, seeds: int, *, alpha: float = 0.05, power: float = 0.8,
+                 limit: int = 1000) -> int | None:
+    """Seeds per arm (or per cell) to detect a true `delta` with probability `power`, from the standard error
+    `se` and `df` measured at `seeds` seeds: SE scales as √(seeds/m) and df as m/seeds (every run adds
+    information alike). None when more than `limit` seeds would be needed or nothing can be said."""
+    if not (se > 0 and df > 0 and seeds > 0 and delta != 0 and np.isfinite(delta)):
+        return None
+
+    def enough(m: int) -> bool:
+        return t_power(abs(delta), se * math.sqrt(seeds / m), df * m / seeds, alpha=alpha) >= power
+
+    if not enough(limit):
+        return None
+    low, high = 1, limit  # enough(high); find the smallest such m
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return max(high, 2)
+
+
 def holm(pvalues) -> np.ndarray:
     """Holm–Bonferroni adjusted p-values: sorted p₍ᵢ₎ × (m − i + 1), made monotone by a running max,
-    capped at 1 (statsmodels multipletests). NaNs stay NaN and are not counted in the family m; a p outside
-    [0, 1] is a ValueError."""
+    capped at 1 (the tests check it equals statsmodels' multipletests, which is not called because it runs a
+    full gc.collect() per call: 0.2 s in a large process). NaNs stay NaN and are not counted in the family m;
+    a p outside [0, 1] is a ValueError."""
     p = np.asarray(pvalues, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
     if ((p[ok] < 0) | (p[ok] > 1)).any():
         raise ValueError(f"p-values must lie in [0, 1], got {p[ok][(p[ok] < 0) | (p[ok] > 1)].tolist()}")
     if ok.any():
-        out[ok] = multipletests(p[ok], method="holm")[1]
+        q = p[ok]
+        order = np.argsort(q, kind="stable")
+        adjusted = np.minimum(1.0, np.maximum.accumulate(q[order] * np.arange(q.size, 0, -1)))
+        out[np.flatnonzero(ok)[order]] = adjusted
     return out
 
 

@@ -285,6 +285,16 @@ def rollout_table(artifact_uri: str) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
+def sweep_spec_text(sweep: Sweep) -> str:
+    """The sweep file its last invocation ran (the parent's sweep.yaml); '' when there is none."""
+    if sweep.parent is None or not isinstance(sweep.parent.get("artifact_uri"), str):
+        return ""
+    try:
+        return Path(mlflow.artifacts.download_artifacts(f"{sweep.parent['artifact_uri']}/sweep.yaml")).read_text()
+    except Exception:  # noqa: BLE001 - a sweep without the artifact (a study, an old sweep) has no claims
+        return ""
+
+
 def config_text(artifact_uri: str) -> str:
     try:
         return Path(mlflow.artifacts.download_artifacts(f"{artifact_uri}/config.yaml")).read_text()

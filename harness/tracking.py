@@ -33,6 +33,7 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
+from harness.config_io import flatten
 from harness.locks import hold
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
@@ -128,14 +129,7 @@ def store_client(uri: str) -> MlflowClient:
 
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested mapping -> {"dotted.key": str(value)}, values cut to MLflow's param limit."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten_params(value, prefix=f"{name}."))
-        else:
-            flat[name] = _truncate(str(value), MAX_PARAM_VAL_LENGTH)
-    return flat
+    return {k: _truncate(str(v), MAX_PARAM_VAL_LENGTH) for k, v in flatten(config, prefix).items()}
 
 
 def _truncate(text: str, limit: int) -> str:

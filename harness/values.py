@@ -1,44 +1,13 @@
-"""One number per run and metric: what `--at` asks for (final, last-K, step N, best)."""
+"""One number per run and metric: what `--at` (or a claim's `at:`) asks for."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
+import numpy as np
 import pandas as pd
 
+from harness.at import At
 from harness.config_io import ConfigError
 from harness.sweep_data import SweepData, non_finite
-
-_AT = re.compile(r"^(final|best|last-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
-
-
-@dataclass(frozen=True)
-class At:
-    """Which point of each run's curve is its value."""
-
-    kind: str
-    """final (last logged value), last (mean of the last k logged values), step (value at step n), best (max)."""
-    k: int = 0
-    n: int = 0
-
-    @classmethod
-    def parse(cls, text: str) -> At:
-        m = _AT.match(text.strip().lower())
-        if not m:
-            raise ConfigError(f"--at: {text!r} is not one of final, last-K (e.g. last-10), step N, best")
-        if m.group("k"):
-            return cls("last", k=int(m.group("k")))
-        if m.group("n") is not None:
-            return cls("step", n=int(m.group("n")))
-        return cls(m.group(1))
-
-    def describe(self) -> str:
-        return {"final": "the last logged value of each run",
-                "last": f"the mean of each run's last {self.k} logged values",
-                "step": f"each run's value at step {self.n}",
-                "best": "each run's best (largest) value over training — optimistic, a selection on the test curve"}[
-            self.kind]
 
 
 def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
@@ -54,6 +23,8 @@ def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
         vals = m.groupby("run_id", observed=True).tail(at.k).groupby("run_id", observed=True)["value"].mean()
     elif at.kind == "best":
         vals = grouped.max()
+    elif at.kind == "auc":
+        vals = m.groupby("run_id", observed=True)[["step", "value"]].apply(_auc)
     else:
         vals = m[m["step"] == at.n].groupby("run_id", observed=True)["value"].last()
     cols = ["run_id", "arm", "seed", *data.varying]
@@ -62,3 +33,11 @@ def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
     if bad:
         raise ConfigError(f"{bad} (--at: {at.describe()})")
     return out
+
+
+def _auc(curve: pd.DataFrame) -> float:
+    """Trapezoid area over the logged steps divided by their span; a single point is its own value."""
+    x, y = curve["step"].to_numpy(float), curve["value"].to_numpy(float)
+    if len(x) < 2 or x[-1] == x[0]:
+        return float(y.mean()) if len(y) else float("nan")
+    return float(np.trapezoid(y, x) / (x[-1] - x[0]))

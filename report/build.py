@@ -10,9 +10,12 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.at import At
+from harness.claims import Verdict, judge
+from harness.claims_spec import Claim
 from harness.config_io import ConfigError
 from harness.sweep_data import SweepData
-from report.values import At, run_values
+from harness.values import run_values
 from trainer import metric_names as M
 
 # GUIDE §5 / issue 6: the length-bias question's metrics
@@ -43,10 +46,12 @@ class Report:
     findings: list[str] = field(default_factory=list)
     curves: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
     """metric → arm → (steps × seeds), for the learning-curve figures."""
+    verdicts: list[Verdict] = field(default_factory=list)
+    """The sweep's claims judged (harness.claims), shown first."""
 
 
 def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = None, baseline: str | None = None,
-          test: str = "welch", alpha: float = 0.05, seed: int = 0) -> Report:
+          test: str = "welch", alpha: float = 0.05, seed: int = 0, claims: list[Claim] | None = None) -> Report:
     at = at or At.parse(DEFAULT_AT)
     metrics = [m for m in (metrics or DEFAULT_METRICS)]
     missing = [m for m in metrics if m not in data.keys]
@@ -69,6 +74,7 @@ def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = 
                     per_arm=per_arm, comparisons=comparisons, effects=effects, interactions=inter, warnings=warnings,
                     curves={m: data.by_arm(m, only=values[m]["run_id"]) for m in metrics})  # the runs counted
     report.findings = _findings(report)
+    report.verdicts = judge(data, claims, alpha=alpha) if claims else []
     return report
 
 

@@ -100,6 +100,34 @@ def interactions_table(r: Report) -> pd.DataFrame:
         "95% CI": [ci(lo, hi, True) for lo, hi in zip(i["low"], i["high"])], "p": i["p"].map(pval)})
 
 
+def verdicts_table(r: Report) -> pd.DataFrame:
+    """One row per claim: the verdict first, then what it rests on."""
+    rows = []
+    for v in r.verdicts:
+        c = v.claim
+        why = (f"underpowered: MDE {num(v.mde)} at {v.seeds} seeds; {v.seeds_needed or '>1000'} seeds for "
+               f"{num(abs(v.target))}" if v.reason == "underpowered" else
+               f"small effect: CI within {c.threshold:g} ± {c.min_effect:g}" if v.reason == "small effect" else
+               f"no test: {v.note}" if v.reason == "no test" else "")
+        rows.append({"claim": c.id, "verdict": v.verdict + (f" ({why})" if why else ""),
+                     "paper": f"arXiv {c.paper}", "statement": c.statement,
+                     "metric @ at": f"{c.metric_text()} @ {c.at}", "contrast": c.contrast.describe(),
+                     "claimed": c.expectation(), "effect": num(v.effect, True), "95% CI": ci(v.low, v.high, True),
+                     "p": pval(v.p), "p (Holm)": pval(v.p_holm), "n": f"{v.n1} vs {v.n2}"})
+    return pd.DataFrame(rows)
+
+
+def verdict_runs(r: Report) -> list[str]:
+    return [f"{v.claim.id}: {', '.join(v.runs) or 'none'}" for v in r.verdicts]
+
+
+CLAIMS_NOTE = ("Each claim's effect is tested against its claimed threshold (two-sided; Welch for arm vs arm, the "
+               "factorial cell-means model for a switch's main effect), Holm-adjusted across the sweep's claims. "
+               "Reproduced: Holm p < α on the claimed side; contradicted: on the other side; inconclusive: neither "
+               "(underpowered, with the minimum detectable effect and the seeds per arm a decisive sweep needs at "
+               "80% power and α/m; or a small effect, the CI within the threshold ± the smallest effect of interest).")
+
+
 # ---- formats --------------------------------------------------------------------------------------------------
 def markdown_table(df: pd.DataFrame) -> str:
     if df.empty:
@@ -153,6 +181,9 @@ def power_lines(r: Report) -> list[str]:
 
 def to_markdown(r: Report, figure_dir: str | None = None) -> str:
     out = [f"# Report: {r.header['sweep']}", "", *_header_lines(r), ""]
+    if r.verdicts:
+        out += ["## Claims", "", CLAIMS_NOTE, "", markdown_table(verdicts_table(r)), "Runs used:", "",
+                *[f"- {line}" for line in verdict_runs(r)], ""]
     if r.findings:
         out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
     if r.warnings:
@@ -189,6 +220,10 @@ def to_html(r: Report) -> str:
     body = [f"<h1>Report: {esc(r.header['sweep'])}</h1>",
             "<ul>" + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>"
                              for line in _header_lines(r)) + "</ul>"]
+    if r.verdicts:
+        body += ["<h2>Claims</h2>", f"<p>{esc(CLAIMS_NOTE)}</p>", table(verdicts_table(r)),
+                 "<details><summary>Runs used</summary><ul>" + "".join(f"<li>{esc(x)}</li>" for x in verdict_runs(r))
+                 + "</ul></details>"]
     if r.findings:
         body += ["<h2>Findings</h2><ul>" + "".join(f"<li>{esc(f)}</li>" for f in r.findings) + "</ul>"]
     if r.warnings:
@@ -221,7 +256,12 @@ def to_json(r: Report) -> str:
         return json.loads(df.to_json(orient="records", double_precision=15)) if not df.empty else []
 
     settings = {k: v for k, v in r.settings.items() if k != "at_spec"}
-    return json.dumps({"header": r.header, "settings": settings, "findings": r.findings, "warnings": r.warnings,
+    verdicts = [{"claim": v.claim.model_dump(mode="json", by_alias=True), "verdict": v.verdict, "reason": v.reason,
+                 **{k: getattr(v, k) for k in ("effect", "low", "high", "p", "p_holm", "n1", "n2", "mean1", "mean2",
+                                               "seeds", "mde", "seeds_needed", "target", "note", "runs")}}
+                for v in r.verdicts]
+    return json.dumps({"header": r.header, "settings": settings, "verdicts": verdicts, "findings": r.findings,
+                       "warnings": r.warnings,
                        "arms": records(r.arms), "per_arm": records(r.per_arm),
                        "comparisons": records(r.comparisons), "main_effects": records(r.effects),
                        "interactions": records(r.interactions)}, indent=1, default=str)
@@ -250,6 +290,10 @@ def to_latex(r: Report) -> str:
     """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
     name, s = r.header["sweep"], r.settings
     parts = [f"% harness report: {name} (sweep {r.header['sweep_id']}); value of a run: {s['at']}\n"]
+    if r.verdicts:
+        t = verdicts_table(r).drop(columns=["statement"])
+        parts.append(latex_table(t, f"{name}: the papers' claims judged on this sweep (Holm across claims).",
+                                 f"tab:{r.header['sweep_id']}-claims"))
     for i, metric in enumerate(s["metrics"]):
         t = per_arm_table(r, metric).drop(columns=["seeds"])
         comp = comparison_table(r, metric)

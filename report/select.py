@@ -1,17 +1,21 @@
-"""SWEEP → (tracking URI, the sweep in the store): a sweep file (its id is computed as `harness sweep` does)
-or the name / id of a sweep already in the store."""
+"""SWEEP → (tracking URI, the sweep in the store, its claims): a sweep file (its id is computed as `harness
+sweep` does; its claims are the file's, so claims added after the runs are judged too) or the name / id of a
+sweep already in the store (its claims as logged by the sweep's last invocation)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.claims import stored_claims
+from harness.claims_spec import Claim
 from harness.config_io import ConfigError
 from harness.store import Sweep, reader_for, sweeps
 from harness.tracking import default_tracking_uri
 
 
-def resolve(spec: str, tracking_uri: str | None = None, profile: str | None = None) -> tuple[str, Sweep]:
-    """The newest matching sweep; a clear one-line error when there is none."""
+def resolve(spec: str, tracking_uri: str | None = None,
+            profile: str | None = None) -> tuple[str, Sweep, list[Claim], list[str]]:
+    """The newest matching sweep, its claims and warnings; a clear one-line error when there is none."""
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.is_file():
         from harness.plan import load_sweep
@@ -29,4 +33,7 @@ def resolve(spec: str, tracking_uri: str | None = None, profile: str | None = No
         hint = f"sweep named or with id '{spec}'"
     if not found:
         raise ConfigError(f"{spec}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
-    return uri, found[0]
+    if path.is_file():
+        return uri, found[0], list(plan.settings.claims), []
+    claims, warning = stored_claims(found[0])
+    return uri, found[0], claims, [warning] if warning else []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import yaml
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
@@ -31,9 +32,11 @@ class FakeRun:
 
 
 def write_sweep(uri: str, runs: list[FakeRun], *, name: str = "fake", sweep_id: str = "f1", experiment: str = "fake",
-                planned: list[tuple[str, int]] | None = None, parent_start: float = 0.0) -> dict[str, str]:
-    """The sweep's parent run (with jobs.json and n_jobs, as `harness sweep` logs them) and its job runs;
-    returns {job run's index in `runs` as str: run id}. `planned` defaults to the runs' (arm, seed) pairs."""
+                planned: list[tuple[str, int]] | None = None, parent_start: float = 0.0,
+                spec: dict | None = None) -> dict[str, str]:
+    """The sweep's parent run (with jobs.json and n_jobs, as `harness sweep` logs them, and `spec` as its
+    sweep.yaml) and its job runs; returns {job run's index in `runs` as str: run id}. `planned` defaults to
+    the runs' (arm, seed) pairs."""
     client = MlflowClient(uri)
     exp = client.create_experiment(experiment)
     parent = client.create_run(exp, run_name=name, start_time=int(T0 + parent_start * 60_000),
@@ -56,5 +59,7 @@ def write_sweep(uri: str, runs: list[FakeRun], *, name: str = "fake", sweep_id: 
     client.log_dict(parent.info.run_id, {"cumulative": False, "jobs": [
         {"job_id": f"{a}-{s}", "arm_id": a, "arm": a, "seed": s, "varying": {}} for a, s in jobs]}, "jobs.json")
     client.set_tag(parent.info.run_id, "n_jobs", str(len(jobs)))
+    if spec is not None:
+        client.log_text(parent.info.run_id, yaml.safe_dump(spec, sort_keys=False), "sweep.yaml")
     client.set_terminated(parent.info.run_id, end_time=int(T0 + 24 * 3600_000))
     return ids

@@ -17,7 +17,8 @@ from harness.store import reader_for, sweeps
 from harness.sweep_data import load_sweep as load_data
 from harness.sweep_run import _log_plan
 from report.build import build
-from report.values import At, run_values
+from harness.at import At
+from harness.values import run_values
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG = ["seq_mean_token_mean", "constant"]

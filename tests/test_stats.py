@@ -226,8 +226,10 @@ def test_holm_nan_safe():
     out = holm([np.nan, 0.01, 0.04])  # family of 2: 0.01×2 = 0.02, 0.04×1 -> max(0.02, 0.04)
     assert np.isnan(out[0]) and out[1:] == pytest.approx([0.02, 0.04])
     assert np.isnan(holm([np.nan, np.nan])).all() and holm([]).size == 0
-    p = np.random.default_rng(0).uniform(0, 0.2, 7)
-    assert holm(p) == pytest.approx(multipletests(p, method="holm")[1])
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 7, 30):  # statsmodels' multipletests is the reference, ties included
+        p = np.round(rng.uniform(0, 0.2, size), 2)
+        assert holm(p) == pytest.approx(multipletests(p, method="holm")[1])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -66,3 +66,13 @@ TRAINING = (
     ADV_MEAN, ADV_ABS_MEAN, ADV_ZERO_FRAC,
     GENERATE_S, UPDATE_S, STEP_S, TOKENS_PER_S,
 )
+
+# Every fixed name above (the training loop logs each of them; a few only in some runs).
+ALL = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str))
+
+
+def is_known(name: str) -> bool:
+    """A metric some run may log: a fixed name above, eval/<benchmark>/<what> or task/<what>."""
+    parts = name.split("/")
+    return name in ALL or (parts[0] == "eval" and len(parts) == 3 and all(parts)) or \
+        (parts[0] == "task" and len(parts) == 2 and bool(parts[1]))

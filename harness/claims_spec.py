@@ -1,0 +1,202 @@
+"""A paper's claim as a sweep file declares it: which metric should move, between which runs, which way.
+
+    claims:
+      - id: incorrect_length
+        paper: "2503.20783"
+        statement: Per-response length normalisation lengthens incorrect responses.
+        metric: train/length_incorrect_mean          # or {ratio: [numerator, denominator]}
+        at: last-10                                  # final | last-K | step N | auc
+        contrast: {effect: objective.aggregation, from: constant, to: seq_mean_token_mean}
+        direction: increase
+        min_effect: 5                                # optional: the smallest effect worth caring about
+
+A contrast is a switch's main effect in the factorial model (`effect`, `from`, `to`), or one set of runs
+against another (`arm`, `vs`): each an arm's label or the settings that pick arms, e.g.
+`{objective.clip_high: 0.28}`. With `fold: k` an arm contrast is about mean(arm) − k·mean(vs) ("at least
+k times"). The claim is that the effect is above (`increase`) or below (`decrease`) `threshold` (default 0):
+a "not worse by more than m" claim is `increase` with `threshold: -m`. How claims are judged: harness.claims.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from harness.at import At
+from harness.config_io import ConfigError, Name
+from trainer import metric_names as M
+from trainer.config import STRICT as _STRICT
+
+_ARXIV = re.compile(r"^\d{4}\.\d{4,5}(v\d+)?$")
+ArmRef = str | dict[str, Any]
+"""An arm's label, or dotted-key settings that pick the arms whose runs have them."""
+
+
+class Ratio(BaseModel):
+    """A derived metric: numerator / denominator, each read at the claim's `at` (a ratio of window means)."""
+
+    model_config = _STRICT
+
+    ratio: tuple[str, str]
+    """[numerator metric, denominator metric]."""
+
+
+class Contrast(BaseModel):
+    """What is compared: a switch's main effect, or arm(s) against arm(s)."""
+
+    model_config = ConfigDict(**_STRICT, populate_by_name=True)
+
+    effect: str | None = None
+    """A switch the grid varies (dotted key): its main effect from the factorial (cell-means) model."""
+    to: Any = None
+    """The switch's level whose effect is claimed (effect only)."""
+    from_: Any = Field(None, alias="from")
+    """The reference level (effect only)."""
+    arm: ArmRef | None = None
+    """The runs the claim is about: an arm's label or settings."""
+    vs: ArmRef | None = None
+    """The runs they are compared with."""
+    fold: float = Field(1.0, gt=0)
+    """arm vs arm only: the effect is mean(arm) − fold·mean(vs) ("at least fold times as large")."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Contrast":
+        if self.effect is not None:
+            if self.arm is not None or self.vs is not None or self.fold != 1.0:
+                raise ValueError("give either effect/from/to or arm/vs (with fold), not both")
+            if self.to is None or self.from_ is None:
+                raise ValueError("effect needs `from` and `to`: the reference level and the claimed one")
+        elif self.arm is None or self.vs is None:
+            raise ValueError("needs effect/from/to (a switch's main effect) or arm/vs (arm against arm)")
+        return self
+
+    def describe(self) -> str:
+        if self.effect is not None:
+            return f"{self.effect}: {self.from_} → {self.to}"
+        arm, vs = (_ref_text(r) for r in (self.arm, self.vs))
+        return f"{arm} vs {'' if self.fold == 1 else f'{self.fold:g} × '}{vs}"
+
+
+def _ref_text(ref: ArmRef) -> str:
+    return ref if isinstance(ref, str) else ", ".join(f"{k}={v}" for k, v in ref.items())
+
+
+class Claim(BaseModel):
+    """One published claim, judged on the sweep's runs (reproduced / contradicted / inconclusive)."""
+
+    model_config = _STRICT
+
+    id: Name
+    """Short identifier, unique in the file."""
+    statement: str = Field(min_length=1)
+    """The claim in one sentence."""
+    paper: str
+    """The paper's arXiv id, e.g. 2503.20783."""
+    metric: str | Ratio
+    """A logged metric (trainer.metric_names), or {ratio: [numerator, denominator]}."""
+    at: str = "last-10"
+    """Where each run's value is read: final, last-K, step N or auc (as `harness report --at`)."""
+    contrast: Contrast
+    direction: Literal["increase", "decrease"]
+    """The claim: the effect is above (increase) or below (decrease) the threshold."""
+    threshold: float = 0.0
+    """The value the effect is tested against (0: "there is an effect"; −m with increase: "not worse by m")."""
+    min_effect: float | None = Field(None, gt=0)
+    """The smallest effect of interest: an inconclusive claim whose CI lies within threshold ± this is "a small
+    effect" rather than "underpowered"; it also sets the seeds a decisive sweep needs."""
+
+    @field_validator("paper")
+    @classmethod
+    def _paper(cls, paper: str) -> str:
+        if not _ARXIV.match(paper):
+            raise ValueError(f"{paper!r} is not an arXiv id such as 2503.20783")
+        return paper
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, at: str) -> str:
+        try:
+            kind = At.parse(at, key="at").kind
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("at: ")) from None
+        if kind == "best":
+            raise ValueError("best is a selection on the curve being tested; use final, last-K, step N or auc")
+        return at
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, metric: str | Ratio) -> str | Ratio:
+        for name in metric.ratio if isinstance(metric, Ratio) else (metric,):
+            if not M.is_known(name):
+                raise ValueError(f"unknown metric {name!r} (see trainer/metric_names.py: e.g. {M.ENTROPY}, "
+                                 f"{M.LENGTH_INCORRECT_MEAN}, eval/<benchmark>/accuracy)")
+        return metric
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The logged metrics the claim reads."""
+        return tuple(self.metric.ratio) if isinstance(self.metric, Ratio) else (self.metric,)
+
+    def metric_text(self) -> str:
+        return " / ".join(self.metrics)
+
+    def expectation(self) -> str:
+        """The claim in symbols, e.g. 'effect > 0' or 'effect < 5'."""
+        return f"effect {'>' if self.direction == 'increase' else '<'} {self.threshold:g}"
+
+
+def check_unique(claims: list[Claim]) -> list[Claim]:
+    ids = [c.id for c in claims]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"claim ids repeat ({', '.join(repeated)})")
+    return claims
+
+
+def canonical(value: Any) -> str:
+    """A setting as comparable text: a claim's YAML value, a resolved config's value and an MLflow param (its
+    str) agree, e.g. 3.0e-4, 0.0003 and '0.0003'; True and 'True'."""
+    text = str(value).strip()
+    if isinstance(value, bool) or text.lower() in ("true", "false"):
+        return text.lower()
+    try:
+        return repr(float(text))
+    except ValueError:
+        return text
+
+
+def picks(ref: ArmRef, label: str, settings: dict[str, Any]) -> bool:
+    """Whether an arm (its label and dotted settings) is one the reference names."""
+    if isinstance(ref, str):
+        return ref == label
+    return all(k in settings and canonical(settings[k]) == canonical(v) for k, v in ref.items())
+
+
+def check_claims(claims: list[Claim], arms: dict[str, dict[str, Any]], levels: dict[str, list[Any]],
+                 where: str) -> None:
+    """Raise one `ConfigError` line for the first claim that names what the sweep does not have.
+
+    `arms`: each arm's label → its resolved dotted settings; `levels`: each switch the grid varies → its values."""
+    for i, claim in enumerate(claims):
+        key, c = f"{where}: claims[{i}] ({claim.id}).contrast", claim.contrast
+        if c.effect is not None:
+            if c.effect not in levels:
+                raise ConfigError(f"{key}.effect: {c.effect} is not varied by this sweep's grid "
+                                  f"(varied: {', '.join(levels) or 'nothing'})")
+            known = [canonical(v) for v in levels[c.effect]]
+            for name, level in (("from", c.from_), ("to", c.to)):
+                if canonical(level) not in known:
+                    raise ConfigError(f"{key}.{name}: {level!r} is not a level of {c.effect} "
+                                      f"(levels: {', '.join(map(str, levels[c.effect]))})")
+            if canonical(c.from_) == canonical(c.to):
+                raise ConfigError(f"{key}: from and to are the same level")
+            continue
+        sides = {}
+        for name, ref in (("arm", c.arm), ("vs", c.vs)):
+            sides[name] = {label for label, settings in arms.items() if picks(ref, label, settings)}
+            if not sides[name]:
+                raise ConfigError(f"{key}.{name}: {_ref_text(ref)!r} matches no arm (arms: {'; '.join(arms)})")
+        if sides["arm"] & sides["vs"]:
+            raise ConfigError(f"{key}: arm and vs both pick {'; '.join(sorted(sides['arm'] & sides['vs']))}")

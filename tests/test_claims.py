@@ -1,0 +1,234 @@
+"""Claims judged on runs: each verdict kind on planted effects written through MLflow's API, Holm across the
+claims, bad claims refused before any job starts, and the false-reproduction rate of 200 null sweeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from fake_sweep import FakeRun, write_sweep
+from harness import stats
+from harness.claims import decide, evidence
+from harness.claims_spec import Claim
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+M = "train/length_incorrect_mean"
+
+
+def _claim(**kw) -> Claim:
+    base = {"id": "c", "statement": "s.", "paper": "2503.20783", "metric": M, "contrast": {"arm": "A", "vs": "B"},
+            "direction": "increase"}
+    return Claim.model_validate({**base, **kw})
+
+
+# ---- the statistics behind a verdict ---------------------------------------------------------------------------
+
+def test_contrast_is_welch_and_tests_a_fold_against_a_threshold():
+    a, b = np.array([3.0, 5.0, 4.0, 6.0]), np.array([1.0, 2.0, 1.5, 0.5, 2.5])
+    res = stats.contrast(a, b)
+    ref = sps.ttest_ind(a, b, equal_var=False)
+    assert res["effect"] == pytest.approx(a.mean() - b.mean()) and res["p"] == pytest.approx(ref.pvalue)
+    assert res["df"] == pytest.approx(ref.df)
+    # mean(a) − 2·mean(b) tested against 1, by hand
+    est, se2 = a.mean() - 2 * b.mean(), a.var(ddof=1) / 4 + 4 * b.var(ddof=1) / 5
+    df = se2**2 / ((a.var(ddof=1) / 4) ** 2 / 3 + (4 * b.var(ddof=1) / 5) ** 2 / 4)
+    res = stats.contrast(a, b, fold=2, null=1)
+    assert res["effect"] == pytest.approx(est) and res["se"] == pytest.approx(np.sqrt(se2))
+    assert res["p"] == pytest.approx(2 * sps.t.sf(abs(est - 1) / np.sqrt(se2), df))
+    assert np.isnan(stats.contrast([1.0], b)["p"]) and "fewer than 2" in stats.contrast([1.0], b)["note"]
+
+
+def test_main_effect_against_a_threshold_shifts_only_the_test():
+    rng = np.random.default_rng(0)
+    rows = [{"a": a, "b": b, "value": 3.0 * (a == "y") + rng.normal()} for a in "xy" for b in "uv" for _ in range(4)]
+    final = pd.DataFrame(rows)
+    zero, shifted = (stats.main_effect(final, ["a", "b"], "a", "y", "x", null=n) for n in (0.0, 3.0))
+    assert zero["effect"] == shifted["effect"] and (zero["low"], zero["high"]) == (shifted["low"], shifted["high"])
+    t = (zero["effect"] - 3.0) / zero["se"]
+    assert shifted["p"] == pytest.approx(2 * sps.t.sf(abs(t), zero["df"]))
+    assert zero["df"] == 16 - 4 and zero["n"] == zero["n_base"] == 8
+
+
+def test_seeds_needed_is_the_smallest_count_with_the_power():
+    se, df, seeds = 2.0, 8.0, 5
+    m = stats.seeds_needed(3.0, se, df, seeds, alpha=0.05, power=0.8)
+    power = lambda k: stats.t_power(3.0, se * np.sqrt(seeds / k), df * k / seeds, alpha=0.05)  # noqa: E731
+    assert power(m) >= 0.8 > power(m - 1)
+    assert stats.t_power(stats.t_mde(se, df), se, df) == pytest.approx(0.8)
+    assert stats.seeds_needed(1e-6, se, df, seeds) is None  # beyond the limit
+
+
+# ---- verdicts on planted effects, through MLflow --------------------------------------------------------------
+
+def _planted(uri: str, claims: list[dict], name: str = "planted") -> None:
+    big, small = [10.0, 11.0, 9.0, 10.5, 9.5], [0.0, 1.0, -1.0, 0.5, -0.5]
+    tight_a, tight_b = [5.0, 5.1, 4.9, 5.05, 4.95], [5.02, 5.12, 4.92, 5.07, 4.97]
+    noisy_a, noisy_b = [1.0, 4.0, -2.0, 3.0, 0.5], [0.0, 2.5, -3.0, 1.0, 1.0]
+    runs = []
+    for arm, vals in (("A", (big, tight_a, noisy_a)), ("B", (small, tight_b, noisy_b))):
+        for seed in range(5):
+            runs.append(FakeRun(arm, seed, params={"objective.clip_high": "0.28" if arm == "A" else "0.2"},
+                                values={M: [vals[0][seed]] * 3, "policy/entropy": [vals[1][seed]] * 3,
+                                        "train/accuracy": [vals[2][seed]] * 3}))
+    write_sweep(uri, runs, name=name, sweep_id=name, experiment=name,
+                spec={"name": name, "seeds": list(range(5)), "claims": claims})
+
+
+PLANTED = [
+    {"id": "longer", "statement": "A lengthens.", "paper": "2503.20783", "metric": M,
+     "contrast": {"arm": "A", "vs": "B"}, "direction": "increase", "at": "last-2"},
+    {"id": "shorter", "statement": "A shortens.", "paper": "2503.20783", "metric": M,
+     "contrast": {"arm": {"objective.clip_high": 0.28}, "vs": {"objective.clip_high": 2.0e-1}},
+     "direction": "decrease"},
+    {"id": "entropy", "statement": "A raises entropy.", "paper": "2503.14476", "metric": "policy/entropy",
+     "contrast": {"arm": "A", "vs": "B"}, "direction": "increase", "min_effect": 0.5, "at": "auc"},
+    {"id": "accuracy", "statement": "A is more accurate.", "paper": "2503.14476", "metric": "train/accuracy",
+     "contrast": {"arm": "A", "vs": "B"}, "direction": "increase", "min_effect": 0.5, "at": "final"},
+]
+
+
+def test_each_verdict_kind_and_the_exit_code(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    _planted(uri, PLANTED)
+    assert main(["claims", "planted", "--tracking-uri", uri]) == 1  # a contradicted claim fails the command
+    out = capsys.readouterr().out
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.split(":")[0] in
+             {c["id"] for c in PLANTED}}
+    assert "REPRODUCED" in lines["longer"] and "CONTRADICTED" in lines["shorter"]
+    assert "INCONCLUSIVE" in lines["entropy"] and "a small effect" in lines["entropy"]
+    assert "INCONCLUSIVE" in lines["accuracy"] and "underpowered" in lines["accuracy"]
+    assert "seeds for 0.5:" in lines["accuracy"] and "n = 5 vs 5" in lines["longer"]
+
+    _planted(f"sqlite:///{tmp_path}/ok.db", [c for c in PLANTED if c["id"] != "shorter"], name="fine")
+    assert main(["claims", "fine", "--tracking-uri", f"sqlite:///{tmp_path}/ok.db"]) == 0
+
+
+def test_verdicts_head_every_report_format(tmp_path):
+    uri, out = f"sqlite:///{tmp_path}/m.db", tmp_path / "rep"
+    _planted(uri, PLANTED)
+    assert main(["report", "planted", "--tracking-uri", uri, "--out", str(out), "--metric", M]) == 0
+    md = (out / "report.md").read_text()
+    assert md.index("## Claims") < md.index("## Arms") and "reproduced" in md and "contradicted" in md
+    assert "planted-A-s0" in md  # the runs used are named
+    verdicts = json.loads((out / "report.json").read_text())["verdicts"]
+    assert [v["verdict"] for v in verdicts] == ["reproduced", "contradicted", "inconclusive", "inconclusive"]
+    assert verdicts[0]["n1"] == 5 and len(verdicts[0]["runs"]) == 10 and verdicts[3]["seeds_needed"] > 5
+    html = (out / "report.html").read_text()
+    assert html.index("<h2>Claims</h2>") < html.index("<h2>Arms</h2>")
+    assert "claims" in (out / "report.tex").read_text()
+
+
+def test_factorial_main_effect_claims(tmp_path, capsys):
+    """A planted +4 main effect of one switch, none of the other: reproduced, and not reproduced."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    noise = [0.3, -0.2, 0.1, -0.4, 0.2]
+    runs = [FakeRun(f"agg={a} adv={b}", s, params={"objective.aggregation": a, "objective.advantage": b},
+                    values={M: [40 + 4 * (a == "seq_mean_token_mean") + noise[(s + i) % 5] * 3] * 2})
+            for i, (a, b) in enumerate([(a, b) for a in ("constant", "seq_mean_token_mean")
+                                        for b in ("group_mean", "group_std")]) for s in range(5)]
+    claims = [{"id": "norm", "statement": "1/T lengthens.", "paper": "2503.20783", "metric": M,
+               "contrast": {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"},
+               "direction": "increase"},
+              {"id": "std", "statement": "std does not lengthen by 5.", "paper": "2503.20783", "metric": M,
+               "contrast": {"effect": "objective.advantage", "from": "group_mean", "to": "group_std"},
+               "direction": "decrease", "threshold": 5.0}]
+    write_sweep(uri, runs, name="grid", sweep_id="grid", experiment="grid",
+                spec={"name": "grid", "seeds": list(range(5)), "claims": claims})
+    assert main(["claims", "grid", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    norm = next(line for line in out.splitlines() if line.startswith("norm:"))
+    std = next(line for line in out.splitlines() if line.startswith("std:"))
+    assert "REPRODUCED" in norm and "n = 10 vs 10" in norm
+    effect = float(norm.split("= ")[1].split(",")[0])
+    assert effect == pytest.approx(4.0, abs=1.0)
+    assert "REPRODUCED" in std  # the std effect is ~0, well below the claimed 5
+
+
+def _evidence(p: float) -> dict:
+    return {"effect": 1.0, "low": 0.1, "high": 1.9, "p": p, "se": 0.4, "df": 8.0, "n1": 5, "n2": 5, "mean1": 1.0,
+            "mean2": 0.0, "seeds": 5, "note": "", "rows": pd.DataFrame({"run_id": []})}
+
+
+def test_holm_is_applied_across_the_claims():
+    one = [_claim(id="a")]
+    assert decide(one, [_evidence(0.03)])[0].verdict == "reproduced"  # alone, p = 0.03 decides
+    two = [_claim(id="a"), _claim(id="b")]
+    verdicts = decide(two, [_evidence(0.03), _evidence(0.04)])
+    assert [v.verdict for v in verdicts] == ["inconclusive"] * 2  # Holm: 0.06 and 0.06
+    assert [v.p_holm for v in verdicts] == pytest.approx([0.06, 0.06])
+    assert [v.reason for v in verdicts] == ["underpowered"] * 2
+
+
+BAD = {
+    "metric": ({"metric": "policy/entropyy"}, "claims[0].metric", "unknown metric 'policy/entropyy'"),
+    "direction": ({"direction": "up"}, "claims[0].direction", "'increase' or 'decrease'"),
+    "arm": ({"contrast": {"arm": "GSPO", "vs": "advantage=group_std aggregation=constant"}},
+            "claims[0] (c).contrast.arm", "'GSPO' matches no arm"),
+    "settings": ({"contrast": {"arm": {"objective.clip_high": 0.5}, "vs": {"objective.advantage": "group_std"}}},
+                 "claims[0] (c).contrast.arm", "matches no arm"),
+    "effect": ({"contrast": {"effect": "objective.clip_high", "from": 0.2, "to": 0.28}},
+               "claims[0] (c).contrast.effect", "not varied by this sweep's grid"),
+    "level": ({"contrast": {"effect": "objective.aggregation", "from": "constant", "to": "token_mean"}},
+              "claims[0] (c).contrast.to", "not a level of objective.aggregation"),
+    "at": ({"at": "best"}, "claims[0].at", "best is a selection"),
+    "paper": ({"paper": "Dr. GRPO"}, "claims[0].paper", "not an arXiv id"),
+    "both": ({"contrast": {"arm": "x", "vs": "y", "effect": "objective.aggregation", "from": "a", "to": "b"}},
+             "claims[0].contrast", "not both"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_claim_is_one_line_before_any_job(case, tmp_path, capsys):
+    change, key, problem = BAD[case]
+    claim = {"id": "c", "statement": "s.", "paper": "2503.20783", "metric": M, "direction": "increase",
+             "contrast": {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"},
+             **change}
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "ablations" / "dr_grpo_bias.yaml").read_text())
+    spec.update(base=str(ROOT / "ablations" / "toy_run.yaml"), claims=[claim])
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    db = tmp_path / "m.db"
+    assert main(["sweep", str(path), "--tracking-uri", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(path) in err and key in err and problem in err, err
+    assert not db.exists()
+
+
+def test_repeated_claim_ids_are_refused(tmp_path, capsys):
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "ablations" / "dr_grpo_bias.yaml").read_text())
+    spec["base"] = str(ROOT / "ablations" / "toy_run.yaml")
+    spec["claims"] = [spec["claims"][0], spec["claims"][0]]
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "claim ids repeat" in capsys.readouterr().err
+
+
+# ---- the false-reproduction rate -------------------------------------------------------------------------------
+
+def test_null_sweeps_reproduce_at_most_alpha():
+    """200 sweeps of a 2×2 grid × 5 seeds with no effect anywhere, each judged on a main-effect claim and an
+    arm-vs-arm claim (Holm across the two): the share of sweeps with any claim reproduced stays within α plus
+    three Monte-Carlo standard errors."""
+    rng, alpha, n_sweeps = np.random.default_rng(2026), 0.05, 200
+    claims = [_claim(id="effect", contrast={"effect": "a", "from": "x", "to": "y"}),
+              _claim(id="arm", contrast={"arm": "a=y b=u", "vs": "a=x b=u"})]
+    settings = {f"a={a} b={b}": {"a": a, "b": b} for a in "xy" for b in "uv"}
+    hits = 0
+    for _ in range(n_sweeps):
+        values = pd.DataFrame([{"run_id": f"{arm}-{s}", "arm": arm, "seed": s, **st, "value": rng.normal()}
+                               for arm, st in settings.items() for s in range(5)])
+        found = [evidence(c, values, ["a", "b"], settings, alpha) for c in claims]
+        hits += any(v.verdict == "reproduced" for v in decide(claims, found, alpha=alpha))
+    bound = alpha + 3 * np.sqrt(alpha * (1 - alpha) / n_sweeps)
+    assert hits / n_sweeps <= bound, (hits, bound)
