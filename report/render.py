@@ -5,35 +5,18 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import math
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from harness.verdict_table import ci, num, pval, verdict_rows
 from report import figures
 from report.build import Report
 
 FORMATS = ("md", "html", "json", "latex")
 OTHER_P = [("welch", "Welch", "welch_p"), ("mannwhitney", "MWU", "mwu_p"), ("permutation", "perm.", "perm_p")]
-
-
-def num(x: float, signed: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if isinstance(x, float) and math.isinf(x):
-        return "∞"
-    return f"{x:+.4g}" if signed else f"{x:.4g}"
-
-
-def ci(low: float, high: float, signed: bool = False) -> str:
-    return "—" if any(v is None or math.isnan(v) for v in (low, high)) else \
-        f"[{num(low, signed)}, {num(high, signed)}]"
-
-
-def pval(p: float) -> str:
-    return "—" if p is None or math.isnan(p) else ("< 0.001" if p < 0.001 else f"{p:.3g}")
 
 
 # ---- display tables (strings), shared by every format ---------------------------------------------------------
@@ -101,20 +84,8 @@ def interactions_table(r: Report) -> pd.DataFrame:
 
 
 def verdicts_table(r: Report) -> pd.DataFrame:
-    """One row per claim: the verdict first, then what it rests on."""
-    rows = []
-    for v in r.verdicts:
-        c = v.claim
-        why = (f"underpowered: MDE {num(v.mde)} at {v.seeds} seeds; {v.seeds_needed or '>1000'} seeds for "
-               f"{num(abs(v.target))}" if v.reason == "underpowered" else
-               f"small effect: CI within {c.threshold:g} ± {c.min_effect:g}" if v.reason == "small effect" else
-               f"no test: {v.note}" if v.reason == "no test" else "")
-        rows.append({"claim": c.id, "verdict": v.verdict + (f" ({why})" if why else ""),
-                     "paper": f"arXiv {c.paper}", "statement": c.statement,
-                     "metric @ at": f"{c.metric_text()} @ {c.at}", "contrast": c.contrast.describe(),
-                     "claimed": c.expectation(), "effect": num(v.effect, True), "95% CI": ci(v.low, v.high, True),
-                     "p": pval(v.p), "p (Holm)": pval(v.p_holm), "n": f"{v.n1} vs {v.n2}"})
-    return pd.DataFrame(rows)
+    """One row per claim: the verdict first, then what it rests on (harness.verdict_table, as the dashboard)."""
+    return pd.DataFrame(verdict_rows(r.verdicts))
 
 
 def verdict_runs(r: Report) -> list[str]:
