@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+import yaml
 
-from harness.store import Sweep, reader_for, rollout_table, sweeps
+from dashboard.labels import ArmLabels, arm_labels, arm_names
+from harness.store import Sweep, reader_for, rollout_table, sweep_spec_text, sweeps
 from harness.sweep_data import SweepData, load_sweep
 from harness.tracking import default_tracking_uri
 from trainer import metric_names as M
@@ -40,6 +42,24 @@ def all_sweeps(uri: str) -> list[Sweep]:
 def sweep_data(uri: str, key: str) -> SweepData | None:
     found = [s for s in all_sweeps(uri) if s.key == key]
     return load_sweep(reader_for(uri), found[0]) if found else None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def sweep_spec(uri: str, key: str) -> dict | None:
+    """The sweep file the sweep last ran with (its parent's sweep.yaml), parsed; None when there is none."""
+    found = [s for s in all_sweeps(uri) if s.key == key]
+    text = sweep_spec_text(found[0]) if found else ""
+    try:
+        spec = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+def labels(data: SweepData) -> ArmLabels:
+    """The chosen sweep's arms as the pages show them (dashboard.labels)."""
+    key = st.session_state.get("sweep")
+    return arm_labels(data, arm_names(sweep_spec(tracking_uri(), key)) if key else None)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading rollout tables…")
@@ -87,13 +107,13 @@ def curve_controls(prefix: str, data: SweepData) -> dict:
 
 def curve_page(title: str, prefix: str) -> tuple[SweepData, dict, str]:
     """A curve page's head: its title, the chosen sweep (the page stops when there is none), the controls;
-    returns the data, the figure keywords and the x axis."""
+    returns the data, the figure keywords (arm labels included) and the x axis."""
     st.title(title)
     data = current()
     if data is None:
         st.stop()
     opts = curve_controls(prefix, data)
-    return data, {k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, opts["x"]
+    return data, {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": labels(data)}, opts["x"]
 
 
 def _open_optuna(url: str):

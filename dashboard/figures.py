@@ -1,4 +1,8 @@
-"""Plotly figures of a sweep: curves per arm with a bootstrap band over seeds, distributions, bars."""
+"""Plotly figures of a sweep: curves per arm with a bootstrap band over seeds, distributions, bars.
+
+Arms are keyed by their planned labels (colours, order); `labels` (dashboard.labels.ArmLabels) gives the name a
+figure shows for each and the raw settings its hover text shows, the planned label when left out.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,15 @@ def colours(arms: list[str]) -> dict[str, str]:
     return {a: PALETTE[i % len(PALETTE)] for i, a in enumerate(arms)}
 
 
+def _name(labels, arm: str) -> str:
+    return labels(arm) if labels is not None else arm
+
+
+def _hover(labels, arm: str) -> str:
+    """The arm's raw settings as hover text."""
+    return labels.hover(arm) if labels is not None else arm
+
+
 def _rgba(hex_colour: str, alpha: float) -> str:
     h = hex_colour.lstrip("#")
     return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
@@ -24,8 +37,9 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 def add_band(fig: go.Figure, curves: pd.DataFrame, name: str, colour: str, *, per_seed: bool = False,
              smoothing: float = 1.0, dash: str = "solid", row: int | None = None, col: int | None = None,
-             legend: bool = True) -> None:
-    """Mean over seeds with its 95% bootstrap band (and, on demand, each seed's own line)."""
+             legend: bool = True, hover: str = "") -> None:
+    """Mean over seeds with its 95% bootstrap band (and, on demand, each seed's own line); `hover`: more hover
+    text for the mean (the arm's settings)."""
     curves = curves.apply(lambda c: ema(c, smoothing)) if smoothing < 1 else curves
     band = bootstrap_band(curves)
     where = {"row": row, "col": col} if row is not None else {}
@@ -45,13 +59,15 @@ def add_band(fig: go.Figure, curves: pd.DataFrame, name: str, colour: str, *, pe
                                      showlegend=False), **where)
     fig.add_trace(go.Scatter(x=x, y=band["mean"], mode="lines", line={"color": colour, "width": 2.2, "dash": dash},
                              name=name, legendgroup=name, showlegend=legend,
-                             customdata=band["n"], hovertemplate="%{y:.4g} (mean of %{customdata} seeds)"),
+                             customdata=band["n"],
+                             hovertemplate="%{y:.4g} (mean of %{customdata} seeds)"
+                                           + (f"<br>{hover}" if hover else "")),
                   **where)
 
 
 def curves_by_arm(panels: list[tuple[str, dict[str, pd.DataFrame]]], arms: list[str], *, x_title: str = "step",
                   per_seed: bool = False, smoothing: float = 1.0, height: int = 380,
-                  shared_y: bool = False, fit_y: bool = False) -> go.Figure:
+                  shared_y: bool = False, fit_y: bool = False, labels=None) -> go.Figure:
     """Side-by-side panels (title, arm → (x × seeds)), one colour per arm shared by all panels. `fit_y`: each
     panel's y axis spans 0 and what is drawn in it (see `_fit_y`), for fractions far below 1."""
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _ in panels], shared_yaxes=shared_y,
@@ -59,8 +75,8 @@ def curves_by_arm(panels: list[tuple[str, dict[str, pd.DataFrame]]], arms: list[
     col = colours(arms)
     for j, (_, by_arm) in enumerate(panels, start=1):
         for arm, curves in by_arm.items():
-            add_band(fig, curves, arm, col[arm], per_seed=per_seed, smoothing=smoothing, row=1, col=j,
-                     legend=j == 1)
+            add_band(fig, curves, _name(labels, arm), col[arm], per_seed=per_seed, smoothing=smoothing, row=1,
+                     col=j, legend=j == 1, hover=_hover(labels, arm))
         fig.update_xaxes(title_text=x_title, row=1, col=j)
     fig.update_yaxes(rangemode="tozero")  # fractions and lengths: a flat 0 must not draw a -1..1 axis
     if fit_y:
@@ -85,20 +101,24 @@ def _fit_y(fig: go.Figure, n_panels: int) -> None:
 
 
 def length_by_correctness(correct: dict[str, pd.DataFrame], incorrect: dict[str, pd.DataFrame], arms: list[str],
-                          *, per_seed: bool = False, smoothing: float = 1.0, x_title: str = "RL step") -> go.Figure:
+                          *, per_seed: bool = False, smoothing: float = 1.0, x_title: str = "RL step",
+                          labels=None) -> go.Figure:
     """Dr. GRPO's figure: response length of correct and of incorrect responses over training, one colour
     per arm, the two panels on one y axis."""
     fig = curves_by_arm([("correct responses", correct), ("incorrect responses", incorrect)], arms,
-                        per_seed=per_seed, smoothing=smoothing, x_title=x_title, height=440, shared_y=True)
+                        per_seed=per_seed, smoothing=smoothing, x_title=x_title, height=440, shared_y=True,
+                        labels=labels)
     fig.update_yaxes(title_text="tokens", row=1, col=1)
     return fig
 
 
-def length_distribution(rows: pd.DataFrame, arms: list[str]) -> go.Figure:
+def length_distribution(rows: pd.DataFrame, arms: list[str], labels=None) -> go.Figure:
     """Box plots of response length by arm and correctness (rows: arm, correct, length)."""
-    wrap = {a: a.replace(" ", "<br>") for a in arms}  # arm labels are "key=value key=value": one per line
-    rows = rows.assign(outcome=rows["correct"].map({True: "correct", False: "incorrect"}), arm=rows["arm"].map(wrap))
-    fig = px.box(rows, x="arm", y="length", color="outcome", points="outliers",
+    names = {a: _name(labels, a) for a in arms}
+    wrap = {a: n.replace(" ", "<br>") if "=" in n else n for a, n in names.items()}  # "key=value key=value"
+    rows = rows.assign(outcome=rows["correct"].map({True: "correct", False: "incorrect"}), arm=rows["arm"].map(wrap),
+                       settings=rows["arm"].map(lambda a: _hover(labels, a)))
+    fig = px.box(rows, x="arm", y="length", color="outcome", points="outliers", hover_data={"settings": True},
                  category_orders={"arm": [wrap[a] for a in arms], "outcome": ["correct", "incorrect"]},
                  color_discrete_map={"correct": "#2ca02c", "incorrect": "#d62728"})
     fig.update_layout(height=420, yaxis_title="tokens", xaxis_title="", margin={"t": 30, "b": 40, "l": 50, "r": 10})
@@ -106,11 +126,15 @@ def length_distribution(rows: pd.DataFrame, arms: list[str]) -> go.Figure:
     return fig
 
 
-def group_outcomes(shares: dict[str, dict[str, pd.Series]], arms: list[str], x_title: str = "RL step") -> go.Figure:
-    """Stacked areas of all-correct / mixed / all-wrong groups over training, one panel per arm."""
+def group_outcomes(shares: dict[str, dict[str, pd.Series]], arms: list[str], x_title: str = "RL step",
+                   labels=None) -> go.Figure:
+    """Stacked areas of all-correct / mixed / all-wrong groups over training, one panel per arm (its title's hover
+    text: the arm's settings)."""
     present = [a for a in arms if a in shares]
-    fig = make_subplots(rows=1, cols=max(1, len(present)), subplot_titles=present, shared_yaxes=True,
-                        horizontal_spacing=0.03)
+    fig = make_subplots(rows=1, cols=max(1, len(present)), subplot_titles=[_name(labels, a) for a in present],
+                        shared_yaxes=True, horizontal_spacing=0.03)
+    for title, arm in zip(fig.layout.annotations, present):
+        title.hovertext = _hover(labels, arm)
     style = {"all correct": "#2ca02c", "mixed": "#1f77b4", "all wrong": "#d62728"}
     for j, arm in enumerate(present, start=1):
         for label, colour in style.items():
@@ -118,21 +142,26 @@ def group_outcomes(shares: dict[str, dict[str, pd.Series]], arms: list[str], x_t
             if s is None:
                 continue
             fig.add_trace(go.Scatter(x=s.index, y=s.values, stackgroup=f"g{j}", name=label, line={"color": colour},
-                                     legendgroup=label, showlegend=j == 1), row=1, col=j)
+                                     legendgroup=label, showlegend=j == 1,
+                                     hovertemplate=f"%{{y:.3g}} ({label})<extra>{_name(labels, arm)}</extra>"),
+                          row=1, col=j)
     fig.update_yaxes(range=[0, 1], row=1, col=1, title_text="share of groups (mean over seeds)")
     fig.update_xaxes(title_text=x_title)
     fig.update_layout(height=380, margin={"t": 40, "b": 40, "l": 50, "r": 10}, legend={"orientation": "h", "y": -0.2})
     return fig
 
 
-def final_bars(table: pd.DataFrame, metric: str) -> go.Figure:
+def final_bars(table: pd.DataFrame, metric: str, labels=None) -> go.Figure:
     """Final value per arm with its 95% CI and every seed as a dot (table: arm, mean, low, high, seeds)."""
-    fig = go.Figure(go.Bar(x=table["arm"], y=table["mean"], marker_color="#8fb4d9", name="mean over seeds",
+    names = [_name(labels, a) for a in table["arm"]]
+    fig = go.Figure(go.Bar(x=names, y=table["mean"], marker_color="#8fb4d9", name="mean over seeds",
+                           customdata=[_hover(labels, a) for a in table["arm"]],
+                           hovertemplate="%{x}: %{y:.4g}<br>%{customdata}<extra></extra>",
                            error_y={"type": "data", "symmetric": False,
                                     "array": (table["high"] - table["mean"]).fillna(0),
                                     "arrayminus": (table["mean"] - table["low"]).fillna(0)}))
     xs, ys = [], []
-    for arm, seeds in zip(table["arm"], table["seeds"]):
+    for arm, seeds in zip(names, table["seeds"]):
         xs.extend([arm] * len(seeds))
         ys.extend(seeds)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker={"color": "#333", "size": 6}, name="seeds"))

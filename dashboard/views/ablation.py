@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import context, figures
+from dashboard.labels import with_settings
 from harness.stats import StatsWarning, cell_means_effects, main_effects, mean_ci
 from harness.sweep_data import non_finite
 from trainer import metric_names as M
@@ -15,6 +16,7 @@ st.title("Ablation table")
 data = context.current()
 if data is None:
     st.stop()
+labels = context.labels(data)
 keys = data.keys
 if not keys:
     st.warning("No metrics logged yet in this sweep.")
@@ -54,13 +56,13 @@ if data.cumulative and chosen:  # progressive layout: what each added technique 
         row[f"Δ {chosen[0]} vs previous"] = f"{cur - prev[0][0]:+.4g}" if prev and pd.notna(cur) else ""
 st.caption(f"Mean over seeds of each run's last {last} steps [95% bootstrap CI over seeds]"
            + (" — arms in order, each adding one technique to the one above." if data.cumulative else "."))
-st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch")
+st.dataframe(with_settings(pd.DataFrame(table), labels), hide_index=True, width="stretch")
 
 if chosen:
     metric = st.selectbox("Per-seed view of", chosen, key="abl_bar")
     bars = pd.DataFrame([{"arm": a, "mean": numbers[(a, metric)][0][0], "low": numbers[(a, metric)][0][1],
                           "high": numbers[(a, metric)][0][2], "seeds": numbers[(a, metric)][1]} for a in data.arms])
-    st.plotly_chart(figures.final_bars(bars, metric), key="abl_bars")
+    st.plotly_chart(figures.final_bars(bars, metric, labels), key="abl_bars")
 
     if data.varying and not data.cumulative:
         st.subheader("Main effects")

@@ -15,7 +15,7 @@ for label, key in (("all correct", M.GROUPS_ALL_CORRECT_FRAC), ("mixed", M.GROUP
     for arm, curves in data.by_arm(key, x).items():
         shares.setdefault(arm, {})[label] = curves.mean(axis=1)
 if shares:
-    st.plotly_chart(figures.group_outcomes(shares, data.arms, kw["x_title"]), key="ds_groups")
+    st.plotly_chart(figures.group_outcomes(shares, data.arms, kw["x_title"], kw["labels"]), key="ds_groups")
 else:
     st.warning("No group metrics logged yet in this sweep.")
 st.subheader("Groups with no learning signal")

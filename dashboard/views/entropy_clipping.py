@@ -10,7 +10,8 @@ from trainer import metric_names as M
 data, kw, x = context.curve_page("Entropy & clipping (DAPO, GSPO)", "ent")
 
 lo, hi = arm_setting(data, "objective.clip_low"), arm_setting(data, "objective.clip_high")
-st.caption("Clip range per arm: " + "; ".join(f"{a}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]" for a in data.arms))
+st.caption("Clip range per arm: " + "; ".join(f"{kw['labels'](a)}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]"
+                                              for a in data.arms))
 st.plotly_chart(figures.curves_by_arm([("policy entropy (token mean)", data.by_arm(M.ENTROPY, x))],
                                       data.arms, **kw), key="ent_entropy")
 st.subheader("Clip fractions")

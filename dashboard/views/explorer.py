@@ -11,7 +11,8 @@ data = context.current()
 if data is None:
     st.stop()
 runs = data.runs
-labels = {r.run_id: f"{r.arm} · seed {r.seed} ({r.state})" for r in runs.itertuples()}
+arm_labels = context.labels(data)
+labels = {r.run_id: f"{arm_labels(r.arm)} · seed {r.seed} ({r.state})" for r in runs.itertuples()}
 chosen = st.multiselect("Runs", list(labels), default=list(labels), format_func=labels.get, key="ex_runs")
 keys = data.keys
 if not keys:
@@ -34,7 +35,8 @@ for run_id in chosen:
     r = runs.set_index("run_id").loc[run_id]
     y = ema(wide[run_id].dropna(), alpha)
     fig.add_trace(go.Scatter(x=y.index, y=y.values, mode="lines", name=labels[run_id],
-                             line={"color": colour.get(r["arm"], "#444")}))
+                             line={"color": colour.get(r["arm"], "#444")},
+                             hovertemplate=f"%{{y:.4g}}<br>{arm_labels.hover(r['arm'])}"))
 fig.update_layout(height=440, xaxis_title="tokens generated" if x == "tokens" else "RL step", yaxis_title=metric,
                   margin={"t": 30, "b": 40, "l": 50, "r": 10})
 st.plotly_chart(fig, key="ex_curves")

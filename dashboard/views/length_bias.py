@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import context, figures
+from dashboard.labels import with_settings
 from harness.stats import mean_ci
 from trainer import metric_names as M
 
@@ -33,7 +34,7 @@ else:
         rows.append(row)
     st.caption(f"Finished runs: mean over seeds of each run's last {last} logged steps (all of them in a shorter "
                "run), with a 95% bootstrap CI over seeds.")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(with_settings(pd.DataFrame(rows), kw["labels"]), hide_index=True, width="stretch")
 
 st.subheader("Reward and accuracy")
 st.plotly_chart(figures.curves_by_arm([("reward", data.by_arm(M.REWARD_MEAN, x)),
@@ -46,10 +47,10 @@ for bench in benches:
     ec = data.by_arm(M.eval_metric(bench, "length_correct_mean"))
     ei = data.by_arm(M.eval_metric(bench, "length_incorrect_mean"))
     if ec or ei:
-        st.plotly_chart(figures.length_by_correctness(ec, ei, data.arms, per_seed=kw["per_seed"]),
-                        key=f"eval_len_{bench}")
+        st.plotly_chart(figures.length_by_correctness(ec, ei, data.arms, per_seed=kw["per_seed"],
+                                                      labels=kw["labels"]), key=f"eval_len_{bench}")
     st.plotly_chart(figures.curves_by_arm([("accuracy", data.by_arm(M.eval_metric(bench, "accuracy")))], data.arms,
-                                          per_seed=kw["per_seed"]), key=f"eval_acc_{bench}")
+                                          per_seed=kw["per_seed"], labels=kw["labels"]), key=f"eval_acc_{bench}")
 
 st.subheader("Length distribution by correctness")
 max_step = int(data.runs["last_step"].max())
@@ -69,7 +70,7 @@ for r in data.runs.itertuples():
     pooled.append(t.assign(arm=r.arm)[["arm", "correct", "length"]])
 if pooled:
     rows = pd.concat(pooled, ignore_index=True)
-    st.plotly_chart(figures.length_distribution(rows, data.arms), key="len_dist")
+    st.plotly_chart(figures.length_distribution(rows, data.arms, kw["labels"]), key="len_dist")
     st.caption(f"Every sampled response of steps {max(1, step - window)}–{min(max_step, step + window)}, all seeds pooled "
                f"({len(rows)} responses).")
 else:

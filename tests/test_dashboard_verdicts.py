@@ -1,0 +1,150 @@
+"""Readable arm labels: preset names for arms that equal one, named arms as named, the raw settings on hover."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard.context import URI_ENV
+from dashboard.labels import ArmLabels, arm_labels, display_label, is_named, with_settings
+from harness.sweep_data import SweepData
+from harness.tracking import flatten_params
+from trainer import metric_names as M
+from trainer.objective.settings import preset_fields
+
+APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
+GRPO, DR = "advantage=group_std aggregation=seq_mean_token_mean", "advantage=group_mean aggregation=constant"
+CURVE_PAGES = ("length_bias", "entropy_clipping", "dynamic_sampling")
+
+
+def objective(preset: str, max_len: int = 48, **overrides) -> dict[str, str]:
+    """A run's objective.* params as the run logs them: the preset resolved with its max_len."""
+    return flatten_params({"objective": preset_fields(preset, {"max_len": max_len, **overrides})})
+
+
+CLAIMS = [
+    {"id": "incorrect_length", "paper": "2503.20783", "statement": "GRPO's 1/|o_i| lengthens incorrect responses.",
+     "metric": M.LENGTH_INCORRECT_MEAN, "contrast": {"arm": {"objective.aggregation": "seq_mean_token_mean"},
+                                                    "vs": {"objective.aggregation": "constant"}},
+     "direction": "increase"},
+    {"id": "entropy_kept", "paper": "2503.14476", "statement": "Entropy is lower without the constant normaliser.",
+     "metric": M.ENTROPY, "contrast": {"arm": GRPO, "vs": DR}, "direction": "decrease", "min_effect": 1.0},
+]
+
+
+def _store(tmp_path, claims=CLAIMS, spec_extra=None) -> str:
+    """GRPO vs Dr. GRPO (a grid over advantage × aggregation, 2 of its cells), 4 seeds, 12 steps: incorrect responses
+    about 6 tokens longer under GRPO (Welch p ≈ 0.0035), entropy the same in both arms."""
+    from fake_sweep import FakeRun, write_sweep
+
+    incorrect = {GRPO: [58, 61, 55, 64], DR: [48, 45, 51, 47]}
+    entropy = {GRPO: [1.0, 1.1, 0.9, 1.05], DR: [1.02, 0.95, 1.08, 0.98]}
+    runs = [FakeRun(arm, seed, params=objective(preset), values={
+        M.LENGTH_INCORRECT_MEAN: [incorrect[arm][seed]] * 12, M.LENGTH_CORRECT_MEAN: [30.0 + seed] * 12,
+        M.ENTROPY: [entropy[arm][seed]] * 12, M.ACCURACY: [0.1 * seed] * 12, M.REWARD_MEAN: [0.1] * 12})
+        for arm, preset in ((GRPO, "grpo"), (DR, "dr_grpo")) for seed in range(4)]
+    uri = f"sqlite:///{tmp_path / 'claims.db'}"
+    spec = {"name": "bias", "grid": {"objective.advantage": ["group_std", "group_mean"]}, "seeds": [0, 1, 2, 3],
+            **(spec_extra or {}), **({"claims": claims} if claims is not None else {})}
+    write_sweep(uri, runs, name="bias", spec=spec)
+    return uri
+
+
+def _app(uri: str, monkeypatch) -> AppTest:
+    monkeypatch.setenv(URI_ENV, uri)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _visit(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, (page, [e.value for e in at.exception])
+    return at
+
+
+def _boxes(at: AppTest) -> list[str]:
+    return [b.value for kind in ("success", "error", "warning") for b in getattr(at, kind)]
+
+
+def _judged(uri: str):
+    from harness.claims import judge, stored_claims
+    from harness.store import reader_for, sweeps
+    from harness.sweep_data import load_sweep
+
+    sweep = sweeps(reader_for(uri).runs())[0]
+    claims, warning = stored_claims(sweep)
+    assert not warning and len(claims) == 2
+    data = load_sweep(reader_for(uri), sweep)
+    return {v.claim.id: v for v in judge(data, claims)}, {v.claim.id: v for v in judge(data, claims[:1])}
+
+
+def test_pages_show_preset_names_with_the_settings_on_hover(tmp_path, monkeypatch):
+    at = _visit(_app(_store(tmp_path), monkeypatch), "length_bias")
+    table = at.dataframe[0].value
+    assert table["arm"].tolist() == ["GRPO", "Dr. GRPO"]
+    assert table["settings"].str.contains("objective.aggregation=constant").tolist() == [False, True]
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    means = [t for t in spec["data"] if t.get("showlegend") is not False and t.get("mode") == "lines"]
+    assert [t["name"] for t in means] == ["GRPO", "Dr. GRPO"]
+    assert "objective.advantage=group_mean" in means[1]["hovertemplate"]
+    _visit(at, "ablation")
+    assert at.dataframe[0].value["arm"].tolist() == ["GRPO", "Dr. GRPO"]
+
+
+def test_named_arms_keep_their_names(tmp_path, monkeypatch):
+    spec = {"arms": [{"name": GRPO.split()[0]}]}  # an arm named like a grid label's first part: a name
+    at = _visit(_app(_store(tmp_path, spec_extra=spec), monkeypatch), "length_bias")
+    assert at.dataframe[0].value["arm"].tolist() == [GRPO, "Dr. GRPO"]
+
+
+# ---- display_label --------------------------------------------------------------------------------------------
+def test_display_label_names_the_preset_an_arm_equals():
+    assert display_label(DR, objective("dr_grpo")) == "Dr. GRPO"
+    assert display_label(GRPO, objective("grpo", max_len=3000)) == "GRPO"
+    assert display_label("ratio=sequence clip_low=0.0003 clip_high=0.0004", objective("gspo")) == "GSPO"
+    assert display_label("dynamic_sampling=True", objective("dapo")) == "DAPO"  # overlong_cache_len = 48 // 5
+    assert display_label("x=1", objective("dapo", overlong_cache_len=32)) == "x=1"  # not the preset's derived 9
+    assert display_label("clip_high=0.28", objective("grpo", clip_high=0.28)) == "clip_high=0.28"
+    assert display_label("base", {}) == "base"  # no objective params: no preset
+
+
+def test_named_arms_keep_their_names_and_the_rule_without_the_sweep_file():
+    grpo = objective("grpo")
+    assert display_label("naive_grpo", grpo) == "naive_grpo"
+    assert display_label("naive_grpo lr=0.001", grpo) == "naive_grpo lr=0.001"
+    assert display_label("base", grpo) == display_label("all runs", grpo) == "GRPO"
+    assert display_label("a=b", grpo, names=["a=b"]) == "a=b"  # a name with '=': told apart by the sweep file
+    assert display_label("a=b", grpo) == "GRPO"
+    assert not is_named("naive_grpo", names=[]) and is_named("naive lr=1", names=["naive"])
+
+
+def _data(arms: dict[str, dict[str, str]], varying: list[str]) -> SweepData:
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(len(arms))], "arm": list(arms)})
+    params = pd.DataFrame(list(arms.values()), index=pd.Index(runs["run_id"], name="run_id"))
+    return SweepData(None, runs, pd.DataFrame(columns=["run_id", "key", "step", "value"]), varying, list(arms),
+                     params)
+
+
+def test_arms_that_would_share_a_display_label_keep_their_planned_ones():
+    data = _data({"lr=0.001": {**objective("grpo"), "train.lr": "0.001"},
+                  "lr=0.01": {**objective("grpo"), "train.lr": "0.01"},
+                  "lr=0.1": {**objective("dr_grpo"), "train.lr": "0.1"}}, ["train.lr"])
+    labels = arm_labels(data)
+    assert labels.name == {"lr=0.001": "lr=0.001", "lr=0.01": "lr=0.01", "lr=0.1": "Dr. GRPO"}
+    assert labels.hover("lr=0.1") == "lr=0.1<br>train.lr=0.1"
+    # a display label that is another arm's planned label falls back as well
+    data = _data({"GRPO": objective("dr_grpo"), "advantage=group_std": objective("grpo")}, [])
+    assert arm_labels(data, names=["GRPO"]).name == {"GRPO": "GRPO", "advantage=group_std": "advantage=group_std"}
+
+
+@pytest.mark.parametrize("shown", [{"a": "a"}, {"a": "A"}])
+def test_tables_get_a_settings_column_only_when_a_label_changes(shown):
+    labels = ArmLabels(shown, {"a": "a<br>x=1"})
+    out = with_settings(pd.DataFrame({"arm": ["a"], "v": [1]}), labels)
+    assert out["arm"].tolist() == [shown["a"]]
+    assert ("settings" in out) == (shown["a"] != "a") and list(out.columns)[:2] == ["arm", *(
+        ["settings"] if shown["a"] != "a" else ["v"])]
