@@ -10,6 +10,7 @@ import streamlit as st
 import yaml
 
 from dashboard.labels import ArmLabels, arm_labels, arm_names
+from harness.claims import Verdict, judge, stored_claims
 from harness.store import Sweep, reader_for, rollout_table, sweep_spec_text, sweeps
 from harness.sweep_data import SweepData, load_sweep
 from harness.tracking import default_tracking_uri
@@ -54,6 +55,23 @@ def sweep_spec(uri: str, key: str) -> dict | None:
     except yaml.YAMLError:
         return None
     return spec if isinstance(spec, dict) else None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Judging the claims…")
+def verdicts(uri: str, key: str) -> tuple[list[Verdict], str]:
+    """Every claim logged with the sweep judged on its runs, in one call (Holm across all of them, whichever page
+    shows which), and a warning ('' if none) when the claims cannot be read or judged."""
+    found = [s for s in all_sweeps(uri) if s.key == key]
+    if not found:
+        return [], ""
+    claims, warning = stored_claims(found[0])
+    data = sweep_data(uri, key)
+    if not claims or data is None or data.runs.empty:
+        return [], warning
+    try:
+        return judge(data, claims), warning
+    except Exception as e:  # noqa: BLE001 (the pages go on without verdicts; the message says why)
+        return [], f"the claims of sweep {found[0].name} could not be judged: {type(e).__name__}: {e}"
 
 
 def labels(data: SweepData) -> ArmLabels:
@@ -105,13 +123,17 @@ def curve_controls(prefix: str, data: SweepData) -> dict:
             "x_title": "tokens generated" if x == "tokens" else "RL step"}
 
 
-def curve_page(title: str, prefix: str) -> tuple[SweepData, dict, str]:
-    """A curve page's head: its title, the chosen sweep (the page stops when there is none), the controls;
-    returns the data, the figure keywords (arm labels included) and the x axis."""
+def curve_page(title: str, prefix: str, page: str) -> tuple[SweepData, dict, str]:
+    """A curve page's head: its title, the chosen sweep (the page stops when there is none), the verdicts of the
+    claims on the page's metrics (`page`: a key of dashboard.verdicts.PAGE_METRICS), the controls; returns the data,
+    the figure keywords (arm labels included) and the x axis."""
+    from dashboard import verdicts  # it reads this module's caches
+
     st.title(title)
     data = current()
     if data is None:
         st.stop()
+    verdicts.panel(page)
     opts = curve_controls(prefix, data)
     return data, {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": labels(data)}, opts["x"]
 

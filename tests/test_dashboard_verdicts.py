@@ -1,4 +1,4 @@
-"""Readable arm labels: preset names for arms that equal one, named arms as named, the raw settings on hover."""
+"""The Claims panels (verdicts of a sweep's claims on the pages whose metrics they read) and readable arm labels."""
 
 import json
 import os
@@ -11,6 +11,7 @@ from dashboard.context import URI_ENV
 from dashboard.labels import ArmLabels, arm_labels, display_label, is_named, with_settings
 from harness.sweep_data import SweepData
 from harness.tracking import flatten_params
+from harness.verdict_table import pval
 from trainer import metric_names as M
 from trainer.objective.settings import preset_fields
 
@@ -80,6 +81,47 @@ def _judged(uri: str):
     assert not warning and len(claims) == 2
     data = load_sweep(reader_for(uri), sweep)
     return {v.claim.id: v for v in judge(data, claims)}, {v.claim.id: v for v in judge(data, claims[:1])}
+
+
+def test_each_page_shows_the_verdicts_of_its_claims_with_holm_across_all(tmp_path, monkeypatch):
+    uri = _store(tmp_path)
+    at = _visit(_app(uri, monkeypatch), "length_bias")
+    assert "Claims" in [s.value for s in at.subheader]
+    assert len(at.success) == 1 and not any("entropy_kept" in b for b in _boxes(at)), _boxes(at)
+    shown = at.success[0].value
+    assert "**REPRODUCED** · `incorrect_length`" in shown and "arxiv.org/abs/2503.20783" in shown
+    every, alone = _judged(uri)
+    v = every["incorrect_length"]
+    assert v.verdict == "reproduced"
+    assert f"Holm p = {pval(v.p_holm)}" in shown and f"p = {pval(v.p)}" in shown and "n = 4 vs 4" in shown
+    assert pval(alone["incorrect_length"].p_holm) != pval(v.p_holm)  # Holm over both claims, not this page's one
+    assert any("Runs used for incorrect_length (8)" == e.label for e in at.expander)
+
+    _visit(at, "entropy_clipping")
+    boxes = _boxes(at)
+    assert any("`entropy_kept`" in b and "INCONCLUSIVE" in b and "small effect" in b for b in boxes), boxes
+    assert not any("incorrect_length" in b for b in boxes)
+    assert any(f"Holm p = {pval(every['entropy_kept'].p_holm)}" in b for b in boxes)
+
+    _visit(at, "dynamic_sampling")  # no claim reads its metrics
+    assert "Claims" not in [s.value for s in at.subheader]
+    _visit(at, "ablation")  # every claim
+    boxes = _boxes(at)
+    assert any("incorrect_length" in b for b in boxes) and any("entropy_kept" in b for b in boxes)
+
+
+def test_a_sweep_without_claims_shows_no_claims_panel(tmp_path, monkeypatch):
+    at = _app(_store(tmp_path, claims=None), monkeypatch)
+    for page in (*CURVE_PAGES, "ablation"):
+        _visit(at, page)
+        assert "Claims" not in [s.value for s in at.subheader], page
+        assert not any("claims" in w.value for w in at.warning), page
+
+
+def test_unreadable_claims_show_a_warning(tmp_path, monkeypatch):
+    at = _visit(_app(_store(tmp_path, claims=[{"id": "x"}]), monkeypatch), "length_bias")
+    assert any("could not be read" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert "Claims" not in [s.value for s in at.subheader]
 
 
 def test_pages_show_preset_names_with_the_settings_on_hover(tmp_path, monkeypatch):

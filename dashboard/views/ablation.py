@@ -6,7 +6,7 @@ import warnings
 import pandas as pd
 import streamlit as st
 
-from dashboard import context, figures
+from dashboard import context, figures, verdicts
 from dashboard.labels import with_settings
 from harness.stats import StatsWarning, cell_means_effects, main_effects, mean_ci
 from harness.sweep_data import non_finite
@@ -16,6 +16,7 @@ st.title("Ablation table")
 data = context.current()
 if data is None:
     st.stop()
+verdicts.panel("ablation")
 labels = context.labels(data)
 keys = data.keys
 if not keys:

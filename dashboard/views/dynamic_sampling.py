@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import context, figures
 from trainer import metric_names as M
 
-data, kw, x = context.curve_page("Dynamic sampling", "ds")
+data, kw, x = context.curve_page("Dynamic sampling", "ds", "dynamic_sampling")
 
 shares: dict[str, dict[str, pd.Series]] = {}
 for label, key in (("all correct", M.GROUPS_ALL_CORRECT_FRAC), ("mixed", M.GROUPS_MIXED_FRAC),

@@ -7,7 +7,7 @@ from dashboard import context, figures
 from harness.sweep_data import arm_setting
 from trainer import metric_names as M
 
-data, kw, x = context.curve_page("Entropy & clipping (DAPO, GSPO)", "ent")
+data, kw, x = context.curve_page("Entropy & clipping (DAPO, GSPO)", "ent", "entropy_clipping")
 
 lo, hi = arm_setting(data, "objective.clip_low"), arm_setting(data, "objective.clip_high")
 st.caption("Clip range per arm: " + "; ".join(f"{kw['labels'](a)}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]"

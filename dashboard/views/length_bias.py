@@ -12,7 +12,7 @@ from dashboard.labels import with_settings
 from harness.stats import mean_ci
 from trainer import metric_names as M
 
-data, kw, x = context.curve_page("Length bias (Dr. GRPO)", "len")
+data, kw, x = context.curve_page("Length bias (Dr. GRPO)", "len", "length_bias")
 
 correct, incorrect = data.by_arm(M.LENGTH_CORRECT_MEAN, x), data.by_arm(M.LENGTH_INCORRECT_MEAN, x)
 if not correct and not incorrect:

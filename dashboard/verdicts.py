@@ -1,0 +1,78 @@
+"""The Claims panel: the verdicts of the sweep's claims (harness.claims) on the pages whose metrics they read.
+
+Every claim is judged once, all together (`context.verdicts`), so the Holm-adjusted p of a claim is the same on
+every page and in `harness claims` / `harness report`; a page shows the claims that read one of its metrics.
+"""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+
+import streamlit as st
+
+from dashboard import context
+from harness.claims import Verdict
+from harness.claims_spec import Claim
+from harness.verdict_table import verdict_rows, why
+
+PAGE_METRICS: dict[str, tuple[str, ...]] = {
+    "length_bias": ("train/length_*", "eval/*/length_*"),
+    "entropy_clipping": ("policy/entropy", "policy/clip_frac*"),
+    "dynamic_sampling": ("adv/zero_frac", "train/groups_*", "train/gen_rounds", "train/groups_dropped",
+                         "train/truncated_frac"),
+    "ablation": ("*",),
+}
+"""Each page (its file under views/) → the metrics (glob patterns) whose claims it shows."""
+
+STYLE = {"reproduced": (st.success, ":material/check_circle:"), "contradicted": (st.error, ":material/cancel:"),
+         "inconclusive": (st.warning, ":material/help:")}
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>$~|])")
+_BLOCK = re.compile(r"^(\s*\d*)([#+\-.)])(?=\s|$)")  # a heading or list marker at the start
+
+
+def on_page(claim: Claim, page: str) -> bool:
+    """Whether the claim reads one of the page's metrics."""
+    return any(fnmatchcase(m, pattern) for m in claim.metrics for pattern in PAGE_METRICS[page])
+
+
+def _md(text: str) -> str:
+    """Plain text as Markdown that Streamlit shows as written ($ would start LaTeX, _ and * emphasis)."""
+    return _BLOCK.sub(r"\1\\\2", _MARKDOWN.sub(r"\\\1", text))
+
+
+def body(v: Verdict, row: dict[str, str]) -> str:
+    """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why."""
+    c = v.claim
+    lines = [f"**{v.verdict.upper()}** · `{c.id}` · [arXiv {c.paper}](https://arxiv.org/abs/{c.paper})",
+             _md(c.statement),
+             (f"`{row['metric @ at']}`, {_md(row['contrast'])} (claimed {_md(row['claimed'])}): "
+              f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · p = {_md(row['p'])} · "
+              f"Holm p = {_md(row['p (Holm)'])} · n = {_md(row['n'])}")]
+    reason = why(v)
+    if reason:
+        lines.append(f"*{_md(reason)}*")
+    return "  \n".join(lines)
+
+
+def panel(page: str) -> None:
+    """The Claims panel of `page` for the chosen sweep: nothing when no claim of the sweep reads the page's
+    metrics; a warning when the claims logged with the sweep cannot be read."""
+    key = st.session_state.get("sweep")
+    if not key:
+        return
+    found, warning = context.verdicts(context.tracking_uri(), key)
+    if warning:
+        st.warning(warning)
+    shown = [v for v in found if on_page(v.claim, page)]
+    if not shown:
+        return
+    st.subheader("Claims")
+    st.caption(f"{len(shown)} of the sweep's {len(found)} claim{'s' if len(found) != 1 else ''}, each tested "
+               f"against its threshold, Holm-adjusted across all {len(found)} (as `harness claims`). Reproduced: "
+               "Holm p < 0.05 on the claimed side; contradicted: on the other; inconclusive: neither.")
+    for v, row in zip(shown, verdict_rows(shown)):
+        box, icon = STYLE.get(v.verdict, STYLE["inconclusive"])
+        box(body(v, row), icon=icon)
+        with st.expander(f"Runs used for {v.claim.id} ({len(v.runs)})"):
+            st.markdown("\n".join(f"- {_md(r)}" for r in v.runs) if v.runs else "None.")
