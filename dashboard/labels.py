@@ -70,8 +70,8 @@ class ArmLabels:
     name: dict[str, str] = field(default_factory=dict)
     """Display label of each arm."""
     detail: dict[str, str] = field(default_factory=dict)
-    """The raw settings of each arm, for hover: its planned label, then each varying setting as key=value
-    (lines joined by '<br>', as Plotly hover text takes them)."""
+    """The raw settings of each arm, for hover: each varying setting as dotted key=value, after the arm's name for
+    a named arm (lines joined by '<br>', as Plotly hover text takes them); the planned label when nothing varies."""
 
     def __call__(self, arm: str) -> str:
         return self.name.get(arm, arm)
@@ -98,8 +98,10 @@ def arm_labels(data: SweepData, names: Collection[str] | None = None) -> ArmLabe
     shown = {arm: display_label(arm, settings.get(arm, {}), names) for arm in data.arms}
     count = Counter(shown.values())
     shown = {arm: s if s == arm or (count[s] == 1 and s not in shown) else arm for arm, s in shown.items()}
-    detail = {arm: "<br>".join([arm, *(f"{k}={settings.get(arm, {}).get(k, '?')}" for k in data.varying)])
-              for arm in data.arms}
+    detail = {}
+    for arm in data.arms:  # a named arm's name, then every varying setting (in full: the label shortens keys)
+        lines = [f"{k}={settings.get(arm, {}).get(k, '?')}" for k in data.varying]
+        detail[arm] = "<br>".join([arm, *lines] if is_named(arm, names) or not lines else lines)
     return ArmLabels(shown, detail)
 
 

@@ -177,7 +177,8 @@ def test_arms_that_would_share_a_display_label_keep_their_planned_ones():
                   "lr=0.1": {**objective("dr_grpo"), "train.lr": "0.1"}}, ["train.lr"])
     labels = arm_labels(data)
     assert labels.name == {"lr=0.001": "lr=0.001", "lr=0.01": "lr=0.01", "lr=0.1": "Dr. GRPO"}
-    assert labels.hover("lr=0.1") == "lr=0.1<br>train.lr=0.1"
+    assert labels.hover("lr=0.1") == "train.lr=0.1" and labels.plain("lr=0.1") == "train.lr=0.1"
+    assert arm_labels(data, names=["lr=0.1"]).hover("lr=0.1") == "lr=0.1<br>train.lr=0.1"  # a named arm: its name too
     # a display label that is another arm's planned label falls back as well
     data = _data({"GRPO": objective("dr_grpo"), "advantage=group_std": objective("grpo")}, [])
     assert arm_labels(data, names=["GRPO"]).name == {"GRPO": "GRPO", "advantage=group_std": "advantage=group_std"}
