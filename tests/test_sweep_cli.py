@@ -71,6 +71,7 @@ def test_ray_executor_gives_the_local_result(tmp_path, capsys, tiny_run_override
 
     pytest.importorskip("ray", reason="the ray extra is not installed")
     path = _smoke(tmp_path, tiny_run_overrides)
+    path.write_text(path.read_text().replace("seeds: [0, 1]", "seeds: [0]"))  # one job per arm is enough here
     results = {}
     for executor in ("local", "ray"):
         uri = f"sqlite:///{tmp_path}/{executor}.db"
@@ -78,7 +79,7 @@ def test_ray_executor_gives_the_local_result(tmp_path, capsys, tiny_run_override
         client = MlflowClient(uri)
         runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
         children = {r.data.tags["job_id"]: r for r in runs if "job_id" in r.data.tags}
-        assert len(runs) == 5 and {r.info.status for r in children.values()} == {"FINISHED"}
+        assert len(runs) == 3 and {r.info.status for r in children.values()} == {"FINISHED"}
         results[executor] = {job: {k: [m.value for m in sorted(client.get_metric_history(r.info.run_id, k),
                                                               key=lambda m: m.step)]
                                    for k in ("policy/loss", "train/accuracy", "train/length_mean", "policy/entropy")}
