@@ -1,13 +1,13 @@
 """The Claims panels (verdicts of a sweep's claims on the pages whose metrics they read) and readable arm labels."""
 
 import json
-import os
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.context import URI_ENV
+from test_dashboard_app import _app, _visit  # the app driven as the page tests drive it
+
 from dashboard.labels import ArmLabels, arm_labels, display_label, is_named, with_settings
 from harness.sweep_data import SweepData
 from harness.tracking import flatten_params
@@ -15,7 +15,6 @@ from harness.verdict_table import pval
 from trainer import metric_names as M
 from trainer.objective.settings import preset_fields
 
-APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
 GRPO, DR = "advantage=group_std aggregation=seq_mean_token_mean", "advantage=group_mean aggregation=constant"
 CURVE_PAGES = ("length_bias", "entropy_clipping", "dynamic_sampling")
 
@@ -51,20 +50,6 @@ def _store(tmp_path, claims=CLAIMS, spec_extra=None) -> str:
             **(spec_extra or {}), **({"claims": claims} if claims is not None else {})}
     write_sweep(uri, runs, name="bias", spec=spec)
     return uri
-
-
-def _app(uri: str, monkeypatch) -> AppTest:
-    monkeypatch.setenv(URI_ENV, uri)
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def _visit(at: AppTest, page: str) -> AppTest:
-    at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, (page, [e.value for e in at.exception])
-    return at
 
 
 def _boxes(at: AppTest) -> list[str]:

@@ -1,15 +1,12 @@
 """Run a sweep's jobs on this machine: one fresh process per job, at most `workers` at a time.
 
-Each job gets a process of its own (not a reused pool worker), forked from multiprocessing's fork server, a
-clean process that has imported harness's modules and run nothing: so no torch state, thread setting or
-leaked memory carries from one run to the next, a job that segfaults, hangs or is OOM-killed takes only
-itself down, and the seconds of importing torch, transformers and MLflow are paid once per sweep rather
-than once per job ("spawn", a fresh interpreter per job, where there is no fork server). The child gets the
-parent's working directory and environment as they are when the job starts, and reports back over a pipe;
-anything it cannot report (a kill, a timeout) the parent detects and records in MLflow itself, so that no
-run of a sweep is left RUNNING once `run` returns or raises. A child dies with the sweep (`die_with_parent`):
-a sweep killed outright leaves no worker training on, and its runs RUNNING for the rerun to end FAILED as
-orphaned.
+A fresh "spawn" process per job (not a fork, not a reused pool worker) means no torch state,
+thread setting or leaked memory carries from one run to the next, and a job that segfaults,
+hangs or is OOM-killed takes only itself down. The child reports back over a pipe; anything
+it cannot report (a kill, a timeout) the parent detects and records in MLflow itself, so that
+no run of a sweep is left RUNNING once `run` returns or raises. A child dies with its parent
+(`die_with_parent`): a sweep killed outright leaves no worker training on, and its runs RUNNING
+for the rerun to end FAILED as orphaned.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
-import select
 import signal
 import sys
 import threading
@@ -26,7 +22,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Sequence
 
 from mlflow.entities import RunStatus
@@ -46,53 +41,21 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Make this worker die by SIGKILL as soon as `parent_pid` (the sweep or study process) is gone, however it
-    ended. A spawned worker is its child: Linux's parent-death signal does it (a parent already gone when the
-    signal is armed means die now). A worker forked by the fork server is the server's child, and the server
-    outlives the sweep while any worker runs: a thread waits on `parent_pid` itself (a pidfd where there is
-    one, else polling every half second). Elsewhere the same thread."""
-    if sys.platform.startswith("linux") and os.getppid() == parent_pid:
+    """Make this (spawned) process die by SIGKILL as soon as `parent_pid`, its parent, is gone, however the
+    parent ended. Linux: the kernel's parent-death signal; elsewhere a thread watching the parent pid."""
+    if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
-            if os.getppid() != parent_pid:  # it died before the signal was armed
+            if os.getppid() != parent_pid:  # the parent died before the signal was armed
                 os.kill(os.getpid(), signal.SIGKILL)
             return
 
     def watch() -> None:
-        try:
-            fd = os.pidfd_open(parent_pid)
-        except (AttributeError, OSError):  # no pidfd (old kernel, not Linux), or the parent is already gone
-            fd = None
-        if fd is not None:
-            select.select([fd], [], [])  # readable once the process has ended (a zombie included)
-        while fd is None and _running(parent_pid):
-            time.sleep(0.5)
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _running(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie, killed but not yet reaped, is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True  # no /proc: alive as far as can be told
-
-
-def job_context() -> mp.context.BaseContext:
-    """Where job processes come from: the fork server with harness's training modules preloaded, else spawn."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["harness.run"])  # takes effect when the server starts (once per process)
-    return ctx
 
 
 def worker_setup(parent_pid: int) -> None:
@@ -107,12 +70,9 @@ def worker_setup(parent_pid: int) -> None:
 
 
 def _child(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None, conn: Connection,
-           parent_pid: int, cwd: str, environ: dict[str, str]) -> None:
+           parent_pid: int) -> None:
     """Worker entry point: train the job, send ("ok", run id) or ("error", one-line reason)."""
     worker_setup(parent_pid)
-    os.chdir(cwd)  # a forked worker starts where the fork server started, with its environment
-    os.environ.clear()
-    os.environ.update(environ)
     try:
         message = ("ok", run_job(job, tracking_uri, sweep_id, parent_run_id))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as one line
@@ -148,7 +108,7 @@ class LocalExecutor:
 
     def run(self, jobs: Sequence[Job], *, tracking_uri: str, sweep_id: str, parent_run_id: str | None,
             on_event: EventHook | None = None) -> list[JobOutcome]:
-        ctx = job_context()
+        ctx = mp.get_context("spawn")
         emit = on_event or (lambda *_: None)
         client = MlflowClient(tracking_uri)
         pending = deque((i, 1) for i in range(len(jobs)))
@@ -159,7 +119,7 @@ class LocalExecutor:
         def start(index: int, number: int) -> None:
             reader, writer = ctx.Pipe(duplex=False)
             process = ctx.Process(target=_child, args=(jobs[index], tracking_uri, sweep_id, parent_run_id, writer,
-                                                       os.getpid(), os.getcwd(), dict(os.environ)),
+                                                       os.getpid()),
                                   name=f"harness-job-{jobs[index].job_id}", daemon=False)
             started_ms = int(time.time() * 1000)
             process.start()
