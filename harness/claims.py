@@ -115,10 +115,10 @@ def evidence(claim: Claim, values: pd.DataFrame, varying: list[str], arm_setting
                     "rows": values.iloc[:0]}
         res = stats.main_effect(values, varying, c.effect, level, base, null=claim.threshold, alpha=alpha)
         at, ref = values[c.effect].astype(str) == level, values[c.effect].astype(str) == base
-        res.update(n1=res.pop("n"), n2=res.pop("n_base"), empty=None)
-        cells = values.loc[at | ref].groupby(varying, observed=True).size()
-        res["seeds"] = int(cells.min()) if len(cells) else 0
+        res.update(n1=res.pop("n"), n2=res.pop("n_base"))
         rows = values.loc[at | ref]
+        cells = rows.groupby(varying, observed=True).size()
+        res["seeds"] = int(cells.min()) if len(cells) else 0
         res["mean1"], res["mean2"] = values.loc[at, "value"].mean(), values.loc[ref, "value"].mean()
     else:
         arms = {name: {lab for lab, s in arm_settings.items() if picks(ref, lab, s)}

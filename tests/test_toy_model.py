@@ -15,7 +15,7 @@ import trainer.models.toy as toy
 from trainer.models.char_tokenizer import build_char_tokenizer
 from trainer.tasks.toy_addition import CHARS, ToyAdditionTask, target_trace
 
-TINY = toy.ToyModelConfig(sft_steps=4, batch_size=8, warmup_steps=1, eval_samples=8)
+TINY = toy.ToyModelConfig(sft_steps=4, batch_size=8, warmup_steps=1, eval_samples=8, min_clean_accuracy=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,27 @@ def test_same_config_gives_identical_weights_and_seed_changes_them(built, tmp_pa
     assert all(torch.equal(first[k], second[k]) for k in first)
     other = _weights(toy.build_toy_model(TINY.model_copy(update={"seed": 1}), tmp_path / "b"))
     assert not all(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_build_below_the_quality_bar_fails_loudly_and_caches_nothing(tmp_path):
+    weak = TINY.model_copy(update={"min_clean_accuracy": 0.9})  # 4 SFT steps: accuracy ~0
+    with pytest.raises(toy.ToyBuildTooWeak, match=r"sampled accuracy on clean prompts is 0\.\d{3} .*"
+                                                   r"below model\.toy\.min_clean_accuracy = 0\.9"):
+        toy.ensure_toy_model(weak, tmp_path)
+    assert list(tmp_path.glob("toy-*/" + toy.COMPLETE_MARKER)) == []
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp dir left
+
+
+@pytest.mark.parametrize(("accuracy", "fails"), [(0.899, True), (0.9, False), (0.97, False), (float("nan"), True)])
+def test_quality_bar_is_clean_accuracy_at_least_the_bar(accuracy, fails):
+    evaluation = toy.ToyEval(accuracy_clean=accuracy, accuracy_hidden=0.1, accuracy=0.5, length_mean=40.0,
+                             truncated_frac=0.0, filler_blocks={}, n=256)
+    config = TINY.model_copy(update={"min_clean_accuracy": 0.9})
+    if fails:
+        with pytest.raises(toy.ToyBuildTooWeak, match="n=256"):
+            toy.check_quality(config, evaluation, "abc")
+    else:
+        toy.check_quality(config, evaluation, "abc")
 
 
 def test_hash_follows_the_config():

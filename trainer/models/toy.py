@@ -92,6 +92,7 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Pa
                                       seed=config.seed)
         report["eval"] = {k: None if isinstance(v, float) and math.isnan(v) else v  # strict JSON
                           for k, v in asdict(evaluation).items()}
+        check_quality(config, evaluation, report["hash"])
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
@@ -104,6 +105,22 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Pa
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+class ToyBuildTooWeak(RuntimeError):
+    """The build's sampled quality is below the config's bar (nothing was cached)."""
+
+
+def check_quality(config: ToyModelConfig, evaluation: "ToyEval", hash_: str) -> None:
+    """Raise ToyBuildTooWeak, with the figures, when clean accuracy is below `config.min_clean_accuracy`.
+
+    A clean accuracy of nan (no clean prompt drawn) cannot show the bar is met, so it fails too."""
+    accuracy = evaluation.accuracy_clean
+    if not accuracy >= config.min_clean_accuracy:
+        raise ToyBuildTooWeak(
+            f"toy build {hash_}: sampled accuracy on clean prompts is {accuracy:.3f} "
+            f"(n={evaluation.n} prompts), below model.toy.min_clean_accuracy = {config.min_clean_accuracy}; "
+            "nothing was cached (train longer with model.toy.sft_steps, or lower the bar knowingly)")
 
 
 def _new_model(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:

@@ -28,13 +28,14 @@ class ToyModelConfig(BaseModel):
     """Longest sequence the model is configured for; prompt (<= 21 tokens) plus 128 new tokens fits."""
     rope_theta: float = Field(10000.0, gt=0)
     """RoPE base frequency."""
-    sft_steps: int = Field(800, ge=1)
-    """Optimiser steps of SFT. With the defaults (seed 0), a clean clone's build reached sampled accuracy 0.78
-    on clean prompts in 2 min 20 s on 2 CPU cores (2026-11-23)."""
+    sft_steps: int = Field(1600, ge=1)
+    """Optimiser steps of SFT. 800 steps reached only 0.78 clean accuracy on a clean clone (2026-11-23), and
+    whether it reached 0.78 or 0.98 depended on float noise (the thread count); at 1600 steps and lr 3e-3,
+    seed 0 reached 0.98 (see build.json of each build)."""
     batch_size: int = Field(64, ge=1)
     """Traces per SFT step, each a fresh problem."""
-    lr: float = Field(6e-3, gt=0)
-    """Peak AdamW learning rate (betas 0.9/0.999); 3e-3 and 1e-2 both did worse (0.78, 0.73 clean, seed 0)."""
+    lr: float = Field(3e-3, gt=0)
+    """Peak AdamW learning rate (betas 0.9/0.999); at 1600 steps, 6e-3 reached 0.91 clean, 3e-3 0.98 (seed 0)."""
     warmup_steps: int = Field(50, ge=0)
     """Linear warm-up steps; cosine decay to zero follows."""
     weight_decay: float = Field(0.0, ge=0)
@@ -47,7 +48,12 @@ class ToyModelConfig(BaseModel):
     task: ToyAdditionConfig = ToyAdditionConfig()
     """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits)."""
     eval_samples: int = Field(256, ge=0)
-    """Prompts sampled after SFT to record accuracy in build.json (0 skips; weights are unaffected)."""
+    """Prompts sampled after SFT to record accuracy in build.json and check `min_clean_accuracy`
+    (0 skips both; weights are unaffected)."""
+    min_clean_accuracy: float = Field(0.9, ge=0.0, le=1.0)
+    """The build fails, and nothing is cached, when its sampled accuracy on clean prompts (no hidden digit) is
+    below this. The length bias needs incorrect responses to be the ones the model can see failing (a `!`
+    answer); a weak build adds failures the model cannot see, which dilute the bias."""
     build_threads: int = Field(2, ge=1)
     """torch CPU threads for the build, whatever the caller uses: float sums depend on the thread count,
     so this is part of what makes two builds of one config bitwise identical."""
