@@ -28,7 +28,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from harness.plan import load_sweep
 
     plan = load_sweep(args.file, profile=args.profile, overrides=args.set,  # every error before any job
-                      max_jobs=args.max_jobs)
+                      max_jobs=args.max_jobs, seeds=args.seeds)
     if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
         for job in {j.arm_id: j for j in plan.jobs}.values():
             check_host(job.config, f"{plan.source}: arm '{job.arm}'")
@@ -261,6 +261,25 @@ def _at_least(minimum: int):
     return parse
 
 
+def _seed_list(text: str) -> list[int]:
+    """argparse type: seeds as `100-104`, `0,3,7` or a mix (`0-2,9`), without repeats."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low, high = int(first), int(last if dash else first)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a seed or a range like 100-104") from None
+        if low > high:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: the range runs backwards")
+        if high - low >= 10_000:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: more than 10000 seeds")
+        seeds += range(low, high + 1)
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds repeat")
+    return seeds
+
+
 def _finite(minimum: float, *, inclusive: bool):
     """argparse type: a finite number above `minimum` (or equal to it, if `inclusive`)."""
     def parse(text: str) -> float:
@@ -308,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--retries", type=_at_least(0), default=None, help="extra attempts for a failed job")
     sweep.add_argument("--timeout", type=_finite(0, inclusive=False), default=None,
                        help="seconds before a job is killed and FAILED")
+    sweep.add_argument("--seeds", type=_seed_list, default=None, metavar="LIST",
+                       help="run these seeds instead of the file's, e.g. 100-104 for a replication with fresh "
+                            "seeds (give it its own --tracking-uri to keep it apart from the first run)")
     sweep.add_argument("--max-jobs", type=_at_least(1), default=None,
                        help="refuse a sweep of more jobs than this (default 10000), before expanding it")
     sweep.add_argument("--cpus-per-job", type=_finite(0, inclusive=False), default=1.0,

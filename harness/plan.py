@@ -180,11 +180,14 @@ class SweepPlan:
 
 
 def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None,
-               max_jobs: int | None = None) -> SweepPlan:
-    """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job.
-    A sweep of more than `max_jobs` (default `MAX_JOBS`) jobs is refused before it is expanded."""
+               max_jobs: int | None = None, seeds: list[int] | None = None) -> SweepPlan:
+    """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job, `seeds`
+    replace the file's (and are what the plan's spec records). A sweep of more than `max_jobs`
+    (default `MAX_JOBS`) jobs is refused before it is expanded."""
     path = Path(path)
     raw = load_yaml(path)
+    if seeds is not None:
+        raw = {**raw, "seeds": list(seeds)}
     spec = validate(SweepSpec, raw, str(path))
     max_jobs = MAX_JOBS if max_jobs is None else max_jobs
     if spec.job_count() > max_jobs:

@@ -119,3 +119,19 @@ def test_unknown_profile(tmp_path):
     path = _sweep(tmp_path, "name: t\nbase: toy_run.yaml\nseeds: [0]\n")
     with pytest.raises(ConfigError, match="no profile 'paper'"):
         load_sweep(path, profile="paper")
+
+
+def test_seeds_given_on_the_command_line_replace_the_files(tmp_path, capsys):
+    from harness.cli import main
+
+    path = _sweep(tmp_path, "name: t\nbase: toy_run.yaml\ngrid: {objective.clip_high: [0.2, 0.28]}\nseeds: [0, 1]\n")
+    plan = load_sweep(path, seeds=[100, 101, 102])
+    assert [j.seed for j in plan.jobs] == [100, 101, 102] * 2 and plan.spec["seeds"] == [100, 101, 102]
+    assert plan.sweep_id == load_sweep(path).sweep_id  # the same sweep: keep a replication in its own store
+    assert main(["sweep", str(path), "--dry-run", "--seeds", "100-102,7",
+                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 0
+    assert "8 jobs" in capsys.readouterr().out
+    for bad, needle in (("3-1", "runs backwards"), ("1,1", "seeds repeat"), ("x", "'x' is not a seed")):
+        with pytest.raises(SystemExit):
+            main(["sweep", str(path), "--dry-run", "--seeds", bad])
+        assert needle in capsys.readouterr().err
