@@ -1,4 +1,4 @@
-"""Shared fixtures: one tiny toy model per test session (a short SFT; the real default is ~800 steps)."""
+"""Shared fixtures: one tiny toy model per test session (a short SFT; the real default is 1600 steps)."""
 
 import os
 from pathlib import Path
