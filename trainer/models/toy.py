@@ -119,7 +119,7 @@ def check_quality(config: ToyModelConfig, evaluation: "ToyEval", hash_: str) -> 
     if not accuracy >= config.min_clean_accuracy:
         raise ToyBuildTooWeak(
             f"toy build {hash_}: sampled accuracy on clean prompts is {accuracy:.3f} "
-            f"(n={evaluation.n} prompts), below model.toy.min_clean_accuracy = {config.min_clean_accuracy}; "
+            f"(the clean ones among n={evaluation.n} sampled prompts), below model.toy.min_clean_accuracy = {config.min_clean_accuracy}; "
             "nothing was cached (train longer with model.toy.sft_steps, or lower the bar knowingly)")
 
 
