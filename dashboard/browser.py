@@ -3,7 +3,8 @@ Playwright through its executable path; no browser is ever downloaded).
 
 Used by the real-browser test and for the README's figures:
 
-    python -m dashboard.browser --tracking-uri sqlite:///results/dr_grpo_bias/mlflow.db --out docs --page length_bias
+    python -m dashboard.browser --tracking-uri sqlite:///results/mlflow.db --out docs --page length_bias \
+        --sweep dr_grpo_bias
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -157,6 +159,7 @@ def main() -> None:
     parser.add_argument("--page", action="append", choices=[p[0] for p in PAGES], help="default: every page")
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--max-height", type=int, default=None, help="crop each shot to its top N pixels")
+    parser.add_argument("--sweep", help="the sweep (name, key or id) the pages show; default: the store's newest")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with serve(args.tracking_uri, args.out / "streamlit.log") as server, browser() as b:
@@ -164,7 +167,8 @@ def main() -> None:
         for name, path, title, least in PAGES:
             if args.page and name not in args.page:
                 continue
-            page.goto(f"{server.url}/{path}", wait_until="domcontentloaded", timeout=180_000)
+            query = f"?{urllib.parse.urlencode({'sweep': args.sweep})}" if args.sweep else ""
+            page.goto(f"{server.url}/{path}{query}", wait_until="domcontentloaded", timeout=180_000)
             settle(page, title, least, 180)
             screenshot(page, args.out / f"{name}.png", args.max_height)
             print(args.out / f"{name}.png")

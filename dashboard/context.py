@@ -93,9 +93,23 @@ def sidebar() -> None:
         found = all_sweeps(tracking_uri())
         if found:
             labels = {s.key: f"{s.name} · {s.experiment}" + (f" · {s.sweep_id}" if s.sweep_id else "") for s in found}
+            _sweep_from_url(found)
             st.selectbox("Sweep", list(labels), format_func=labels.get, key="sweep")
         if st.button("Reload", help=f"Data is cached for {TTL_S} s"):
             st.cache_data.clear()
+
+
+def _sweep_from_url(found: list[Sweep]) -> None:
+    """A first visit to `...?sweep=NAME` (a sweep's name, key or id; the newest of that name) starts on that sweep,
+    so a link or a screenshot can name the sweep a page shows; afterwards the sidebar's choice rules."""
+    wanted = st.query_params.get("sweep")
+    if not wanted or "sweep" in st.session_state:
+        return
+    match = [s.key for s in found if wanted in (s.name, s.key, s.sweep_id)]
+    if match:
+        st.session_state["sweep"] = match[0]
+    else:
+        st.warning(f"No sweep {wanted!r} in this store: showing the newest.")
 
 
 def current() -> SweepData | None:

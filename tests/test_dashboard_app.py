@@ -180,3 +180,21 @@ def test_pages_show_what_the_reader_set_aside(tmp_path, monkeypatch):
     _visit(at, "ablation")
     assert any("empty cells" in w.value and "x=1, y=1" in w.value for w in at.warning), [w.value for w in at.warning]
     assert at.dataframe[0].value["seeds"].tolist() == [2, 2, 2]  # the duplicate is not a third seed
+
+
+def test_a_link_names_the_sweep_the_pages_start_on(tmp_path, monkeypatch):
+    """`?sweep=NAME` (the screenshots' way to show each page's own sweep) picks that sweep on a first visit."""
+    from fake_sweep import FakeRun, write_sweep
+
+    uri = f"sqlite:///{tmp_path / 'two.db'}"
+    runs = [FakeRun(a, s, values={"train/accuracy": [0.1, 0.2]}) for a in "AB" for s in (0, 1)]
+    write_sweep(uri, runs, name="older", sweep_id="o1", experiment="older")
+    write_sweep(uri, runs, name="newer", sweep_id="n1", experiment="newer", parent_start=60)
+    monkeypatch.setenv(URI_ENV, uri)
+    for wanted, chosen in ((None, "newer/n1"), ("older", "older/o1"), ("o1", "older/o1"), ("nope", "newer/n1")):
+        at = AppTest.from_file(APP, default_timeout=120)
+        if wanted:
+            at.query_params["sweep"] = wanted
+        at.run()
+        assert not at.exception and at.session_state["sweep"] == chosen, wanted
+        assert any("No sweep 'nope'" in w.value for w in at.warning) == (wanted == "nope")
