@@ -217,3 +217,49 @@ def test_step_metrics_leave_out_undefined_keys():
     assert all_correct == {"task/hidden_digit_frac": 0.0, "task/filler_tokens_correct_mean": 8.0,
                            "task/accuracy_clean": 1.0}
     assert task.step_metrics([], [], []) == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# peaked free choices (the clip-higher mechanism test: ablations/clip_higher_entropy_peaked.yaml)
+# ---------------------------------------------------------------------------------------------
+
+PEAKED = ToyAdditionConfig(filler_probs=(0.8, 0.1, 0.1), guess_peak=0.8)
+
+
+def test_peaked_choices_follow_their_probabilities():
+    blocks, guesses = Counter(), Counter()
+    for _task, group, i, trace in _traces(PEAKED, seed=3, n=1500):
+        blocks[(len(trace) - max(trace.find(";"), trace.find("!")) - 1) // 16] += 1
+        meta = group.meta[i]
+        if meta["hidden_digit"]:
+            columns = trace[:trace.index(">")]
+            guessed = (columns.index("?") + 1) // 7 - 1  # the column the `?` closes (as above)
+            guesses[columns[7 * guessed + 2 * meta["hidden_operand"]]] += 1
+    n, m = sum(blocks.values()), sum(guesses.values())
+    for k, p in enumerate(PEAKED.filler_probs):  # 6000 traces: 4 binomial SDs are under 0.021
+        assert abs(blocks[k] / n - p) < 0.021, (k, blocks)
+    assert m > 2000 and abs(guesses["5"] / m - 0.8) < 0.035, guesses
+    others = [guesses[str(d)] / m for d in range(10) if d != 5]
+    assert all(abs(f - 0.2 / 9) < 0.015 for f in others), guesses
+
+
+def test_unset_peaks_leave_the_default_toy_as_it_was():
+    from trainer.models.toy import config_hash
+    from trainer.models.toy_config import ToyModelConfig
+
+    assert set(DEFAULT.model_dump()) == {"min_digits", "max_digits", "hide_prob", "filler_block_len",
+                                         "max_filler_blocks"}
+    # the cache key hashes 64 SFT traces: unchanged means the default traces draw the same numbers as before
+    assert config_hash(ToyModelConfig()) == "1844622a5cee7352"
+    assert config_hash(ToyModelConfig(task=PEAKED)) != "1844622a5cee7352"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"filler_probs": (0.5, 0.5)}, r"needs max_filler_blocks \+ 1 = 3"),
+    ({"filler_probs": (0.5, 0.3, 0.1)}, "must sum to 1"),
+    ({"filler_probs": (1.2, -0.1, -0.1)}, "greater than or equal to 0"),
+    ({"guess_peak": 1.0}, "less than 1"),
+])
+def test_bad_peaks_are_refused(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        ToyAdditionConfig(**fields)

@@ -144,17 +144,35 @@ def parse_completion(completion: str) -> tuple[str | None, int]:
     return (answer if answer.isdigit() and answer.isascii() else None), filler
 
 
+PEAK_GUESS = 5
+"""The habitual guess when `guess_peak` is set (a possible value of every digit, leading ones included)."""
+
+
+def _guess(config: ToyAdditionConfig, rng: np.random.Generator) -> int:
+    """SFT's guess for a hidden digit: uniform 0-9, or PEAK_GUESS with probability `guess_peak` and else
+    uniform among the other nine."""
+    if config.guess_peak is None:
+        return int(rng.integers(10))
+    if rng.random() < config.guess_peak:
+        return PEAK_GUESS
+    return [d for d in range(10) if d != PEAK_GUESS][int(rng.integers(9))]
+
+
 def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.random.Generator) -> str:
     """The full response SFT teaches for sample `index`: scratchpad, answer, filler (no EOS).
 
-    A hidden digit is replaced by a uniform guess 0-9 (right one time in ten),
+    A hidden digit is replaced by a guess (uniform 0-9 by default: right one time in ten),
     and the answer follows from the guess, so the trace stays consistent. The
-    number of filler blocks is uniform in 0..max, independent of everything else.
+    number of filler blocks is uniform in 0..max by default, independent of everything
+    else; `filler_probs` and `guess_peak` make either choice peaked instead.
     """
     a, b = _operands(group)
     info = group.meta[index] if group.meta else {"hidden_digit": False}
-    guess = int(rng.integers(10)) if info["hidden_digit"] else None
-    blocks = int(rng.integers(config.max_filler_blocks + 1))
+    guess = _guess(config, rng) if info["hidden_digit"] else None
+    if config.filler_probs is None:
+        blocks = int(rng.integers(config.max_filler_blocks + 1))
+    else:
+        blocks = int(rng.choice(config.max_filler_blocks + 1, p=np.asarray(config.filler_probs) / sum(config.filler_probs)))
     columns, carry, answer = [], 0, 0
     for place in range(max(len(a), len(b))):
         digits = [int(x[-1 - place]) if place < len(x) else 0 for x in (a, b)]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import string
+from typing import Annotated
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from trainer.config import STRICT
 
@@ -30,11 +32,36 @@ class ToyAdditionConfig(BaseModel):
     """Target traces append 0..max filler blocks, drawn uniformly and independently of correctness,
     so the SFT model starts with no length/correctness link; the grader accepts any amount."""
 
+    filler_probs: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] | None = Field(None, strict=False)
+    """SFT traces: the probabilities of 0, 1, ..., max_filler_blocks filler blocks (null = uniform, the default
+    toy). A peaked choice (say 0.8/0.1/0.1) has the shape DAPO's clip-higher argument is about: rare tokens that
+    an update may raise by at most a factor 1 + eps_high."""
+    guess_peak: float | None = Field(None, gt=0.0, lt=1.0)
+    """SFT traces: a hidden digit is guessed as 5 with this probability, else uniformly among the other nine
+    (null = uniformly among all ten, the default toy). 5 is a possible value of every digit, leading ones
+    included, so the habit costs no accuracy; it only makes the guess a peaked choice."""
+
     @model_validator(mode="after")
     def _check_digits(self) -> "ToyAdditionConfig":
         if self.min_digits > self.max_digits:
             raise ValueError("min_digits must not exceed max_digits")
+        if self.filler_probs is not None:
+            if len(self.filler_probs) != self.max_filler_blocks + 1:
+                raise ValueError(f"filler_probs needs max_filler_blocks + 1 = {self.max_filler_blocks + 1} "
+                                 f"probabilities, got {len(self.filler_probs)}")
+            if not math.isclose(sum(self.filler_probs), 1.0, abs_tol=1e-6):
+                raise ValueError(f"filler_probs must sum to 1, got {sum(self.filler_probs):g}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
+        """Unset peaked-choice fields are left out of dumps, so the default toy's build hash and every job id
+        that does not use them stay what they were before the fields existed."""
+        data = handler(self)
+        for key in ("filler_probs", "guess_peak"):
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
 
     @property
     def max_prompt_len(self) -> int:
