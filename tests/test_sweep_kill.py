@@ -24,7 +24,7 @@ from harness.tracking import prepare_store
 ROOT = Path(__file__).resolve().parents[1]
 TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
 EXPERIMENT = "kill"
-STEPS = 14  # ~7 s of training on an idle 2-core machine: long enough to be caught running
+STEPS = 40  # ~20 s of training on an idle 2-core machine: still running when the test acts on a loaded one
 
 
 @pytest.fixture(scope="module")
