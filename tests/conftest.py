@@ -1,12 +1,26 @@
 """Shared fixtures: one tiny toy model per test session (a short SFT; the real default is 1600 steps)."""
 
 import os
+import signal
+import warnings
 from pathlib import Path
 
 import pytest
 
 # No test reaches a model hub: the one that probes one points HF_ENDPOINT at a closed loopback port.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_stays_an_interrupt(request):
+    """A library that a test drives in-process may leave SIGINT handled or ignored; the interrupt tests (and the
+    sweeps they start, which inherit an ignored SIGINT) need Python's own handler. Put it back, and say who
+    changed it."""
+    yield
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        warnings.warn(f"{request.node.nodeid} left SIGINT handled by {signal.getsignal(signal.SIGINT)!r}; restored",
+                      stacklevel=1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
