@@ -2,25 +2,15 @@
 
 import os
 import signal
-import warnings
 from pathlib import Path
 
 import pytest
 
 # No test reaches a model hub: the one that probes one points HF_ENDPOINT at a closed loopback port.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_stays_an_interrupt(request):
-    """A library that a test drives in-process may leave SIGINT handled or ignored; the interrupt tests (and the
-    sweeps they start, which inherit an ignored SIGINT) need Python's own handler. Put it back, and say who
-    changed it."""
-    yield
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        warnings.warn(f"{request.node.nodeid} left SIGINT handled by {signal.getsignal(signal.SIGINT)!r}; restored",
-                      stacklevel=1)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+# pytest started as a background job of a non-interactive shell (`pytest &` in a script, some CI runners)
+# inherits an ignored SIGINT, and so would the sweeps the interrupt tests start: give it Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
