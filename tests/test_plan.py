@@ -79,7 +79,9 @@ def test_shipped_ablation_files_plan(tmp_path):
     paper = {f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"}
     assert paper == {"dr_grpo": 12, "dapo_progressive": 18, "gspo": 6, "template_study": 12}
     pilots = {f.stem: load_sweep(f).jobs for f in (ABLATIONS / "pilots").glob("*.yaml")}
-    assert {k: len(v) for k, v in pilots.items()} == {"clip_higher_entropy_clean": 2, "clip_higher_entropy_peaked_e2": 2}
+    assert {k: len(v) for k, v in pilots.items()} == {"clip_higher_entropy_clean": 2, "clip_higher_entropy_peaked_e2": 2,
+                                                          "clip_higher_entropy_clean_lr1e4": 2,
+                                                          "clip_higher_entropy_clean_lr1e4_mb16": 2}
     clean = pilots["clip_higher_entropy_clean"][0].config  # the README's pilot table ran exactly this
     assert (clean.seed, clean.task.toy_addition.hide_prob, clean.model.toy.task.hide_prob, clean.model.toy.sft_steps,
             clean.train.epochs, clean.objective.aggregation) == (50, 0.0, 0.0, 700, 2, "token_mean")
