@@ -74,7 +74,7 @@ def test_shipped_ablation_files_plan(tmp_path):
     sweeps = [f for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run" and not f.stem.startswith("tune_")]
     sizes = {f.stem: len(load_sweep(f).jobs) for f in sweeps}
     assert sizes == {"smoke": 4, "dr_grpo_bias": 20, "dapo_progressive": 18, "clip_higher_entropy": 6,
-                     "clip_higher_entropy_peaked": 6,
+                     "clip_higher_entropy_peaked": 6, "clip_higher_entropy_collapse": 6,
                      "gspo_vs_grpo": 6}
     paper = {f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"}
     assert paper == {"dr_grpo": 12, "dapo_progressive": 18, "gspo": 6, "template_study": 12}
