@@ -41,17 +41,22 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # jobs.j
 import mlflow  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from _report import RESULTS, write_json  # noqa: E402
 from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH  # noqa: E402
 
-from _report import RESULTS, write_json  # noqa: E402
-from harness.store import reader_for, sweeps  # noqa: E402
-from harness.sweep_data import load_sweep  # noqa: E402
-from harness.config import load_run_config  # noqa: E402
-from harness.jobs import run_tags  # noqa: E402
-from harness.sweep_run import JOBS_ARTIFACT, N_JOBS_TAG, PARENT_TAG  # noqa: E402
-from harness.tracking import STATUS_TAG, flatten_params, prepare_store  # noqa: E402
+from harness.runs.layout import (  # noqa: E402
+    JOBS_ARTIFACT,
+    N_JOBS_TAG,
+    PARENT_TAG,
+    STATUS_TAG,  # noqa: E402
+    run_tags,  # noqa: E402
+)
+from harness.runs.reader import reader_for, sweeps  # noqa: E402
+from harness.runs.sweep_data import load_sweep  # noqa: E402
+from harness.runs.writer import flatten_params, prepare_store  # noqa: E402
+from harness.spec.run_config import load_run_config  # noqa: E402
 from trainer import metric_names as M  # noqa: E402
 
 AGGREGATIONS = ["seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum"]  # the 4 arms

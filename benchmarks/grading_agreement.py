@@ -14,6 +14,7 @@ import argparse
 import time
 
 from _report import write_json
+
 from trainer.data.benchmarks import BENCHMARKS, benchmark_path, data_dir, load_benchmark
 from trainer.data.records import load_records, normalise_question
 from trainer.tasks.base import Group

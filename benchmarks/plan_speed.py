@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import yaml
-
 from _report import write_json
-from harness.plan import load_sweep
+
+from harness.spec.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {  # name: (grid, seeds)

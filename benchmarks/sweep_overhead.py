@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import yaml
+from _report import write_json
 from mlflow.tracking import MlflowClient
 
-from _report import write_json
-from harness.executor.local import LocalExecutor
-from harness.plan import load_sweep
-from harness.sweep_run import run_sweep
+from harness.engine.local import LocalExecutor
+from harness.engine.sweep import run_sweep
+from harness.spec.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

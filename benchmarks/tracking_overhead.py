@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from harness.tracking import RunTracker, prepare_store  # noqa: E402
+from harness.runs.writer import RunTracker, prepare_store  # noqa: E402
 from trainer import metric_names  # noqa: E402
 
 # The per-step contract (GUIDE §3) plus task metrics to make ~35 a step.

@@ -65,7 +65,7 @@ class Server:
 @contextmanager
 def serve(uri: str, log: Path, start_timeout_s: float = 180) -> Iterator[Server]:
     """`harness dashboard`'s command line on a free port, yielded once /_stcore/health answers "ok"; always stopped."""
-    from harness.cli import dashboard_command
+    from dashboard.launch import dashboard_command
 
     port = free_port()
     cmd, env = dashboard_command(uri, HOST, port)

@@ -10,11 +10,16 @@ import streamlit as st
 import yaml
 
 from dashboard.labels import ArmLabels, arm_labels, arm_names
-from harness.claims import Verdict, judge, stored_claims
-from harness.store import Sweep, reader_for, rollout_table, sweep_spec_text, sweeps
-from harness.sweep_data import SweepData, load_sweep
-from harness.tracking import default_tracking_uri
-from trainer import metric_names as M
+from harness.analysis.claims import Verdict, judge, stored_claims
+from harness.runs.reader import (
+    Sweep,
+    reader_for,
+    rollout_table,
+    sweep_spec_text,
+    sweeps,
+)
+from harness.runs.sweep_data import SweepData, load_sweep
+from harness.runs.writer import default_tracking_uri
 
 URI_ENV = "HARNESS_DASHBOARD_URI"  # set by `harness dashboard --tracking-uri`
 OPTUNA_ENV = "HARNESS_DASHBOARD_OPTUNA"  # set by `harness dashboard --optuna-storage`
@@ -120,36 +125,6 @@ def current() -> SweepData | None:
         st.info(f"No runs in `{tracking_uri()}` yet. Start one with `harness sweep ablations/dr_grpo_bias.yaml`.")
         return None
     return data
-
-
-def curve_controls(prefix: str, data: SweepData) -> dict:
-    """Per-seed lines, EMA smoothing and x axis, shared by the curve pages."""
-    c1, c2, c3 = st.columns(3)
-    per_seed = c1.toggle("Per-seed lines", key=f"{prefix}_seeds")
-    alpha = c2.select_slider("EMA smoothing α (1 = off)", options=[1.0, 0.5, 0.3, 0.2, 0.1, 0.05], value=0.3,
-                             key=f"{prefix}_ema", help="Applied to each seed before the mean and band")
-    x = c3.radio("x axis", ["step", "tokens"], horizontal=True, key=f"{prefix}_x",
-                 format_func={"step": "RL step", "tokens": "tokens generated"}.get)
-    if x == "tokens" and M.TOKENS_GENERATED not in data.keys:
-        st.warning(f"These runs do not log `{M.TOKENS_GENERATED}`: drawn against RL steps.")
-        x = "step"
-    return {"per_seed": per_seed, "smoothing": alpha, "x": x,
-            "x_title": "tokens generated" if x == "tokens" else "RL step"}
-
-
-def curve_page(title: str, prefix: str, page: str) -> tuple[SweepData, dict, str]:
-    """A curve page's head: its title, the chosen sweep (the page stops when there is none), the verdicts of the
-    claims on the page's metrics (`page`: a key of dashboard.verdicts.PAGE_METRICS), the controls; returns the data,
-    the figure keywords (arm labels included) and the x axis."""
-    from dashboard import verdicts  # it reads this module's caches
-
-    st.title(title)
-    data = current()
-    if data is None:
-        st.stop()
-    verdicts.panel(page)
-    opts = curve_controls(prefix, data)
-    return data, {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": labels(data)}, opts["x"]
 
 
 def _open_optuna(url: str):

@@ -1,8 +1,8 @@
 """Readable arm labels for the pages: the arm's name, else the preset it equals (GRPO, Dr. GRPO, DAPO, GSPO),
 else the label as planned; the raw settings go on hover. Display only: the arm key in the data, the run tags and
-the claims keep the planned label (harness.plan._label).
+the claims keep the planned label (harness.spec.plan._label).
 
-Which labels are names. `harness.plan` labels an arm by its sweep-file name (`arms:`), followed by
+Which labels are names. `harness.spec.plan` labels an arm by its sweep-file name (`arms:`), followed by
 `key=value` for each grid or zipped axis; an arm with no name is labelled by its `key=value` parts alone (or
 `base`, when nothing varies). So a label is a named arm's when it is one of the sweep file's arm names or starts
 with one and a space. Without the sweep file (a sweep run before it was logged) the rule falls back to the form:
@@ -19,14 +19,14 @@ from typing import Any
 
 import pandas as pd
 
-from harness.claims_spec import canonical
-from harness.sweep_data import SweepData
+from harness.runs.sweep_data import SweepData
+from harness.spec.claims import canonical
 from trainer.objective.settings import PRESETS, preset_fields
 
 PRESET_NAMES = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "gspo": "GSPO"}
 """Each preset's display name (trainer/objective/settings.py PRESETS)."""
 UNNAMED = ("base", "all runs")
-"""Labels harness.plan and harness.sweep_data give an arm with no name and no varying setting."""
+"""Labels harness.spec.plan and harness.runs.sweep_data give an arm with no name and no varying setting."""
 
 
 def is_named(label: str, names: Collection[str] | None = None) -> bool:

@@ -1,4 +1,4 @@
-"""The Claims panel: the verdicts of the sweep's claims (harness.claims) on the pages whose metrics they read.
+"""The Claims panel: the verdicts of the sweep's claims (harness.analysis.claims) on the pages whose metrics they read.
 
 Every claim is judged once, all together (`context.verdicts`), so the Holm-adjusted p of a claim is the same on
 every page and in `harness claims` / `harness report`; a page shows the claims that read one of its metrics.
@@ -12,9 +12,9 @@ from fnmatch import fnmatchcase
 import streamlit as st
 
 from dashboard import context
-from harness.claims import Verdict
-from harness.claims_spec import Claim
-from harness.verdict_table import verdict_rows, why
+from harness.analysis.claims import Verdict
+from harness.analysis.verdict_table import verdict_rows, why
+from harness.spec.claims import Claim
 
 PAGE_METRICS: dict[str, tuple[str, ...]] = {
     "length_bias": ("train/length_*", "eval/*/length_*"),

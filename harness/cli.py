@@ -6,16 +6,16 @@ import argparse
 import math
 import sys
 
-from harness.config_io import ConfigError
-from harness.preflight import check_host
+from harness.engine.preflight import check_host
+from harness.spec.yaml_io import ConfigError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.config import load_run_config
+    from harness.spec.run_config import load_run_config
 
     cfg = load_run_config(args.config, args.set)  # every config error surfaces here, before anything starts
     check_host(cfg, args.config)
-    from harness.run import run_training
+    from harness.engine.training import run_training
 
     result = run_training(cfg, tracking_uri=args.tracking_uri, progress=not args.quiet)
     print(f"run {result.run_id} FINISHED in experiment '{cfg.tracking.experiment}' at {result.tracking_uri}")
@@ -25,14 +25,14 @@ def _run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     import os
 
-    from harness.plan import load_sweep
+    from harness.spec.plan import load_sweep
 
     plan = load_sweep(args.file, profile=args.profile, overrides=args.set,  # every error before any job
                       max_jobs=args.max_jobs, seeds=args.seeds)
     if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
         for job in {j.arm_id: j for j in plan.jobs}.values():
             check_host(job.config, f"{plan.source}: arm '{job.arm}'")
-    from harness.tracking import default_tracking_uri
+    from harness.runs.writer import default_tracking_uri
 
     uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
     if args.dry_run:
@@ -42,18 +42,18 @@ def _sweep(args: argparse.Namespace) -> int:
     retries = settings.retries if args.retries is None else args.retries
     timeout = settings.timeout_s if args.timeout is None else args.timeout
     if args.executor == "ray":
-        from harness.executor.ray_executor import RayExecutor
+        from harness.engine.ray_executor import RayExecutor
 
         executor = RayExecutor(address=args.address, cpus_per_job=args.cpus_per_job,
                                gpus_per_job=args.gpus_per_job, timeout_s=timeout, retries=retries)
     else:
-        from harness.executor.local import LocalExecutor
+        from harness.engine.local import LocalExecutor
 
         threads = max(j.config.train.threads or 1 for j in plan.jobs)
         workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
         executor = LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
-    from harness.executor.base import Terminated
-    from harness.sweep_run import SweepRunning, run_sweep
+    from harness.engine.executor import Terminated
+    from harness.engine.sweep import SweepRunning, run_sweep
 
     try:
         result = run_sweep(plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs),
@@ -76,8 +76,8 @@ def _print_jobs(plan, uri: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.resume import job_runs
-    from harness.tracking import store_exists
+    from harness.engine.resume import job_runs
+    from harness.runs.writer import store_exists
 
     statuses = job_runs(uri, plan.experiment, plan.sweep_id) if store_exists(uri) else {}
     keys = list(dict.fromkeys(k for job in plan.jobs for k in job.varying))
@@ -91,32 +91,15 @@ def _print_jobs(plan, uri: str) -> None:
     Console(width=200).print(table)
 
 
-def dashboard_command(uri: str, host: str, port: int, optuna_storage: str | None = None
-                      ) -> tuple[list[str], dict[str, str]]:
-    """The `streamlit run` command line and environment of `harness dashboard`."""
-    import os
-    from pathlib import Path
-
-    import dashboard
-    from dashboard.context import OPTUNA_ENV, URI_ENV
-
-    app = Path(dashboard.__file__).resolve().parent / "app.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host, "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-           "--client.toolbarMode", "viewer"]
-    env = {**os.environ, URI_ENV: uri}
-    if optuna_storage:
-        env[OPTUNA_ENV] = optuna_storage
-    return cmd, env
-
-
 def _dashboard(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from harness.tracking import default_tracking_uri
+    from harness.runs.writer import default_tracking_uri
 
     uri = default_tracking_uri("results", args.tracking_uri)
+    from dashboard.launch import dashboard_command
+
     cmd, env = dashboard_command(uri, args.host, args.port, args.optuna_storage)
     print(f"harness dashboard: http://{args.host}:{args.port} reading {uri}", file=sys.stderr, flush=True)
     if os.name == "posix":  # Streamlit takes over this pid: a SIGTERM or SIGINT to harness stops the server itself
@@ -127,9 +110,9 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.at import At
-    from harness.store import reader_for
-    from harness.sweep_data import load_sweep as load_sweep_data
+    from harness.runs.reader import reader_for
+    from harness.runs.sweep_data import load_sweep as load_sweep_data
+    from harness.spec.at import At
     from report.build import DEFAULT_AT, TESTS, build
     from report.render import FORMATS, safe_name, write
     from report.select import resolve
@@ -161,9 +144,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from harness.claims import judge
-    from harness.store import reader_for
-    from harness.sweep_data import load_sweep as load_sweep_data
+    from harness.analysis.claims import judge
+    from harness.runs.reader import reader_for
+    from harness.runs.sweep_data import load_sweep as load_sweep_data
     from report.select import resolve
 
     if not 0 < args.alpha < 1:
@@ -202,7 +185,7 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from harness.eval_run import EvalSettings, print_table, run_eval
+    from harness.engine.evaluation import EvalSettings, print_table, run_eval
 
     names = tuple(b.strip() for b in args.benchmarks.split(",") if b.strip())
     from trainer.data.benchmarks import BENCHMARKS
@@ -221,12 +204,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from harness.tune_spec import load_tune
+    from harness.spec.tune import load_tune
 
     plan = load_tune(args.file, args.set)  # every config error before Optuna, MLflow or torch is imported
     if args.address is None:
         check_host(plan.trial_config({}), f"{args.file}: base")
-    from harness.tune import run_tune
+    from harness.engine.tune import run_tune
 
     result = run_tune(args.file, overrides=args.set, trials=args.trials, workers=args.workers,
                       storage_url=args.storage, tracking_uri=args.tracking_uri, executor=args.executor,

@@ -9,13 +9,13 @@ from warnings import catch_warnings, simplefilter
 import numpy as np
 import pandas as pd
 
-from harness import stats
-from harness.at import At
-from harness.claims import Verdict, judge
-from harness.claims_spec import Claim
-from harness.config_io import ConfigError
-from harness.sweep_data import SweepData
-from harness.values import run_values
+from harness.analysis import stats
+from harness.analysis.claims import Verdict, judge
+from harness.analysis.values import run_values
+from harness.runs.sweep_data import SweepData
+from harness.spec.at import At
+from harness.spec.claims import Claim
+from harness.spec.yaml_io import ConfigError
 from trainer import metric_names as M
 
 # GUIDE §5 / issue 6: the length-bias question's metrics
@@ -47,7 +47,7 @@ class Report:
     curves: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
     """metric → arm → (steps × seeds), for the learning-curve figures."""
     verdicts: list[Verdict] = field(default_factory=list)
-    """The sweep's claims judged (harness.claims), shown first."""
+    """The sweep's claims judged (harness.analysis.claims), shown first."""
 
 
 def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = None, baseline: str | None = None,

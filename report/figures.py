@@ -10,8 +10,8 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dashboard.figures import PALETTE, curves_by_arm  # noqa: E402
-from harness.stats import bootstrap_band  # noqa: E402
+from harness.analysis.figures import PALETTE, curves_by_arm  # noqa: E402
+from harness.analysis.stats import bootstrap_band  # noqa: E402
 
 
 def save_static(metric: str, by_arm: dict[str, pd.DataFrame], arms: list[str], out: Path, *,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.verdict_table import ci, num, pval, verdict_rows
+from harness.analysis.verdict_table import ci, num, pval, verdict_rows
 from report import figures
 from report.build import Report
 
@@ -84,7 +84,7 @@ def interactions_table(r: Report) -> pd.DataFrame:
 
 
 def verdicts_table(r: Report) -> pd.DataFrame:
-    """One row per claim: the verdict first, then what it rests on (harness.verdict_table, as the dashboard)."""
+    """One row per claim: the verdict first, then what it rests on (harness.analysis.verdict_table, as the dashboard)."""
     return pd.DataFrame(verdict_rows(r.verdicts))
 
 
@@ -135,7 +135,7 @@ def power_lines(r: Report) -> list[str]:
     """What the seed counts allow: each test's smallest possible p, and the minimum detectable effect."""
     if r.comparisons.empty:
         return []
-    from harness.stats import min_p_value
+    from harness.analysis.stats import min_p_value
 
     lines = []
     for (n1, n2), _ in r.comparisons.groupby(["n1", "n2"]):

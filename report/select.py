@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.claims import stored_claims
-from harness.claims_spec import Claim
-from harness.config_io import ConfigError
-from harness.store import Sweep, reader_for, sweeps
-from harness.tracking import default_tracking_uri
+from harness.analysis.claims import stored_claims
+from harness.runs.reader import Sweep, reader_for, sweeps
+from harness.runs.writer import default_tracking_uri
+from harness.spec.claims import Claim
+from harness.spec.yaml_io import ConfigError
 
 
 def resolve(spec: str, tracking_uri: str | None = None,
@@ -18,7 +18,7 @@ def resolve(spec: str, tracking_uri: str | None = None,
     """The newest matching sweep, its claims and warnings; a clear one-line error when there is none."""
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.is_file():
-        from harness.plan import load_sweep
+        from harness.spec.plan import load_sweep
 
         if not path.is_file():
             raise ConfigError(f"{spec}: no such sweep file")

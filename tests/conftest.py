@@ -38,10 +38,11 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
-    from harness.config import load_run_config
-    from harness.executor.local import LocalExecutor
-    from harness.jobs import Job, run_tags
-    from harness.sweep_run import run_sweep
+    from harness.engine.local import LocalExecutor
+    from harness.engine.sweep import run_sweep
+    from harness.runs.layout import run_tags
+    from harness.spec.job import Job
+    from harness.spec.run_config import load_run_config
     from trainer import metric_names as M
     from trainer.models.toy import ensure_toy_model
 

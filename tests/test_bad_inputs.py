@@ -228,8 +228,8 @@ def test_run_cases_merge_into_a_valid_base(case):
 # --- the mechanisms behind the battery, one by one (in-process, fast) ---
 
 def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
-    code = ("import sys; from harness.cli import build_parser; from harness.plan import load_sweep; "
-            "from harness.tune_spec import load_tune; "
+    code = ("import sys; from harness.cli import build_parser; from harness.spec.plan import load_sweep; "
+            "from harness.spec.tune import load_tune; "
             f"load_sweep({str(ROOT / 'ablations' / 'dr_grpo_bias.yaml')!r}); "
             f"load_tune({str(ROOT / 'ablations' / 'tune_dr_grpo_lr.yaml')!r}); "
             "print(sorted(m for m in ('torch', 'transformers', 'mlflow', 'numpy', 'optuna') if m in sys.modules))")
@@ -269,8 +269,8 @@ def _grid_sweep(tmp_path: Path, seeds: str = "[0, 1]") -> Path:
 
 
 def test_job_limit_counts_before_expanding_and_max_jobs_raises_it(tmp_path):
-    from harness.config_io import ConfigError
-    from harness.plan import load_sweep
+    from harness.spec.plan import load_sweep
+    from harness.spec.yaml_io import ConfigError
 
     path = _grid_sweep(tmp_path)
     with pytest.raises(ConfigError, match="18 jobs exceed the limit of 17"):
@@ -280,7 +280,7 @@ def test_job_limit_counts_before_expanding_and_max_jobs_raises_it(tmp_path):
 
 def test_a_sweep_without_axes_runs_the_base_over_its_seeds(tmp_path):
     """Leaving grid/zip/arms out is a seeds-only sweep; only an explicitly empty one is refused."""
-    from harness.plan import load_sweep
+    from harness.spec.plan import load_sweep
 
     (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
     (tmp_path / "s.yaml").write_text("name: s\nbase: base.yaml\nseeds: [0, 1, 2]\n")
@@ -288,14 +288,14 @@ def test_a_sweep_without_axes_runs_the_base_over_its_seeds(tmp_path):
 
 
 def test_set_keys_the_sweep_does_not_set_still_apply(tmp_path):
-    from harness.plan import load_sweep
+    from harness.spec.plan import load_sweep
 
     plan = load_sweep(_grid_sweep(tmp_path), overrides=["train.steps=7", "objective.clip_high=0.3"])
     assert {(j.config.train.steps, j.config.objective.clip_high) for j in plan.jobs} == {(7, 0.3)}
 
 
 def test_set_values_refuse_duplicate_keys_and_aliases_within_budget_load(tmp_path):
-    from harness.config_io import ConfigError, apply_overrides, load_yaml
+    from harness.spec.yaml_io import ConfigError, apply_overrides, load_yaml
 
     with pytest.raises(ConfigError, match="x: line 1: duplicate key"):
         apply_overrides({}, ["a={x: 1, x: 2}"])
@@ -321,7 +321,12 @@ def test_settings_refuse_non_finite_values_bools_for_ints_and_bad_betas():
 
 
 def test_switch_names_are_declared_without_torch_and_all_registered():
-    from trainer.objective.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS
+    from trainer.objective.registry import (
+        ADVANTAGES,
+        AGGREGATIONS,
+        KL_ESTIMATORS,
+        RATIOS,
+    )
 
     for registry in (ADVANTAGES, AGGREGATIONS, RATIOS, KL_ESTIMATORS):
         assert all(callable(registry[name]) for name in registry.names())  # imports the module
@@ -331,9 +336,9 @@ def test_switch_names_are_declared_without_torch_and_all_registered():
 
 
 def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
-    from harness import preflight
-    from harness.config import RunConfig
-    from harness.config_io import ConfigError
+    from harness.engine import preflight
+    from harness.spec.run_config import RunConfig
+    from harness.spec.yaml_io import ConfigError
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
@@ -350,9 +355,9 @@ def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
 
 
 def test_local_model_positions_bound_the_generation_budget(tmp_path):
-    from harness import preflight
-    from harness.config import RunConfig
-    from harness.config_io import ConfigError
+    from harness.engine import preflight
+    from harness.spec.run_config import RunConfig
+    from harness.spec.yaml_io import ConfigError
 
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 128}')
     data = {"objective": {"preset": "grpo"}, "model": {"source": "hf", "name_or_path": str(tmp_path)}}
@@ -362,8 +367,8 @@ def test_local_model_positions_bound_the_generation_budget(tmp_path):
 
 
 def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
-    from harness.config_io import ConfigError
-    from harness.tune_spec import load_tune
+    from harness.spec.tune import load_tune
+    from harness.spec.yaml_io import ConfigError
 
     with pytest.raises(ConfigError, match="--set train.lr: train.lr is set by this file for every run"):
         load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.lr=0.1"])

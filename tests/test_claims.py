@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fake_sweep import FakeRun, write_sweep
 from scipy import stats as sps
 
-from fake_sweep import FakeRun, write_sweep
-from harness import stats
-from harness.claims import decide, evidence
-from harness.claims_spec import Claim
+from harness.analysis import stats
+from harness.analysis.claims import decide, evidence
 from harness.cli import main
+from harness.spec.claims import Claim
 
 ROOT = Path(__file__).resolve().parents[1]
 M = "train/length_incorrect_mean"

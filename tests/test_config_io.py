@@ -1,11 +1,11 @@
-"""config_io: every error is one line naming the file and key; overrides parse YAML types."""
+"""harness.spec.yaml_io: every error is one line naming the file and key; overrides parse YAML types."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.config_io import ConfigError, apply_overrides, load_yaml, validate
+from harness.spec.yaml_io import ConfigError, apply_overrides, load_yaml, validate
 
 
 class Objective(BaseModel):

@@ -152,7 +152,7 @@ def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():
     import pandas as pd
 
-    from dashboard.figures import curves_by_arm
+    from harness.analysis.figures import curves_by_arm
 
     zero = {"a": pd.DataFrame({"seed 0": [0.0, 0.0, 0.0]}, index=[1, 2, 3])}
     fig = curves_by_arm([("low", zero)], ["a"], fit_y=True)

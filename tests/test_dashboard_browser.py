@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.browser import CHROMIUM, HOST, PAGES, Server, browser, screenshot, serve, settle
+from dashboard.browser import (
+    CHROMIUM,
+    HOST,
+    PAGES,
+    Server,
+    browser,
+    screenshot,
+    serve,
+    settle,
+)
 
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "results" / "screenshots"
 SERVER_START_S = 180  # the CPU may be busy (a sweep running beside the tests)

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from harness.store import MlflowReader, SqlReader, reader_for, sweeps
-from harness.sweep_data import load_sweep
+from harness.runs.reader import MlflowReader, SqlReader, reader_for, sweeps
+from harness.runs.sweep_data import load_sweep
 
 KEY = ["run_id", "key", "step"]
 

@@ -5,13 +5,18 @@ import json
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-
 from test_dashboard_app import _app, _visit  # the app driven as the page tests drive it
 
-from dashboard.labels import ArmLabels, arm_labels, display_label, is_named, with_settings
-from harness.sweep_data import SweepData
-from harness.tracking import flatten_params
-from harness.verdict_table import pval
+from dashboard.labels import (
+    ArmLabels,
+    arm_labels,
+    display_label,
+    is_named,
+    with_settings,
+)
+from harness.analysis.verdict_table import pval
+from harness.runs.sweep_data import SweepData
+from harness.runs.writer import flatten_params
 from trainer import metric_names as M
 from trainer.objective.settings import preset_fields
 
@@ -57,9 +62,9 @@ def _boxes(at: AppTest) -> list[str]:
 
 
 def _judged(uri: str):
-    from harness.claims import judge, stored_claims
-    from harness.store import reader_for, sweeps
-    from harness.sweep_data import load_sweep
+    from harness.analysis.claims import judge, stored_claims
+    from harness.runs.reader import reader_for, sweeps
+    from harness.runs.sweep_data import load_sweep
 
     sweep = sweeps(reader_for(uri).runs())[0]
     claims, warning = stored_claims(sweep)

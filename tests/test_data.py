@@ -11,8 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data import (BENCHMARKS, FieldMap, TEMPLATES, dedupe, extract_answer, extract_boxed, extract_gsm8k,
-                          load_benchmark, load_problems, load_records, normalise_question, render_prompt)
+from trainer.data import (
+    BENCHMARKS,
+    TEMPLATES,
+    FieldMap,
+    dedupe,
+    extract_answer,
+    extract_boxed,
+    extract_gsm8k,
+    load_benchmark,
+    load_problems,
+    load_records,
+    normalise_question,
+    render_prompt,
+)
 from trainer.data.benchmarks import SHIPPED, benchmark_path, data_dir
 from trainer.data.records import Problem, question_id
 from trainer.metric_names import task_metric

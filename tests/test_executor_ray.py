@@ -8,10 +8,10 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'harn
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from harness.config import load_run_config  # noqa: E402
-from harness.executor.ray_executor import RayExecutor, connect  # noqa: E402
-from harness.jobs import Job  # noqa: E402
-from harness.tracking import prepare_store  # noqa: E402
+from harness.engine.ray_executor import RayExecutor, connect  # noqa: E402
+from harness.runs.writer import prepare_store  # noqa: E402
+from harness.spec.job import Job  # noqa: E402
+from harness.spec.run_config import load_run_config  # noqa: E402
 from trainer.models.toy import ensure_toy_model  # noqa: E402
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
@@ -91,7 +91,7 @@ def test_timeout_kills_the_job_and_ends_its_run_failed(local_ray, tmp_path, tiny
 _LOCAL_RAY = """
 import os, sys
 import ray
-from harness.executor.ray_executor import RayExecutor
+from harness.engine.ray_executor import RayExecutor
 
 
 def pid():

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import load_run_config
+from harness.spec.run_config import load_run_config
 from trainer import metric_names as M
 from trainer.loop import Trainer
 from trainer.models.load import load_policy
@@ -120,7 +120,8 @@ def test_non_finite_parameters_fail_as_divergence_not_at_the_next_generation(tin
 def test_grade_timeouts_are_counted_per_step():
     """train/grade_timeouts counts the step's answers whose grading ran out of time (graded wrong)."""
     from trainer.loop import Samples, rollout_metrics
-    from trainer.tasks.base import Grade, Group
+    from trainer.rewards.grade import Grade
+    from trainer.tasks.base import Group
 
     grades = [Grade(1.0, True), Grade(0.0, False, timed_out=True), Grade(0.0, False), Grade(0.0, False, timed_out=True)]
     s = Samples([Group("p", "5", ("",) * 4)], [[1]] * 4, [[2]] * 4, torch.zeros(4, dtype=torch.bool),

@@ -8,8 +8,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.objective import (ADVANTAGES, AGGREGATIONS, RATIOS, Normaliser, ObjectiveSettings,
-                               compute_advantages, merge_metrics, policy_loss, token_entropy, token_logprobs)
+from trainer.objective import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    RATIOS,
+    Normaliser,
+    ObjectiveSettings,
+    compute_advantages,
+    merge_metrics,
+    policy_loss,
+    token_entropy,
+    token_logprobs,
+)
 
 torch.set_default_dtype(torch.float64)
 advantage_values = st.floats(min_value=0.01, max_value=5.0).flatmap(lambda a: st.sampled_from([a, -a]))

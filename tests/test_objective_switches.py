@@ -6,10 +6,23 @@ import pytest
 import torch
 
 from trainer import metric_names as M
-from trainer.objective import (ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS, Normaliser, ObjectiveSettings,
-                               advantage_metrics, clipped_surrogate, dynamic_sampling_filter,
-                               group_outcome_metrics, overlong_filter, policy_loss, soft_overlong_penalty,
-                               token_entropy, token_logprobs)
+from trainer.objective import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    RATIOS,
+    Normaliser,
+    ObjectiveSettings,
+    advantage_metrics,
+    clipped_surrogate,
+    dynamic_sampling_filter,
+    group_outcome_metrics,
+    overlong_filter,
+    policy_loss,
+    soft_overlong_penalty,
+    token_entropy,
+    token_logprobs,
+)
 
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])

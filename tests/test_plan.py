@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config_io import ConfigError
-from harness.plan import load_sweep
+from harness.spec.plan import load_sweep
+from harness.spec.yaml_io import ConfigError
 
 ABLATIONS = Path(__file__).resolve().parents[1] / "ablations"
 
@@ -69,7 +69,7 @@ seeds: [0]
 
 
 def test_shipped_ablation_files_plan(tmp_path):
-    from harness.tune_spec import load_tune
+    from harness.spec.tune import load_tune
 
     sweeps = [f for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run" and not f.stem.startswith("tune_")]
     sizes = {f.stem: len(load_sweep(f).jobs) for f in sweeps}

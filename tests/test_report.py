@@ -11,14 +11,14 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
+from harness.analysis.values import run_values
 from harness.cli import main
-from harness.plan import load_sweep
-from harness.store import reader_for, sweeps
-from harness.sweep_data import load_sweep as load_data
-from harness.sweep_run import _log_plan
+from harness.engine.sweep import _log_plan
+from harness.runs.reader import reader_for, sweeps
+from harness.runs.sweep_data import load_sweep as load_data
+from harness.spec.at import At
+from harness.spec.plan import load_sweep
 from report.build import build
-from harness.at import At
-from harness.values import run_values
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG = ["seq_mean_token_mean", "constant"]

@@ -12,8 +12,14 @@ import importlib.util
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
-                          PreTrainedTokenizerFast)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from trainer.rollout.base import RolloutBackend, RolloutBatch, SamplingParams
 from trainer.rollout.hf import TransformersBackend

@@ -136,7 +136,9 @@ def backend_of(fake, tokenizer, tmp_path, **kwargs):
 
 def test_missing_vllm_is_a_clear_import_error(monkeypatch, tokenizer, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees where it is not installed
-    from trainer.rollout.vllm import VLLMBackend  # the module itself imports without vllm
+    from trainer.rollout.vllm import (
+        VLLMBackend,  # the module itself imports without vllm
+    )
 
     with pytest.raises(ImportError, match=r"needs the 'vllm' extra on a CUDA host: pip install 'harness\[vllm\]'"):
         VLLMBackend(str(tmp_path), tokenizer)
@@ -332,7 +334,8 @@ def test_sleep_mode_sleeps_after_generate_and_wakes_for_the_next_call(fake, toke
                     reason="vllm is not installed: the vLLM backend is not checked")  # the reason shown first
 def test_real_engine_follows_the_synced_weights(tmp_path):
     """sync_weights changes what the real engine samples, and syncing the old weights back restores it."""
-    from test_rollout_contract import PROMPTS as CONTRACT_PROMPTS, tiny_model, tiny_tokenizer
+    from test_rollout_contract import PROMPTS as CONTRACT_PROMPTS
+    from test_rollout_contract import tiny_model, tiny_tokenizer
 
     from trainer.rollout.vllm import VLLMBackend
 

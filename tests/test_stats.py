@@ -11,9 +11,22 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 
-from harness.stats import (bootstrap_band, bootstrap_diff_ci, compare, describe, ema, holm, interactions,
-                           main_effects, mean_ci, min_detectable_effect, min_p_value, stratified_mean_ci,
-                           welch_diff_ci, welch_power)
+from harness.analysis.stats import (
+    bootstrap_band,
+    bootstrap_diff_ci,
+    compare,
+    describe,
+    ema,
+    holm,
+    interactions,
+    main_effects,
+    mean_ci,
+    min_detectable_effect,
+    min_p_value,
+    stratified_mean_ci,
+    welch_diff_ci,
+    welch_power,
+)
 
 
 def test_bootstrap_band_two_seeds_spans_both():
@@ -340,7 +353,7 @@ def test_percentile_bootstrap_ci_undercovers_at_few_seeds():
 def test_cell_means_effects_against_hand_computed_anova_contrast():
     from scipy import stats as sps
 
-    from harness.stats import cell_means_effects
+    from harness.analysis.stats import cell_means_effects
 
     # 2×2 grid, 2 runs per cell; cell means a0b0=1, a1b0=5, a0b1=3, a1b1=9, every cell's runs at mean ± 1
     cells = {("a0", "b0"): 1.0, ("a1", "b0"): 5.0, ("a0", "b1"): 3.0, ("a1", "b1"): 9.0}
@@ -359,7 +372,7 @@ def test_cell_means_effects_against_hand_computed_anova_contrast():
 
 
 def test_cell_means_effects_ignores_runs_without_settings():
-    from harness.stats import cell_means_effects
+    from harness.analysis.stats import cell_means_effects
 
     rows = [{"A": a, "value": v} for a, v in (("x", 1.0), ("x", 2.0), ("y", 4.0), ("y", 5.0))]
     rows.append({"A": None, "value": 100.0})  # a run whose params were never logged
@@ -372,7 +385,7 @@ def test_cell_means_effects_ignores_runs_without_settings():
 # ---------------------------------------------------------------------------------------------
 
 def test_cell_means_effects_with_an_empty_cell_is_nan_and_names_the_cell():
-    from harness.stats import StatsWarning, cell_means_effects
+    from harness.analysis.stats import StatsWarning, cell_means_effects
 
     # true effects: a on = +1, b yes = +3; the cell (a=on, b=yes) has no run. The unweighted marginal contrast
     # would compare a=on's one cell (1) with a=off's two cells (0, 3): −0.5, the wrong sign.
@@ -401,7 +414,7 @@ def test_non_finite_values_are_rejected():
             call()
     df = _grid(lambda c: 0.0)
     df.loc[0, "value"] = inf
-    from harness.stats import cell_means_effects
+    from harness.analysis.stats import cell_means_effects
 
     for call in (main_effects, cell_means_effects, interactions):
         with pytest.raises(ValueError, match="not finite"):
@@ -440,7 +453,7 @@ def test_welch_mde_is_from_welch_power_checked_by_simulation():
 
 
 def test_zero_within_cell_variance_is_nan_as_in_compare():
-    from harness.stats import cell_means_effects
+    from harness.analysis.stats import cell_means_effects
 
     # every run of a cell has the same value: no noise estimate, so no test (compare gives NaN too)
     df = _grid(lambda c: 1.0 * (c["a"] == "on") + 2.0 * (c["b"] == "yes"), noise=(0.0, 0.0))

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from harness.plan import load_sweep
-from harness.resume import job_runs
-from harness.sweep_run import ORPHAN_REASON
-from harness.tracking import prepare_store
+from harness.engine.resume import job_runs
+from harness.engine.sweep import ORPHAN_REASON
+from harness.runs.writer import prepare_store
+from harness.spec.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
@@ -30,7 +30,7 @@ STEPS = 40  # ~20 s of training on an idle 2-core machine: still running when th
 @pytest.fixture(scope="module")
 def toy_set(tiny_run_overrides) -> dict[str, str]:
     """The tiny-run overrides as a sweep file's `set:`, with the toy model built here once."""
-    from harness.config import load_run_config
+    from harness.spec.run_config import load_run_config
     from trainer.models.toy import ensure_toy_model
 
     cfg = load_run_config(TOY_RUN, tiny_run_overrides)
@@ -111,8 +111,8 @@ def _alive(pid: int) -> bool:
 
 def _check_clean(path: Path, uri: str) -> tuple[int, int, dict[str, list[int]]]:
     """(job ids with two FINISHED runs, planned jobs without exactly one, the reader's seeds per arm)."""
-    from harness.store import reader_for, sweeps
-    from harness.sweep_data import load_sweep as load_sweep_data
+    from harness.runs.reader import reader_for, sweeps
+    from harness.runs.sweep_data import load_sweep as load_sweep_data
 
     plan = load_sweep(path)
     runs = job_runs(uri, EXPERIMENT, plan.sweep_id)

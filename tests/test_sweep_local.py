@@ -10,16 +10,16 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import mlflow
+import pytest
 from mlflow.tracking import MlflowClient
 
-from harness.config import load_run_config
-from harness.executor.local import LocalExecutor
-from harness.jobs import Job
-from harness.resume import job_runs
-from harness.sweep_run import run_sweep
-from harness.tracking import prepare_store
+from harness.engine.local import LocalExecutor
+from harness.engine.resume import job_runs
+from harness.engine.sweep import run_sweep
+from harness.runs.writer import prepare_store
+from harness.spec.job import Job
+from harness.spec.run_config import load_run_config
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 EXPERIMENT = "toy"  # ablations/toy_run.yaml's
@@ -174,8 +174,8 @@ def test_ctrl_c_fails_running_runs_and_reraises(tmp_path, overrides):
 def test_eta_counts_only_how_long_finished_jobs_ran(monkeypatch):
     """Not a failed attempt before a retry, not a fast failure: 4 jobs on 2 workers, the ones left at the
     mean run time of the finished ones (10 s and 30 s)."""
-    from harness.executor.base import JobOutcome
-    from harness.sweep_run import _Progress
+    from harness.engine.executor import JobOutcome
+    from harness.engine.sweep import _Progress
 
     now = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])

@@ -6,14 +6,21 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from transformers import AutoTokenizer
 
 from trainer.models.char_tokenizer import build_char_tokenizer
-from trainer.tasks.base import Grade, Group
-from trainer.tasks.toy_addition import (CHARS, ToyAdditionConfig, ToyAdditionTask, parse_completion,
-                                        target_trace)
+from trainer.rewards.grade import Grade
+from trainer.tasks.base import Group
+from trainer.tasks.toy_addition import (
+    CHARS,
+    ToyAdditionConfig,
+    ToyAdditionTask,
+    parse_completion,
+    target_trace,
+)
 
 DEFAULT = ToyAdditionConfig()
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import sys
 import multiprocessing as mp
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from harness.tracking import (
+from harness.runs.writer import (
     TRUNCATION_MARKER,
     RunTracker,
     default_tracking_uri,
@@ -260,8 +260,8 @@ def test_concurrent_first_use_of_a_fresh_store_all_succeed(tmp_path):
 
 def test_a_run_closed_by_another_process_is_not_set_back_to_finished(store):
     """A rerun of a sweep ends FAILED the runs of a killed invocation; a straggler worker must not reopen one."""
-    from harness.resume import end_failed
-    from harness.tracking import RunClosedElsewhere
+    from harness.engine.resume import end_failed
+    from harness.runs.writer import RunClosedElsewhere
 
     uri, experiment_id = store
     client = MlflowClient(uri)

@@ -13,9 +13,9 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from harness.cli import main
-from harness.config_io import ConfigError
-from harness.tune import run_tune, score
-from harness.tune_spec import load_tune
+from harness.engine.tune import run_tune, score
+from harness.spec.tune import load_tune
+from harness.spec.yaml_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -95,8 +95,8 @@ def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_o
     assert parent.info.status == "FINISHED" and parent.data.tags["sweep_parent"] == "1"
     assert {r.data.tags["sweep_id"] for r in _trial_runs(uri)} == {parent.data.tags["sweep_id"]}
     # the dashboard and `harness report` read the study like a sweep: one arm per trial
-    from harness.store import reader_for, sweeps
-    from harness.sweep_data import load_sweep
+    from harness.runs.reader import reader_for, sweeps
+    from harness.runs.sweep_data import load_sweep
 
     data = load_sweep(reader_for(uri), sweeps(reader_for(uri).runs())[0])
     n_pruned = sum(state == TrialState.PRUNED for state in states.values())

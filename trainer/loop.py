@@ -18,11 +18,23 @@ import torch
 
 from trainer import metric_names as M
 from trainer.config import RolloutConfig, TrainConfig
-from trainer.objective import (Normaliser, ObjectiveSettings, advantage_metrics, compute_advantages,
-                               dynamic_sampling_filter, group_outcome_metrics, loss_mask, merge_metrics,
-                               policy_loss, shape_rewards, token_entropy, token_logprobs)
+from trainer.objective import (
+    Normaliser,
+    ObjectiveSettings,
+    advantage_metrics,
+    compute_advantages,
+    dynamic_sampling_filter,
+    group_outcome_metrics,
+    loss_mask,
+    merge_metrics,
+    policy_loss,
+    shape_rewards,
+    token_entropy,
+    token_logprobs,
+)
+from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBackend, SamplingParams
-from trainer.tasks.base import Grade, Group, Task
+from trainer.tasks.base import Group, Task
 
 
 class MetricSink(Protocol):

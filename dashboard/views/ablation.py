@@ -6,10 +6,16 @@ import warnings
 import pandas as pd
 import streamlit as st
 
-from dashboard import context, figures, verdicts
+from dashboard import context, verdicts
 from dashboard.labels import with_settings
-from harness.stats import StatsWarning, cell_means_effects, main_effects, mean_ci
-from harness.sweep_data import non_finite
+from harness.analysis import figures
+from harness.analysis.stats import (
+    StatsWarning,
+    cell_means_effects,
+    main_effects,
+    mean_ci,
+)
+from harness.runs.sweep_data import non_finite
 from trainer import metric_names as M
 
 st.title("Ablation table")

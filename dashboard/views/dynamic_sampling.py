@@ -4,10 +4,11 @@ wrong have zero advantage and no gradient; the filter drops them and samples aga
 import pandas as pd
 import streamlit as st
 
-from dashboard import context, figures
+from dashboard import page
+from harness.analysis import figures
 from trainer import metric_names as M
 
-data, kw, x = context.curve_page("Dynamic sampling", "ds", "dynamic_sampling")
+data, kw, x = page.curve_page("Dynamic sampling", "ds", "dynamic_sampling")
 
 shares: dict[str, dict[str, pd.Series]] = {}
 for label, key in (("all correct", M.GROUPS_ALL_CORRECT_FRAC), ("mixed", M.GROUPS_MIXED_FRAC),

@@ -3,11 +3,12 @@ Fig. 2): sequence-level clipping clips far more than token-level, yet learns bet
 
 import streamlit as st
 
-from dashboard import context, figures
-from harness.sweep_data import arm_setting
+from dashboard import page
+from harness.analysis import figures
+from harness.runs.sweep_data import arm_setting
 from trainer import metric_names as M
 
-data, kw, x = context.curve_page("Entropy & clipping (DAPO, GSPO)", "ent", "entropy_clipping")
+data, kw, x = page.curve_page("Entropy & clipping (DAPO, GSPO)", "ent", "entropy_clipping")
 
 lo, hi = arm_setting(data, "objective.clip_low"), arm_setting(data, "objective.clip_high")
 st.caption("Clip range per arm: " + "; ".join(f"{kw['labels'](a)}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]"

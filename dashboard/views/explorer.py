@@ -3,8 +3,9 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import context, figures
-from harness.stats import ema
+from dashboard import context
+from harness.analysis import figures
+from harness.analysis.stats import ema
 
 st.title("Run explorer")
 data = context.current()

@@ -7,12 +7,13 @@ longer; Dr. GRPO's constant normaliser removes that pull.
 import pandas as pd
 import streamlit as st
 
-from dashboard import context, figures
+from dashboard import context, page
 from dashboard.labels import with_settings
-from harness.stats import mean_ci
+from harness.analysis import figures
+from harness.analysis.stats import mean_ci
 from trainer import metric_names as M
 
-data, kw, x = context.curve_page("Length bias (Dr. GRPO)", "len", "length_bias")
+data, kw, x = page.curve_page("Length bias (Dr. GRPO)", "len", "length_bias")
 
 correct, incorrect = data.by_arm(M.LENGTH_CORRECT_MEAN, x), data.by_arm(M.LENGTH_INCORRECT_MEAN, x)
 if not correct and not incorrect:

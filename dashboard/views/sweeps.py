@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import context
-from harness.store import reader_for
+from harness.runs.reader import reader_for
 
 st.title("Sweeps")
 found = context.all_sweeps(context.tracking_uri())

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
-from trainer.data.records import FieldMap, Problem, Problems, load_problems, normalise_question
+from trainer.data.records import (
+    FieldMap,
+    Problem,
+    Problems,
+    load_problems,
+    normalise_question,
+)
 
 ENV_VAR = "HARNESS_DATA_DIR"
 SHIPPED = Path(__file__).with_name("files")

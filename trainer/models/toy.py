@@ -22,7 +22,12 @@ import numpy as np
 import torch
 from filelock import FileLock
 from tqdm.auto import tqdm
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+)
 
 from trainer.models.char_tokenizer import build_char_tokenizer
 from trainer.models.toy_config import ToyModelConfig

@@ -7,7 +7,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from trainer.config import STRICT
-from trainer.objective.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, RATIOS, Registry
+from trainer.objective.registry import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    RATIOS,
+    Registry,
+)
 
 
 class ObjectiveSettings(BaseModel):

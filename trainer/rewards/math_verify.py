@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.tasks.base import Grade
+from trainer.rewards.grade import Grade
 
 MAX_INFO_CHARS = 200
 """Longest extracted answer kept in `Grade.info` (it goes into metrics tables)."""

@@ -12,6 +12,8 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from trainer.rewards.grade import Grade
+
 
 @dataclass(frozen=True)
 class Group:
@@ -25,21 +27,6 @@ class Group:
     """Prompt text of each sample (length G)."""
     meta: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     """Per-sample task facts (e.g. which digit was hidden); empty or length G."""
-
-
-@dataclass(frozen=True)
-class Grade:
-    """The verdict on one completion."""
-
-    reward: float
-    """Task reward before any shaping (overlong punishment is added by the trainer)."""
-    correct: bool
-    """Whether the final answer is right."""
-    info: dict[str, Any] = field(default_factory=dict)
-    """Task-specific facts for metrics (e.g. filler tokens written); JSON-serialisable scalars."""
-    timed_out: bool = False
-    """Whether grading ran out of its time budget (the answer is then graded wrong); the training
-    loop counts these per step."""
 
 
 class Task(Protocol):

@@ -10,8 +10,9 @@ from trainer.data.answers import find_answer
 from trainer.data.records import Problem
 from trainer.data.templates import ANSWER_TAG_TEMPLATES, TEMPLATES, render_prompt
 from trainer.metric_names import task_metric
+from trainer.rewards.grade import Grade
 from trainer.rewards.math_verify import MAX_INFO_CHARS, grade_math, start_grader
-from trainer.tasks.base import Grade, Group
+from trainer.tasks.base import Group
 
 
 class MathTask:

@@ -37,8 +37,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+
 from trainer.metric_names import task_metric
-from trainer.tasks.base import Grade, Group
+from trainer.rewards.grade import Grade
+from trainer.tasks.base import Group
 from trainer.tasks.toy_addition_config import FILLER_ALPHABET, ToyAdditionConfig
 
 CHARS = "0123456789+=,?>;!" + FILLER_ALPHABET

@@ -33,17 +33,15 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from harness.config_io import flatten
-from harness.locks import hold
+from harness.runs.layout import FAILURE_REASON_TAG, PRUNED, STATUS_TAG, STOP_REASON_TAG
+from harness.runs.locks import hold
+from harness.spec.yaml_io import flatten
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
-STATUS_TAG = "status"
-FAILURE_REASON_TAG = "failure_reason"
 TRUNCATION_MARKER = "...[truncated]"
 _REASON_MAX_CHARS = 500
 _SQLITE_PREFIX = "sqlite:///"
 _log = logging.getLogger(__name__)
-PRUNED = "PRUNED"  # the status tag of a run stopped early on purpose (an Optuna trial pruned)
 
 
 class RunClosedElsewhere(RuntimeError):
@@ -224,7 +222,7 @@ class RunTracker:
         elif isinstance(exc, RunStopped):
             self.flush()
             self._refuse_if_closed()
-            self.set_tags({STATUS_TAG: PRUNED, "stop_reason": str(exc)})
+            self.set_tags({STATUS_TAG: PRUNED, STOP_REASON_TAG: str(exc)})
             self._end(RunStatus.KILLED)
         else:
             self._end_failed(failure_reason(exc), "".join(traceback.format_exception(exc)))

@@ -9,9 +9,9 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from harness.config import RunConfig
-from harness.jobs import run_name, run_tags
-from harness.tracking import RunTracker, default_tracking_uri, prepare_store
+from harness.runs.layout import ARM_LABEL_TAG, run_name, run_tags
+from harness.runs.writer import RunTracker, default_tracking_uri, prepare_store
+from harness.spec.run_config import RunConfig
 from trainer import metric_names as M
 from trainer.loop import Trainer
 from trainer.models.load import load_policy, pick_device
@@ -60,7 +60,7 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
     evaluate_at = periodic_eval(cfg, backend)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
-    name = run_name(cfg, tags.get("arm_label"))
+    name = run_name(cfg, tags.get(ARM_LABEL_TAG))
     with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
         if started is not None:
             started(tracker.run_id)
@@ -113,7 +113,7 @@ def periodic_eval(cfg: RunConfig, backend: RolloutBackend) -> Callable[[int], di
     """eval/<benchmark>/... at a step, with the task's template; None when eval.every is 0."""
     if not cfg.eval.every:
         return None
-    from harness.eval_run import load_benchmarks
+    from harness.engine.evaluation import load_benchmarks
     from trainer.evaluate import evaluate
     from trainer.rollout.base import SamplingParams
 

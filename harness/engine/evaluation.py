@@ -9,7 +9,7 @@ import transformers
 from rich.console import Console
 from rich.table import Table
 
-from harness.tracking import RunTracker, default_tracking_uri, prepare_store
+from harness.runs.writer import RunTracker, default_tracking_uri, prepare_store
 from trainer import metric_names as M
 
 

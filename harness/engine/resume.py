@@ -11,7 +11,8 @@ from collections import defaultdict
 from mlflow.entities import Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from harness.tracking import FAILURE_REASON_TAG, STATUS_TAG, store_client
+from harness.runs.layout import FAILURE_REASON_TAG, JOB_ID_TAG, STATUS_TAG, SWEEP_ID_TAG
+from harness.runs.writer import store_client
 
 _PAGE = 1000
 
@@ -26,7 +27,7 @@ def sweep_runs(client: MlflowClient, experiment_name: str, sweep_id: str, where:
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         return []
-    query = f"tags.sweep_id = {quote_value(sweep_id)}" + (f" AND {where}" if where else "")
+    query = f"tags.{SWEEP_ID_TAG} = {quote_value(sweep_id)}" + (f" AND {where}" if where else "")
     runs: list[Run] = []
     token = None
     while True:
@@ -41,7 +42,7 @@ def job_runs(tracking_uri: str, experiment_name: str, sweep_id: str) -> dict[str
     """{job_id: [status of each of its runs]} for the sweep (its parent run, which has no job id, left out)."""
     out: dict[str, list[str]] = defaultdict(list)
     for run in sweep_runs(store_client(tracking_uri), experiment_name, sweep_id):
-        job_id = run.data.tags.get("job_id")
+        job_id = run.data.tags.get(JOB_ID_TAG)
         if job_id:
             out[job_id].append(run.info.status)
     return dict(out)
@@ -64,8 +65,8 @@ def fail_orphans(tracking_uri: str, experiment_name: str, sweep_id: str, reason:
 
     Assumes no process of this sweep is alive: call it when the sweep (re)starts, e.g. after the
     previous invocation was SIGKILLed and could not close its runs, holding the sweep's lock
-    (`harness.sweep_run.sweep_lock`), which no other live invocation then holds; its workers died
-    with it (`harness.executor.local.die_with_parent`).
+    (`harness.engine.sweep.sweep_lock`), which no other live invocation then holds; its workers died
+    with it (`harness.engine.local.die_with_parent`).
     """
     client = MlflowClient(tracking_uri)
     orphans = sweep_runs(client, experiment_name, sweep_id, "attributes.status = 'RUNNING'")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.at import At
-from harness.config_io import ConfigError
-from harness.sweep_data import SweepData, non_finite
+from harness.runs.sweep_data import SweepData, non_finite
+from harness.spec.at import At
+from harness.spec.yaml_io import ConfigError
 
 
 def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from harness.sweep_run import JOBS_ARTIFACT, N_JOBS_TAG, PARENT_TAG
+from harness.runs.layout import JOBS_ARTIFACT, N_JOBS_TAG, PARENT_TAG, SWEEP_ID_TAG
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # not one bar per artifact read
 METRIC_COLUMNS = ["run_id", "key", "step", "value"]
@@ -194,8 +194,8 @@ class MlflowReader:
         return [e.experiment_id for e in self.client.search_experiments()]
 
     def _bulk(self, key: str, run_ids: list[str]) -> pd.DataFrame:
-        from mlflow.utils.rest_utils import http_request
         from mlflow.utils.credentials import get_default_host_creds
+        from mlflow.utils.rest_utils import http_request
 
         resp = http_request(get_default_host_creds(self.uri), "/ajax-api/2.0/mlflow/metrics/get-history-bulk",
                             "GET", params={"run_id": run_ids, "metric_key": key, "max_results": 25000})
@@ -220,10 +220,10 @@ def _with_tags(runs: pd.DataFrame, tags: pd.DataFrame) -> pd.DataFrame:
     if not tags.empty:
         wide = tags.drop_duplicates(["run_id", "key"], keep="last").pivot(index="run_id", columns="key", values="value")
         runs = runs.merge(wide, left_on="run_id", right_index=True, how="left", suffixes=("", "_tag"))
-    for col in ("sweep_id", PARENT_TAG, "status_tag"):
+    for col in (SWEEP_ID_TAG, PARENT_TAG, "status_tag"):
         if col not in runs:
             runs[col] = None
-    runs["sweep_id"] = runs["sweep_id"].fillna(NO_SWEEP)
+    runs[SWEEP_ID_TAG] = runs[SWEEP_ID_TAG].fillna(NO_SWEEP)
     return runs
 
 
@@ -247,7 +247,7 @@ def sweeps(runs: pd.DataFrame) -> list[Sweep]:
     out = []
     if runs.empty:
         return out
-    for (exp, sid), group in runs.groupby(["experiment", "sweep_id"], sort=False):
+    for (exp, sid), group in runs.groupby(["experiment", SWEEP_ID_TAG], sort=False):
         is_parent = group[PARENT_TAG].fillna("") == "1"
         parent = group[is_parent].sort_values("start_time").iloc[0] if is_parent.any() else None
         jobs = group[~is_parent]

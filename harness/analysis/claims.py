@@ -23,12 +23,12 @@ import pandas as pd
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from harness import stats
-from harness.at import At
-from harness.claims_spec import Claim, canonical, check_unique, picks
-from harness.store import Sweep, sweep_spec_text
-from harness.sweep_data import SweepData
-from harness.values import run_values
+from harness.analysis import stats
+from harness.analysis.values import run_values
+from harness.runs.reader import Sweep, sweep_spec_text
+from harness.runs.sweep_data import SweepData
+from harness.spec.at import At
+from harness.spec.claims import Claim, canonical, check_unique, picks
 
 POWER = 0.8
 VERDICTS = ("reproduced", "contradicted", "inconclusive")

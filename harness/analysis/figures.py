@@ -12,7 +12,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from harness.stats import bootstrap_band, ema
+from harness.analysis.stats import bootstrap_band, ema
 
 PALETTE = px.colors.qualitative.Plotly
 

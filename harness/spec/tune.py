@@ -10,9 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from harness.config import RunConfig
-from harness.config_io import ConfigError, apply_overrides, load_yaml, set_dotted, validate
-from harness.plan import RunsFile, refuse_taken_overrides
+from harness.spec.plan import RunsFile, refuse_taken_overrides
+from harness.spec.run_config import RunConfig
+from harness.spec.yaml_io import (
+    ConfigError,
+    apply_overrides,
+    load_yaml,
+    set_dotted,
+    validate,
+)
 from trainer.config import STRICT as _STRICT
 from trainer.config import Seed
 

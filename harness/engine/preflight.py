@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from harness.config_io import ConfigError
+from harness.spec.yaml_io import ConfigError
 
 if TYPE_CHECKING:
-    from harness.config import RunConfig
+    from harness.spec.run_config import RunConfig
 
 HUB_PROBE_TIMEOUT_S = 3.0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.config_io import ConfigError
+from harness.spec.yaml_io import ConfigError
 
 _AT = re.compile(r"^(final|best|auc|last-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
 CHOICES = "final, last-K (e.g. last-10), step N, auc, best"

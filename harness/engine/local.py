@@ -27,10 +27,20 @@ from typing import Sequence
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
-from harness.executor.base import EventHook, JobOutcome, stop_reason
-from harness.jobs import Job, run_job, run_name, run_tags
-from harness.resume import quote_value, end_failed
-from harness.tracking import FAILURE_REASON_TAG, STATUS_TAG, failure_reason, prepare_store
+from harness.engine.executor import EventHook, JobOutcome, run_job, stop_reason
+from harness.engine.resume import end_failed, quote_value
+from harness.runs.layout import (
+    ARM_LABEL_TAG,
+    FAILURE_REASON_TAG,
+    JOB_ID_TAG,
+    PARENT_RUN_TAG,
+    STATUS_TAG,
+    SWEEP_ID_TAG,
+    run_name,
+    run_tags,
+)
+from harness.runs.writer import failure_reason, prepare_store
+from harness.spec.job import Job
 
 _KILL_GRACE_S = 5.0
 _POLL_S = 0.5
@@ -205,7 +215,7 @@ def record_failure(client: MlflowClient, tracking_uri: str, job: Job, sweep_id: 
     """
     try:
         experiment_id = prepare_store(tracking_uri, job.config.tracking.experiment)
-        query = (f"tags.sweep_id = {quote_value(sweep_id)} AND tags.job_id = {quote_value(job.job_id)}"
+        query = (f"tags.{SWEEP_ID_TAG} = {quote_value(sweep_id)} AND tags.{JOB_ID_TAG} = {quote_value(job.job_id)}"
                  f" AND attributes.start_time >= {since_ms}")
         runs = client.search_runs([experiment_id], query)  # newest first
         for run in runs:
@@ -213,10 +223,10 @@ def record_failure(client: MlflowClient, tracking_uri: str, job: Job, sweep_id: 
                 end_failed(client, run.info.run_id, reason)
         if runs:
             return runs[0].info.run_id
-        tags = {**run_tags(job.config, sweep_id), "arm_label": job.arm, STATUS_TAG: "FAILED",
+        tags = {**run_tags(job.config, sweep_id), ARM_LABEL_TAG: job.arm, STATUS_TAG: "FAILED",
                 FAILURE_REASON_TAG: reason}
         if parent_run_id:
-            tags["mlflow.parentRunId"] = parent_run_id
+            tags[PARENT_RUN_TAG] = parent_run_id
         run = client.create_run(experiment_id, run_name=run_name(job.config, job.arm), tags=tags)
         client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.FAILED))
         return run.info.run_id

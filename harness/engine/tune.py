@@ -20,11 +20,12 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from harness.executor.local import die_with_parent
-from harness.resume import fail_orphans
-from harness.sweep_run import end_parent, parent_run, sole_invocation
-from harness.tracking import RunStopped, prepare_store
-from harness.tune_spec import TunePlan, TuneSpec, load_tune
+from harness.engine.local import die_with_parent
+from harness.engine.resume import fail_orphans
+from harness.engine.sweep import end_parent, parent_run, sole_invocation
+from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG, STUDY_TAG, TRIAL_TAG
+from harness.runs.writer import RunStopped, prepare_store
+from harness.spec.tune import TunePlan, TuneSpec, load_tune
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 ORPHAN = "orphaned: the tune process died while this trial was running"
@@ -99,7 +100,7 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
              storage_url: str | None = None, tracking_uri: str | None = None, executor: str = "local",
              address: str | None = None) -> TuneResult:
     """Create or resume the study, fail what a killed run left RUNNING, and run workers until `trials` finish."""
-    from harness.tracking import default_tracking_uri
+    from harness.runs.writer import default_tracking_uri
 
     plan = load_tune(path, overrides)
     spec = plan.spec
@@ -126,13 +127,13 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
         fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
         client = MlflowClient(uri)
         parent = parent_run(client, experiment_id, plan.experiment, spec.name, plan.study_id,
-                            spec.model_dump(mode="json"), tags={"study": spec.name, "optuna_storage": url},
+                            spec.model_dump(mode="json"), tags={STUDY_TAG: spec.name, "optuna_storage": url},
                             artifact="tune.yaml", text=plan.source.read_text())
         args = (str(path), overrides or [], n_trials, url, uri, parent)
         if executor == "ray":
             import ray
 
-            from harness.executor.ray_executor import connect
+            from harness.engine.ray_executor import connect
 
             started = connect(ray, address, log_to_driver=False)
             try:
@@ -163,7 +164,7 @@ def _worker_process(parent_pid: int, *args) -> None:
 
 def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str, uri: str, parent: str) -> None:
     """Ask the study for trials until it has n_trials finished ones; each trial trains in this process."""
-    from harness.run import run_training
+    from harness.engine.training import run_training
 
     plan = load_tune(path, overrides)
     spec = plan.spec
@@ -196,8 +197,8 @@ def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str
                                                      else f"{k.split('.')[-1]}={v}" for k, v in params.items())
         try:
             run_training(cfg, tracking_uri=uri, sweep_id=plan.study_id, progress=False, watch=watch,
-                         extra_tags={"study": spec.name, "trial": str(trial.number), "arm_label": label,
-                                     "mlflow.parentRunId": parent},
+                         extra_tags={STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number), ARM_LABEL_TAG: label,
+                                     PARENT_RUN_TAG: parent},
                          started=lambda run_id, trial=trial: trial.set_user_attr("mlflow_run_id", run_id))
         except RunStopped:
             study.tell(trial, state=TrialState.PRUNED)

@@ -14,10 +14,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from harness.claims_spec import Claim, check_claims, check_unique
-from harness.config import RunConfig
-from harness.config_io import ConfigError, Name, apply_overrides, flatten, load_yaml, set_dotted, validate
-from harness.jobs import Job
+from harness.spec.claims import Claim, check_claims, check_unique
+from harness.spec.job import Job
+from harness.spec.run_config import RunConfig
+from harness.spec.yaml_io import (
+    ConfigError,
+    Name,
+    apply_overrides,
+    flatten,
+    load_yaml,
+    set_dotted,
+    validate,
+)
 from trainer.config import STRICT as _STRICT
 from trainer.config import Seed
 

@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Literal, Protocol, Sequence
 
-from harness.jobs import Job
+from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG
+from harness.spec.job import Job
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ EventHook = Callable[[str, Job, "JobOutcome | None"], None]
 class Executor(Protocol):
     def run(self, jobs: Sequence[Job], *, tracking_uri: str, sweep_id: str, parent_run_id: str | None,
             on_event: EventHook | None = None) -> list[JobOutcome]:
-        """Run every job (each in its own worker, via `harness.jobs.run_job`) and return one outcome per job,
+        """Run every job (each in its own worker, via `harness.engine.executor.run_job`) and return one outcome per job,
         in the order given. A job that crashes, hangs past the time limit or diverges is FAILED, its MLflow
         run ended FAILED with the reason, and the others go on."""
         ...
@@ -68,3 +69,16 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None) -> str:
+    """Train `job` in this process and return its MLflow run id (raises if the run failed)."""
+    from harness.engine.training import (
+        run_training,  # heavy imports (torch) only inside workers
+    )
+
+    tags = {ARM_LABEL_TAG: job.arm}
+    if parent_run_id:
+        tags[PARENT_RUN_TAG] = parent_run_id
+    return run_training(job.config, tracking_uri=tracking_uri, sweep_id=sweep_id, extra_tags=tags,
+                        progress=False).run_id

@@ -1,6 +1,6 @@
 """Run a sweep's jobs as Ray tasks: on a local Ray instance or on an existing cluster.
 
-Each job is one Ray task (a fresh worker process per job) that calls `harness.jobs.run_job`, so
+Each job is one Ray task (a fresh worker process per job) that calls `harness.engine.executor.run_job`, so
 the MLflow run is created and ended by the worker exactly as in `harness run`. This module only
 adds what a worker cannot do for itself: a time limit, noticing a dead worker, retries, and
 recording the failure in MLflow when the worker could not (a killed worker's run still RUNNING
@@ -24,10 +24,10 @@ from typing import Any, Sequence
 
 from mlflow.tracking import MlflowClient
 
-from harness.executor.base import EventHook, JobOutcome, stop_reason
-from harness.executor.local import record_failure
-from harness.jobs import Job, run_job
-from harness.tracking import failure_reason
+from harness.engine.executor import EventHook, JobOutcome, run_job, stop_reason
+from harness.engine.local import record_failure
+from harness.runs.writer import failure_reason
+from harness.spec.job import Job
 
 RAY_MISSING = "--executor ray needs the ray extra: pip install 'harness[ray]'"
 WORKER_DIED = "worker died"

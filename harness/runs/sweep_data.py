@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness.store import Reader, Sweep, planned_jobs
+from harness.runs.layout import ARM_LABEL_TAG, JOB_ID_TAG
+from harness.runs.reader import Reader, Sweep, planned_jobs
 from trainer import metric_names as M
 
 # params that differ between runs of a sweep without defining an arm
@@ -101,7 +102,7 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     planned = plan.get("jobs", [])
 
     runs["arm_id"] = runs["arm"] if "arm" in runs else None  # the `arm` tag: hash of the config without the seed
-    label = runs["arm_label"] if "arm_label" in runs else pd.Series(None, index=runs.index, dtype=object)
+    label = runs[ARM_LABEL_TAG] if ARM_LABEL_TAG in runs else pd.Series(None, index=runs.index, dtype=object)
     fallback = runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()),
                                               axis=1) if varying else pd.Series("all runs", index=runs.index)
     runs["arm"] = label.where(label.notna() & (label.astype(str) != ""), fallback).fillna("all runs").astype(str)
@@ -131,17 +132,17 @@ def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
     FINISHED run (ties: the smaller run id) is its result; a later FINISHED run of it becomes "duplicate"
     and its FAILED or KILLED runs "retried" (history, not failures). Returns a warning per duplicated job id.
     """
-    if "job_id" not in runs:
+    if JOB_ID_TAG not in runs:
         return []
-    job = runs["job_id"].fillna("").astype(str)
+    job = runs[JOB_ID_TAG].fillna("").astype(str)
     finished = runs[(runs["status"] == "FINISHED") & (job != "")].sort_values(["start_time", "run_id"])
-    kept = finished.drop_duplicates("job_id")
+    kept = finished.drop_duplicates(JOB_ID_TAG)
     extra = finished.drop(kept.index)
     runs.loc[extra.index, "state"] = "duplicate"
-    runs.loc[job.isin(set(kept["job_id"])) & (runs["state"] == "failed"), "state"] = "retried"
-    first = kept.set_index("job_id")["run_id"]
+    runs.loc[job.isin(set(kept[JOB_ID_TAG])) & (runs["state"] == "failed"), "state"] = "retried"
+    first = kept.set_index(JOB_ID_TAG)["run_id"]
     return [f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {first[j]} (the earliest started); "
-            f"left out: {', '.join(g['run_id'])}" for j, g in extra.groupby("job_id", sort=True)]
+            f"left out: {', '.join(g['run_id'])}" for j, g in extra.groupby(JOB_ID_TAG, sort=True)]
 
 
 def non_finite(values: pd.DataFrame, metric: str, runs: pd.DataFrame) -> str:

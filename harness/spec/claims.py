@@ -14,7 +14,7 @@ A contrast is a switch's main effect in the factorial model (`effect`, `from`, `
 against another (`arm`, `vs`): each an arm's label or the settings that pick arms, e.g.
 `{objective.clip_high: 0.28}`. With `fold: k` an arm contrast is about mean(arm) − k·mean(vs) ("at least
 k times"). The claim is that the effect is above (`increase`) or below (`decrease`) `threshold` (default 0):
-a "not worse by more than m" claim is `increase` with `threshold: -m`. How claims are judged: harness.claims.
+a "not worse by more than m" claim is `increase` with `threshold: -m`. How claims are judged: harness.analysis.claims.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.at import At
-from harness.config_io import ConfigError, Name
+from harness.spec.at import At
+from harness.spec.yaml_io import ConfigError, Name
 from trainer import metric_names as M
 from trainer.config import STRICT as _STRICT
 

@@ -24,15 +24,20 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from harness.executor.base import Executor, JobOutcome, sigterm_raises, stop_reason
-from harness.jobs import Job
-from harness.locks import Busy, hold
-from harness.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
-from harness.tracking import STATUS_TAG, failure_reason, flatten_params, lock_file, prepare_store
+from harness.engine.executor import Executor, JobOutcome, sigterm_raises, stop_reason
+from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
+from harness.runs.layout import (
+    JOBS_ARTIFACT,
+    N_JOBS_TAG,
+    NAME_TAG,
+    PARENT_TAG,
+    STATUS_TAG,
+    SWEEP_ID_TAG,
+)
+from harness.runs.locks import Busy, hold
+from harness.runs.writer import failure_reason, flatten_params, lock_file, prepare_store
+from harness.spec.job import Job
 
-PARENT_TAG = "sweep_parent"
-N_JOBS_TAG = "n_jobs"
-JOBS_ARTIFACT = "jobs.json"  # the planned jobs, read by the dashboard to show progress before a job starts
 ORPHAN_REASON = "orphaned: the sweep process died while this run was running"
 
 
@@ -155,7 +160,7 @@ def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: 
         client.set_tag(run_id, STATUS_TAG, "RUNNING")
         return run_id
     run = client.create_run(experiment_id, run_name=name,
-                            tags={"sweep_id": sweep_id, PARENT_TAG: "1", "name": name, STATUS_TAG: "RUNNING",
+                            tags={SWEEP_ID_TAG: sweep_id, PARENT_TAG: "1", NAME_TAG: name, STATUS_TAG: "RUNNING",
                                   **(tags or {})})
     run_id = run.info.run_id
     params = [Param(k, v) for k, v in flatten_params(spec).items()]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from harness.config_io import Name, apply_overrides, load_yaml, validate
+from harness.spec.yaml_io import Name, apply_overrides, load_yaml, validate
 from trainer.config import STRICT as _STRICT
 from trainer.config import RolloutConfig, Seed, TrainConfig
 from trainer.models.toy_config import ToyModelConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from harness.claims import Verdict
+from harness.analysis.claims import Verdict
 
 
 def num(x: float, signed: bool = False) -> str:

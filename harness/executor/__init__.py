@@ -1,1 +1,0 @@
-"""Executors: run a sweep's jobs in parallel here (local processes) or on a Ray cluster."""

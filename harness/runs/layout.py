@@ -1,0 +1,72 @@
+"""The MLflow layout of harness's runs, in one place: every tag, the run name, the sweep's artifact.
+
+The writer (`harness.runs.writer`, the engine) sets these and the reader (`harness.runs.reader`, `sweep_data`)
+reads them; neither spells a tag's name itself. GUIDE §3 gives the meaning of the run tags.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from harness.spec.run_config import RunConfig
+
+SWEEP_ID_TAG = "sweep_id"
+"""The sweep's id (hash of its file's resolved plan); "" for a run started by `harness run`."""
+ARM_TAG = "arm"
+"""Hash of the run's resolved config without its seed: runs of one arm share it."""
+ARM_LABEL_TAG = "arm_label"
+"""The arm's human label as the sweep file names it (`aggregation=constant advantage=group_mean`)."""
+CONFIG_HASH_TAG = "config_hash"
+JOB_ID_TAG = "job_id"
+"""Hash of the resolved config (= config_hash): the identity a resumed sweep matches finished runs by."""
+SEED_TAG = "seed"
+NAME_TAG = "name"
+PRESET_TAG = "preset"
+GIT_COMMIT_TAG = "git_commit"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+"""MLflow's own nesting tag: a sweep's or study's jobs sit under its parent run."""
+STATUS_TAG = "status"
+"""RUNNING / FINISHED / FAILED / PRUNED, set by harness (MLflow's own status cannot say PRUNED)."""
+FAILURE_REASON_TAG = "failure_reason"
+STOP_REASON_TAG = "stop_reason"
+PRUNED = "PRUNED"
+"""The status tag of a run stopped early on purpose (an Optuna trial pruned)."""
+PARENT_TAG = "sweep_parent"
+""""1" on a sweep's parent run."""
+N_JOBS_TAG = "n_jobs"
+"""On the parent run: how many jobs the sweep plans."""
+JOBS_ARTIFACT = "jobs.json"
+"""On the parent run: the planned jobs, read by the dashboard to show progress before a job starts."""
+STUDY_TAG = "study"
+TRIAL_TAG = "trial"
+
+RUN_NAME_MAX = 250
+"""MLflow's limit on a run name (its `runs.name` column)."""
+
+
+def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
+    """GUIDE §3 tags: sweep id, arm, config hash (= job id), seed, and the code version."""
+    return {SWEEP_ID_TAG: sweep_id, ARM_TAG: cfg.arm, CONFIG_HASH_TAG: cfg.config_hash, JOB_ID_TAG: cfg.config_hash,
+            SEED_TAG: str(cfg.seed), NAME_TAG: cfg.name, PRESET_TAG: cfg.objective_preset or "",
+            GIT_COMMIT_TAG: _git_commit()}
+
+
+def run_name(cfg: RunConfig, arm: str | None = None) -> str:
+    """MLflow run name: tracking.run_name, else `<arm>-s<seed>` for a sweep's job (its arm label, one line,
+    shortened to fit MLflow), else `<name>-s<seed>`."""
+    if cfg.tracking.run_name:
+        return cfg.tracking.run_name
+    seed = f"-s{cfg.seed}"
+    label = " ".join("".join(c if c.isprintable() else " " for c in arm or cfg.name).split()) or cfg.name
+    room = RUN_NAME_MAX - len(seed)
+    return (label if len(label) <= room else label[:room - 3] + "...") + seed
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
