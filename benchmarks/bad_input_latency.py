@@ -24,9 +24,16 @@ SWEEP = "name: s\nbase: base.yaml\nseeds: [0, 1]\n"
 CASES = {  # name: (command, file text, extra args)
     "sweep: lr .inf": ("sweep", SWEEP + "grid:\n  train.lr: [.inf, 0.1]\n", []),
     "sweep: duplicate key": ("sweep", SWEEP + "seeds: [3]\ngrid:\n  train.lr: [0.1]\n", []),
-    "sweep: 10^6 jobs": ("sweep", SWEEP.replace("[0, 1]", str(list(range(10)))) + "grid:\n" + "".join(
-        f"  objective.{k}: {[round(0.01 * (i + 1), 2) for i in range(10)]}\n"
-        for k in ("clip_low", "clip_high", "kl_coef", "adv_eps", "dual_clip")), []),
+    "sweep: 10^6 jobs": (
+        "sweep",
+        SWEEP.replace("[0, 1]", str(list(range(10))))
+        + "grid:\n"
+        + "".join(
+            f"  objective.{k}: {[round(0.01 * (i + 1), 2) for i in range(10)]}\n"
+            for k in ("clip_low", "clip_high", "kl_coef", "adv_eps", "dual_clip")
+        ),
+        [],
+    ),
     "sweep: train.device cuda": ("sweep", SWEEP + "set:\n  train.device: cuda\ngrid:\n  train.lr: [0.1, 0.2]\n", []),
     "run: seed true": ("run", (ROOT / "ablations" / "toy_run.yaml").read_text().replace("seed: 0", "seed: true"), []),
 }
@@ -63,12 +70,22 @@ def main() -> None:
             wall, code = _median_wall([sys.executable, "-m", "harness.cli", command, "bad.yaml", *args], cwd, repeats)
             rows.append({"what": name, "kind": "bad file", "exit": code, "median_s": wall})
     load_after = os.getloadavg()[0]
-    print(f"{'what':36} {'kind':9} {'exit':>4} {'median s':>9}   (load {load_before:.2f} -> {load_after:.2f}, "
-          f"{os.cpu_count()} cores)")
+    print(
+        f"{'what':36} {'kind':9} {'exit':>4} {'median s':>9}   (load {load_before:.2f} -> {load_after:.2f}, "
+        f"{os.cpu_count()} cores)"
+    )
     for r in rows:
         print(f"{r['what']:36} {r['kind']:9} {r['exit']:>4} {r['median_s']:9.3f}")
-    write_json("bad_input_latency", {"repeats": repeats, "load_before": load_before, "load_after": load_after,
-                                     "cpus": os.cpu_count(), "rows": rows})
+    write_json(
+        "bad_input_latency",
+        {
+            "repeats": repeats,
+            "load_before": load_before,
+            "load_after": load_after,
+            "cpus": os.cpu_count(),
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

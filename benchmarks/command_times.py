@@ -25,8 +25,10 @@ from pathlib import Path
 from _report import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD = ("from harness.spec.run_config import load_run_config; from trainer.models.toy import ensure_toy_model; "
-         "c = load_run_config(r'{config}'); ensure_toy_model(c.model.toy, c.model.cache_dir)")
+BUILD = (
+    "from harness.spec.run_config import load_run_config; from trainer.models.toy import ensure_toy_model; "
+    "c = load_run_config(r'{config}'); ensure_toy_model(c.model.toy, c.model.cache_dir)"
+)
 
 
 def timed(label: str, argv: list[str], cwd: Path) -> dict:
@@ -51,14 +53,15 @@ def main() -> None:
         rows.append(timed("toy model build", [sys.executable, "-c", BUILD.format(config=toy)], Path(tmp)))
         rows.append(timed("harness run ablations/toy_run.yaml", [*harness, "run", str(toy), "--quiet"], Path(tmp)))
         if args.sweep:
-            rows.append(timed("harness sweep ablations/dr_grpo_bias.yaml", [*harness, "sweep", str(sweep)],
-                              Path(tmp)))
+            rows.append(timed("harness sweep ablations/dr_grpo_bias.yaml", [*harness, "sweep", str(sweep)], Path(tmp)))
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
     print(f"{'step':45} {'wall':>10}  load average (1/5/15 min) before -> after")
     for r in rows:
         m, s = divmod(r["seconds"], 60)
-        print(f"{r['step']:45} {int(m):4d} m {s:4.1f} s  "
-              f"{'/'.join(f'{x:.1f}' for x in r['load_before'])} -> {'/'.join(f'{x:.1f}' for x in r['load_after'])}")
+        print(
+            f"{r['step']:45} {int(m):4d} m {s:4.1f} s  "
+            f"{'/'.join(f'{x:.1f}' for x in r['load_before'])} -> {'/'.join(f'{x:.1f}' for x in r['load_after'])}"
+        )
     print(f"machine: {machine['cpus']} CPUs, {machine['platform']}")
     write_json("command_times", {"machine": machine, "steps": rows})
 

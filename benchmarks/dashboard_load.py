@@ -50,8 +50,8 @@ from harness.runs.layout import (  # noqa: E402
     JOBS_ARTIFACT,
     N_JOBS_TAG,
     PARENT_TAG,
-    STATUS_TAG,  # noqa: E402
-    run_tags,  # noqa: E402
+    STATUS_TAG,
+    run_tags,
 )
 from harness.runs.reader import reader_for, sweeps  # noqa: E402
 from harness.runs.sweep_data import load_sweep  # noqa: E402
@@ -76,32 +76,72 @@ def build_store(db: Path, runs: int, steps: int, metrics: int) -> str:
     client, rng, keys = MlflowClient(uri), np.random.default_rng(0), metric_keys(metrics)
     experiment_id = prepare_store(uri, EXPERIMENT)
     t0 = int(time.time() * 1000)
-    parent = client.create_run(experiment_id, run_name="dashboard-load", start_time=t0, tags={
-        "sweep_id": sweep_id, PARENT_TAG: "1", "name": "dashboard-load", STATUS_TAG: "FINISHED",
-        N_JOBS_TAG: str(runs)}).info.run_id
-    configs = [load_run_config(REPO / "ablations" / "toy_run.yaml",
-                               [f"objective.aggregation={AGGREGATIONS[i % len(AGGREGATIONS)]}",
-                                f"seed={i // len(AGGREGATIONS)}", f"train.steps={steps}", "name=dashboard_load"])
-               for i in range(runs)]
-    client.log_dict(parent, {"cumulative": False, "jobs": [
-        {"job_id": c.config_hash, "arm_id": c.arm, "arm": f"aggregation={c.objective.aggregation}", "seed": c.seed,
-         "varying": {"objective.aggregation": c.objective.aggregation}} for c in configs]}, JOBS_ARTIFACT)
+    parent = client.create_run(
+        experiment_id,
+        run_name="dashboard-load",
+        start_time=t0,
+        tags={
+            "sweep_id": sweep_id,
+            PARENT_TAG: "1",
+            "name": "dashboard-load",
+            STATUS_TAG: "FINISHED",
+            N_JOBS_TAG: str(runs),
+        },
+    ).info.run_id
+    configs = [
+        load_run_config(
+            REPO / "ablations" / "toy_run.yaml",
+            [
+                f"objective.aggregation={AGGREGATIONS[i % len(AGGREGATIONS)]}",
+                f"seed={i // len(AGGREGATIONS)}",
+                f"train.steps={steps}",
+                "name=dashboard_load",
+            ],
+        )
+        for i in range(runs)
+    ]
+    client.log_dict(
+        parent,
+        {
+            "cumulative": False,
+            "jobs": [
+                {
+                    "job_id": c.config_hash,
+                    "arm_id": c.arm,
+                    "arm": f"aggregation={c.objective.aggregation}",
+                    "seed": c.seed,
+                    "varying": {"objective.aggregation": c.objective.aggregation},
+                }
+                for c in configs
+            ],
+        },
+        JOBS_ARTIFACT,
+    )
     start = time.perf_counter()
     for i, cfg in enumerate(configs):
         begin = t0 + i * 1000
-        run_id = client.create_run(experiment_id, run_name=f"dashboard_load-s{cfg.seed}", start_time=begin, tags={
-            **run_tags(cfg, sweep_id), "arm_label": f"aggregation={cfg.objective.aggregation}",
-            "mlflow.parentRunId": parent, STATUS_TAG: "FINISHED"}).info.run_id
+        run_id = client.create_run(
+            experiment_id,
+            run_name=f"dashboard_load-s{cfg.seed}",
+            start_time=begin,
+            tags={
+                **run_tags(cfg, sweep_id),
+                "arm_label": f"aggregation={cfg.objective.aggregation}",
+                "mlflow.parentRunId": parent,
+                STATUS_TAG: "FINISHED",
+            },
+        ).info.run_id
         params = [Param(k, v) for k, v in flatten_params(cfg.model_dump(mode="json")).items()]
         for j in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
-            client.log_batch(run_id, params=params[j:j + MAX_PARAMS_TAGS_PER_BATCH])
+            client.log_batch(run_id, params=params[j : j + MAX_PARAMS_TAGS_PER_BATCH])
         scale = 10.0 ** rng.uniform(-4, 4, size=metrics)  # every metric its own magnitude
         values = rng.standard_normal((steps, metrics)) * scale
         values[rng.random(values.shape) < NAN_FRAC] = np.nan
-        points = [Metric(key, float(values[s, k]), begin + 2000 * s, s)
-                  for s in range(steps) for k, key in enumerate(keys)]
+        points = [
+            Metric(key, float(values[s, k]), begin + 2000 * s, s) for s in range(steps) for k, key in enumerate(keys)
+        ]
         for j in range(0, len(points), MAX_METRICS_PER_BATCH):
-            client.log_batch(run_id, metrics=points[j:j + MAX_METRICS_PER_BATCH])
+            client.log_batch(run_id, metrics=points[j : j + MAX_METRICS_PER_BATCH])
         client.set_terminated(run_id, "FINISHED", end_time=begin + 2000 * steps)
         done = time.perf_counter() - start
         print(f"  built run {i + 1}/{runs} ({done:.0f} s, ~{done / (i + 1) * (runs - i - 1):.0f} s left)", flush=True)
@@ -138,8 +178,13 @@ def dashboard_load(uri: str, sweep_id: str):
     t.append(time.perf_counter())
     data = load_sweep(reader, found[0])
     t.append(time.perf_counter())
-    return data, {"total": t[3] - t[0], "cpu": time.process_time() - cpu, "runs_index": t[1] - t[0],
-                  "sweeps": t[2] - t[1], "load_sweep": t[3] - t[2]}
+    return data, {
+        "total": t[3] - t[0],
+        "cpu": time.process_time() - cpu,
+        "runs_index": t[1] - t[0],
+        "sweeps": t[2] - t[1],
+        "load_sweep": t[3] - t[2],
+    }
 
 
 def metrics_only(uri: str, run_ids: list[str]) -> tuple[float, float]:
@@ -155,8 +200,11 @@ def mlflow_history(uri: str, sweep_id: str) -> tuple[pd.DataFrame, float, float,
     cpu, start = time.process_time(), time.perf_counter()
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
-    runs = [r for r in client.search_runs([experiment], f"tags.sweep_id = '{sweep_id}'", max_results=1000)
-            if r.data.tags.get(PARENT_TAG) != "1"]
+    runs = [
+        r
+        for r in client.search_runs([experiment], f"tags.sweep_id = '{sweep_id}'", max_results=1000)
+        if r.data.tags.get(PARENT_TAG) != "1"
+    ]
     cols: dict[str, list] = {"run_id": [], "key": [], "step": [], "value": []}
     calls = 0
     for run in runs:
@@ -167,9 +215,14 @@ def mlflow_history(uri: str, sweep_id: str) -> tuple[pd.DataFrame, float, float,
             cols["key"] += [key] * len(history)
             cols["step"] += [m.step for m in history]
             cols["value"] += [m.value for m in history]
-    frame = pd.DataFrame({"run_id": pd.Categorical(cols["run_id"]), "key": pd.Categorical(cols["key"]),
-                          "step": np.asarray(cols["step"], dtype=np.int64),
-                          "value": np.asarray(cols["value"], dtype=float)})
+    frame = pd.DataFrame(
+        {
+            "run_id": pd.Categorical(cols["run_id"]),
+            "key": pd.Categorical(cols["key"]),
+            "step": np.asarray(cols["step"], dtype=np.int64),
+            "value": np.asarray(cols["value"], dtype=float),
+        }
+    )
     return frame, time.perf_counter() - start, time.process_time() - cpu, calls
 
 
@@ -177,8 +230,9 @@ def same_points(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, str]:
     """Whether two long frames hold exactly the same (run_id, key, step, value) points, NaN == NaN."""
     if len(a) != len(b):
         return False, f"{len(a)} vs {len(b)} rows"
-    a, b = ([f.astype({"run_id": str, "key": str}).sort_values(["run_id", "key", "step"], ignore_index=True)
-             for f in (a, b)])
+    a, b = [
+        f.astype({"run_id": str, "key": str}).sort_values(["run_id", "key", "step"], ignore_index=True) for f in (a, b)
+    ]
     for col in ("run_id", "key", "step"):
         if not (a[col].to_numpy() == b[col].to_numpy()).all():
             return False, f"{col} differs"
@@ -221,27 +275,57 @@ def main() -> None:
         ("metrics_query", "metrics query only", queries),
         ("mlflow_history", f"MLflow get_metric_history per run×key ({calls})", baselines),
     ]
-    timings = {key: {"median_s": statistics.median(w for w, _ in v), "min_s": min(w for w, _ in v),
-                     "cpu_median_s": statistics.median(c for _, c in v), "all_s": [w for w, _ in v]}
-               for key, _, v in measures}
-    timings["dashboard_load"].update(first_s=loads[0]["total"], phases_median_s={
-        k: statistics.median(p[k] for p in loads) for k in ("runs_index", "sweeps", "load_sweep")})
+    timings = {
+        key: {
+            "median_s": statistics.median(w for w, _ in v),
+            "min_s": min(w for w, _ in v),
+            "cpu_median_s": statistics.median(c for _, c in v),
+            "all_s": [w for w, _ in v],
+        }
+        for key, _, v in measures
+    }
+    timings["dashboard_load"].update(
+        first_s=loads[0]["total"],
+        phases_median_s={k: statistics.median(p[k] for p in loads) for k in ("runs_index", "sweeps", "load_sweep")},
+    )
     load, query, base = (t["median_s"] for t in timings.values())
     result = {
-        "shape": {"runs": args.runs, "arms": len(AGGREGATIONS), "steps": args.steps, "metrics": args.metrics,
-                  "points": expected, "params_per_run": len(data.params.columns)},
-        "store": uri, "store_bytes": Path(uri[len("sqlite:///"):]).stat().st_size, "build_s": build_s,
-        "repeats": args.repeats, "baseline_repeats": args.baseline_repeats, "history_calls": calls,
+        "shape": {
+            "runs": args.runs,
+            "arms": len(AGGREGATIONS),
+            "steps": args.steps,
+            "metrics": args.metrics,
+            "points": expected,
+            "params_per_run": len(data.params.columns),
+        },
+        "store": uri,
+        "store_bytes": Path(uri[len("sqlite:///") :]).stat().st_size,
+        "build_s": build_s,
+        "repeats": args.repeats,
+        "baseline_repeats": args.baseline_repeats,
+        "history_calls": calls,
         **timings,
-        "ratio_mlflow_over_dashboard_load": base / load, "ratio_mlflow_over_metrics_query": base / query,
-        "target_s": TARGET_S, "target_met": load <= TARGET_S, "frames_agree": bool(agree), "frames_detail": detail,
-        "machine": {"cores": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "python": platform.python_version(),
-                    "platform": platform.platform(), "mlflow": mlflow.__version__, "pandas": pd.__version__,
-                    "numpy": np.__version__},
+        "ratio_mlflow_over_dashboard_load": base / load,
+        "ratio_mlflow_over_metrics_query": base / query,
+        "target_s": TARGET_S,
+        "target_met": load <= TARGET_S,
+        "frames_agree": bool(agree),
+        "frames_detail": detail,
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "mlflow": mlflow.__version__,
+            "pandas": pd.__version__,
+            "numpy": np.__version__,
+        },
     }
 
-    print(f"\n{args.runs} runs x {args.steps} steps x {args.metrics} metrics = {expected:,} points "
-          f"(load average {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cores)")
+    print(
+        f"\n{args.runs} runs x {args.steps} steps x {args.metrics} metrics = {expected:,} points "
+        f"(load average {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cores)"
+    )
     print(f"{'measure':<46}{'median s':>9}{'min s':>8}{'cpu s':>8}{'n':>4}")
     for key, label, v in measures:
         t = timings[key]

@@ -40,10 +40,22 @@ from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.rollout.hf import TransformersBackend  # noqa: E402
 
 SIZES = {  # Qwen2.5-0.5B's shape, and a tiny one for CPU checks
-    "0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2),
-    "tiny": dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2),
+    "0.5b": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+    ),
+    "tiny": dict(
+        vocab_size=4096,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
 }
 
 
@@ -54,8 +66,13 @@ def build(size: str, device: torch.device, dtype: torch.dtype):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
     torch.manual_seed(0)
-    config = Qwen2Config(**shape, max_position_embeddings=4096, tie_word_embeddings=True,
-                         eos_token_id=shape["vocab_size"] - 1, pad_token_id=shape["vocab_size"] - 1)
+    config = Qwen2Config(
+        **shape,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=shape["vocab_size"] - 1,
+        pad_token_id=shape["vocab_size"] - 1,
+    )
     return Qwen2ForCausalLM(config).to(device=device, dtype=dtype), tokenizer
 
 
@@ -90,8 +107,11 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     backend = TransformersBackend(model, tokenizer, eos_token_ids=set())  # every response runs the full budget
     n = args.prompts * args.group
-    prompts = [" ".join(f"w{(17 * i + 31 * j) % 4000 + 1}" for j in range(args.prompt_tokens))
-               for i in range(args.prompts) for _ in range(args.group)]
+    prompts = [
+        " ".join(f"w{(17 * i + 31 * j) % 4000 + 1}" for j in range(args.prompt_tokens))
+        for i in range(args.prompts)
+        for _ in range(args.group)
+    ]
     sampling = SamplingParams(args.new_tokens, 1.0, 1.0)
     batch = backend.generate(prompts, sampling, seed=0)
     gen_s = median_time(lambda: backend.generate(prompts, sampling, seed=0), args.repeats)
@@ -109,7 +129,7 @@ def main() -> None:
     def train_step() -> None:
         model.train()
         for rows in torch.arange(n, device=device).split(args.micro_batch):
-            logits = model(input_ids=ids[rows], attention_mask=attn[rows]).logits[:, P - 1:-1].float()
+            logits = model(input_ids=ids[rows], attention_mask=attn[rows]).logits[:, P - 1 : -1].float()
             logp = token_logprobs(logits, ids[rows, P:])
             out = policy_loss(logp, logp.detach(), adv[rows], mask[rows], obj, norm=norm)
             out.loss.backward()
@@ -119,23 +139,46 @@ def main() -> None:
     train_s = median_time(train_step, args.repeats)
     train_tokens = int(attn.sum())
     hardware = torch.cuda.get_device_name(0) if device.type == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
-    rows = [("model", f"Qwen2 {args.size} ({params / 1e6:.1f}M parameters, random weights, {str(dtype)[6:]})"),
-            ("hardware", hardware), ("batch", f"{args.prompts} prompts x {args.group} = {n} responses, "
-                                              f"{args.prompt_tokens} prompt + {args.new_tokens} new tokens"),
-            ("rollout", f"{gen_s:.3f} s, {gen_tokens / gen_s:,.0f} generated tokens/s"),
-            ("training step", f"{train_s:.3f} s, {train_tokens / train_s:,.0f} trained tokens/s "
-                              f"(micro-batch {args.micro_batch})")]
+    rows = [
+        ("model", f"Qwen2 {args.size} ({params / 1e6:.1f}M parameters, random weights, {str(dtype)[6:]})"),
+        ("hardware", hardware),
+        (
+            "batch",
+            f"{args.prompts} prompts x {args.group} = {n} responses, "
+            f"{args.prompt_tokens} prompt + {args.new_tokens} new tokens",
+        ),
+        ("rollout", f"{gen_s:.3f} s, {gen_tokens / gen_s:,.0f} generated tokens/s"),
+        (
+            "training step",
+            f"{train_s:.3f} s, {train_tokens / train_s:,.0f} trained tokens/s (micro-batch {args.micro_batch})",
+        ),
+    ]
     if device.type == "cuda":
         rows.append(("peak GPU memory", f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"))
     for k, v in rows:
         print(f"{k:15s} {v}")
-    write_json(f"gpu_throughput_{args.size}", {
-        "size": args.size, "parameters": params, "dtype": str(dtype), "device": device.type, "hardware": hardware,
-        "torch": torch.__version__, "prompts": args.prompts, "group": args.group, "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens, "micro_batch": args.micro_batch, "repeats": args.repeats,
-        "rollout_s": gen_s, "rollout_tokens_per_s": gen_tokens / gen_s, "train_step_s": train_s,
-        "train_tokens_per_s": train_tokens / train_s,
-        "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None})
+    write_json(
+        f"gpu_throughput_{args.size}",
+        {
+            "size": args.size,
+            "parameters": params,
+            "dtype": str(dtype),
+            "device": device.type,
+            "hardware": hardware,
+            "torch": torch.__version__,
+            "prompts": args.prompts,
+            "group": args.group,
+            "prompt_tokens": args.prompt_tokens,
+            "new_tokens": args.new_tokens,
+            "micro_batch": args.micro_batch,
+            "repeats": args.repeats,
+            "rollout_s": gen_s,
+            "rollout_tokens_per_s": gen_tokens / gen_s,
+            "train_step_s": train_s,
+            "train_tokens_per_s": train_tokens / train_s,
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+        },
+    )
 
 
 if __name__ == "__main__":

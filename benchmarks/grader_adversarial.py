@@ -55,7 +55,7 @@ def cases(sentinel: str) -> list[tuple[str, str]]:
         ("python as plain text", f"the answer is {run}"),
         ("python in an answer tag", f"<answer>{run}</answer>"),
         ("python in \\text", f"\\boxed{{\\text{{{run}}}}}"),
-        ("eval in a box", f"\\boxed{{eval(\"{run}\")}}"),
+        ("eval in a box", f'\\boxed{{eval("{run}")}}'),
         ("lambda in a box", f"\\boxed{{(lambda: {run})()}}"),
         ("sympy Function call", f"\\boxed{{Lambda(x, {run})(1)}}"),
     ]
@@ -77,10 +77,15 @@ def measure(sentinel: str) -> list[dict[str, object]]:
         cpu1, mid = _cpu_s(), time.perf_counter()
         raw = grade_math(completion, GOLD)
         cpu2, end = _cpu_s(), time.perf_counter()
-        rows.append({"case": name, "seconds": round(max(mid - start, end - mid), 3),
-                     "cpu_s": round(max(cpu1 - cpu0, cpu2 - cpu1), 3),
-                     "graded": "right" if via_task.correct or raw.correct else "wrong",
-                     "timed_out": via_task.timed_out or raw.timed_out})
+        rows.append(
+            {
+                "case": name,
+                "seconds": round(max(mid - start, end - mid), 3),
+                "cpu_s": round(max(cpu1 - cpu0, cpu2 - cpu1), 3),
+                "graded": "right" if via_task.correct or raw.correct else "wrong",
+                "timed_out": via_task.timed_out or raw.timed_out,
+            }
+        )
     return rows
 
 
@@ -94,7 +99,7 @@ def _cpu_s() -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except FileNotFoundError:
             return 0.0
-        ticks = sum(int(x) for x in fields[11:15 if reaped else 13])
+        ticks = sum(int(x) for x in fields[11 : 15 if reaped else 13])
         return ticks / os.sysconf("SC_CLK_TCK")
 
     if _HELPER._process is None:
@@ -122,10 +127,15 @@ def main() -> None:
         print(f"{r['case']:<{width}}  {r['seconds']:7.3f}  {r['cpu_s']:5.2f}  {r['graded']:<6}  {r['timed_out']}")
     worst, worst_cpu = max(r["seconds"] for r in rows), max(r["cpu_s"] for r in rows)
     load = os.getloadavg()
-    print(f"max {worst:.3f} s ({worst_cpu:.2f} CPU s) over {len(rows)} cases; all wrong: {all(r['graded'] == 'wrong' for r in rows)}; "
-          f"code executed: {executed}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    write_json("grader_adversarial", {"max_seconds": worst, "max_cpu_s": worst_cpu, "code_executed": executed,
-                                      "load_average": load, "cases": rows})
+    print(
+        f"max {worst:.3f} s ({worst_cpu:.2f} CPU s) over {len(rows)} cases; "
+        f"all wrong: {all(r['graded'] == 'wrong' for r in rows)}; "
+        f"code executed: {executed}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    write_json(
+        "grader_adversarial",
+        {"max_seconds": worst, "max_cpu_s": worst_cpu, "code_executed": executed, "load_average": load, "cases": rows},
+    )
     sys.exit(1 if executed or worst > 1.0 or any(r["graded"] != "wrong" for r in rows) else 0)
 
 

@@ -52,8 +52,15 @@ def agreement(name: str, limit: int | None, template: str) -> dict:
             misses.append({"id": p.id, "gold": p.answer, "extracted": grade.info["answer"]})
     seconds = time.perf_counter() - start
     n = len(pairs)
-    return {"set": name, "completion": pairs[0][2] if pairs else "-", "n": n, "agree": n - len(misses),
-            "rate": (n - len(misses)) / n if n else float("nan"), "seconds": seconds, "misses": misses[:10]}
+    return {
+        "set": name,
+        "completion": pairs[0][2] if pairs else "-",
+        "n": n,
+        "agree": n - len(misses),
+        "rate": (n - len(misses)) / n if n else float("nan"),
+        "seconds": seconds,
+        "misses": misses[:10],
+    }
 
 
 def main() -> None:
@@ -69,8 +76,9 @@ def main() -> None:
     for r in rows:
         for m in r["misses"][:3]:
             print(f"  miss {r['set']}: gold {m['gold']!r} extracted {m['extracted']!r}")
-    write_json("grading_agreement", {"limit": args.limit, "template": args.template, "data_dir": str(data_dir()),
-                                     "sets": rows})
+    write_json(
+        "grading_agreement", {"limit": args.limit, "template": args.template, "data_dir": str(data_dir()), "sets": rows}
+    )
 
 
 if __name__ == "__main__":

@@ -49,12 +49,28 @@ def toy_model_and_tokenizer(seed: int = 0) -> tuple[LlamaForCausalLM, PreTrained
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
-                                        pad_token="<pad>", unk_token="<unk>", padding_side="left")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=192, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
-                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     return LlamaForCausalLM(config).eval(), tokenizer
 
 
@@ -91,43 +107,76 @@ def main() -> None:
                 return int(backend.generate(prompts, params, seed=seed).lengths.sum())
             finally:
                 hf.COMPACT_FRACTION = default
+
         return run
 
     def hf_generate(full: bool):
         def run(seed: int) -> int:
             torch.manual_seed(seed)
             with torch.inference_mode():
-                out = model.generate(**encoded, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                     max_new_tokens=MAX_NEW_TOKENS, min_new_tokens=MAX_NEW_TOKENS if full else 0,
-                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            new = out[:, encoded["input_ids"].shape[1]:]
+                out = model.generate(
+                    **encoded,
+                    do_sample=True,
+                    temperature=1.0,
+                    top_p=1.0,
+                    top_k=0,
+                    max_new_tokens=MAX_NEW_TOKENS,
+                    min_new_tokens=MAX_NEW_TOKENS if full else 0,
+                    eos_token_id=tokenizer.eos_token_id,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            new = out[:, encoded["input_ids"].shape[1] :]
             ended = (new == tokenizer.eos_token_id).int()
             # tokens up to and including the first EOS (everything when none)
             return int(torch.where(ended.any(1), ended.argmax(1) + 1, new.shape[1]).sum())
+
         return run
 
-    cases = [("full", "TransformersBackend", ours([])), ("full", "model.generate", hf_generate(True)),
-             ("natural", "TransformersBackend", ours(None)), ("natural", "  without compaction", ours(None, 2.0)),
-             ("natural", "model.generate", hf_generate(False))]
+    cases = [
+        ("full", "TransformersBackend", ours([])),
+        ("full", "model.generate", hf_generate(True)),
+        ("natural", "TransformersBackend", ours(None)),
+        ("natural", "  without compaction", ours(None, 2.0)),
+        ("natural", "model.generate", hf_generate(False)),
+    ]
     rows = []
     for workload, name, fn in cases:
         wall, cpu, tokens = timed(fn, args.repeats)
-        rows.append({"workload": workload, "backend": name.strip(), "batch": len(prompts),
-                     "max_new_tokens": MAX_NEW_TOKENS, "threads": args.threads,
-                     "seconds_per_batch": round(wall, 4), "cpu_seconds_per_batch": round(cpu, 4),
-                     "mean_new_tokens": round(tokens, 1), "tokens_per_s": round(tokens / wall, 1)})
+        rows.append(
+            {
+                "workload": workload,
+                "backend": name.strip(),
+                "batch": len(prompts),
+                "max_new_tokens": MAX_NEW_TOKENS,
+                "threads": args.threads,
+                "seconds_per_batch": round(wall, 4),
+                "cpu_seconds_per_batch": round(cpu, 4),
+                "mean_new_tokens": round(tokens, 1),
+                "tokens_per_s": round(tokens / wall, 1),
+            }
+        )
 
-    print(f"{'workload':8} {'backend':20} {'batch':>5} {'new tok':>7} {'threads':>7} {'s/batch':>8} {'cpu s':>7} "
-          f"{'tokens':>7} {'tokens/s':>9}")
+    print(
+        f"{'workload':8} {'backend':20} {'batch':>5} {'new tok':>7} {'threads':>7} {'s/batch':>8} {'cpu s':>7} "
+        f"{'tokens':>7} {'tokens/s':>9}"
+    )
     for r in rows:
-        print(f"{r['workload']:8} {r['backend']:20} {r['batch']:5d} {r['max_new_tokens']:7d} {r['threads']:7d} "
-              f"{r['seconds_per_batch']:8.4f} {r['cpu_seconds_per_batch']:7.4f} {r['mean_new_tokens']:7.0f} "
-              f"{r['tokens_per_s']:9.0f}")
+        print(
+            f"{r['workload']:8} {r['backend']:20} {r['batch']:5d} {r['max_new_tokens']:7d} {r['threads']:7d} "
+            f"{r['seconds_per_batch']:8.4f} {r['cpu_seconds_per_batch']:7.4f} {r['mean_new_tokens']:7.0f} "
+            f"{r['tokens_per_s']:9.0f}"
+        )
     out = REPO / "results" / "benchmarks" / "rollout_speed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "machine": platform.machine(), "repeats": args.repeats,
-            "timing": "minimum over repeats", "load_average": os.getloadavg()[0]}
+    meta = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "repeats": args.repeats,
+        "timing": "minimum over repeats",
+        "load_average": os.getloadavg()[0],
+    }
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out.relative_to(REPO)}")
 

@@ -57,13 +57,29 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     transformers.utils.logging.disable_progress_bar()
     warmup = 2
-    cfg = load_run_config(ROOT / "ablations" / "toy_run.yaml", [
-        f"objective.preset={args.preset}", f"rollout.prompts_per_step={args.prompts}",
-        f"rollout.group_size={args.group}", f"rollout.max_new_tokens={args.max_new}",
-        f"train.steps={args.steps + warmup}", f"model.cache_dir={ROOT / 'results' / 'cache'}", *args.set])
+    cfg = load_run_config(
+        ROOT / "ablations" / "toy_run.yaml",
+        [
+            f"objective.preset={args.preset}",
+            f"rollout.prompts_per_step={args.prompts}",
+            f"rollout.group_size={args.group}",
+            f"rollout.max_new_tokens={args.max_new}",
+            f"train.steps={args.steps + warmup}",
+            f"model.cache_dir={ROOT / 'results' / 'cache'}",
+            *args.set,
+        ],
+    )
     policy, tokenizer = load_policy(str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)), torch.device("cpu"))
-    trainer = Trainer(policy, ToyAdditionTask(cfg.task.toy_addition), TransformersBackend(policy, tokenizer),
-                      tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    trainer = Trainer(
+        policy,
+        ToyAdditionTask(cfg.task.toy_addition),
+        TransformersBackend(policy, tokenizer),
+        tokenizer.pad_token_id,
+        cfg.objective,
+        cfg.rollout,
+        cfg.train,
+        cfg.seed,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"sqlite:///{tmp}/mlflow.db"
         with RunTracker(uri, prepare_store(uri, "bench"), config=cfg) as tracker:
@@ -84,16 +100,34 @@ def main() -> None:
         return statistics.median(m[key] for m in steps)
 
     total_step = sum(m[M.STEP_S] for m in steps)
-    row = {"preset": args.preset, "overrides": args.set, "reference_kl": cfg.train.reference_kl, "threads": args.threads, "prompts": args.prompts, "group": args.group,
-           "max_new_tokens": args.max_new, "steps": args.steps, "step_s": med(M.STEP_S),
-           "generate_s": med(M.GENERATE_S), "update_s": med(M.UPDATE_S), "tokens_per_s": med(M.TOKENS_PER_S),
-           "response_len_mean": med(M.LENGTH_MEAN), "tracking_share": sink.seconds / (total_step + sink.seconds),
-           "cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
-    print(f"{'preset':8} {'ref KL':>6} {'thr':>3} {'shape':>10} {'step s':>7} {'gen s':>7} {'upd s':>7} {'tok/s':>7} "
-          f"{'len':>5} {'tracking':>8}")
-    print(f"{row['preset']:8} {str(cfg.train.reference_kl):>6} {args.threads:>3} {f'{args.prompts}x{args.group}x{args.max_new}':>10} "
-          f"{row['step_s']:7.3f} {row['generate_s']:7.3f} {row['update_s']:7.3f} {row['tokens_per_s']:7.0f} "
-          f"{row['response_len_mean']:5.1f} {100 * row['tracking_share']:7.2f}%")
+    row = {
+        "preset": args.preset,
+        "overrides": args.set,
+        "reference_kl": cfg.train.reference_kl,
+        "threads": args.threads,
+        "prompts": args.prompts,
+        "group": args.group,
+        "max_new_tokens": args.max_new,
+        "steps": args.steps,
+        "step_s": med(M.STEP_S),
+        "generate_s": med(M.GENERATE_S),
+        "update_s": med(M.UPDATE_S),
+        "tokens_per_s": med(M.TOKENS_PER_S),
+        "response_len_mean": med(M.LENGTH_MEAN),
+        "tracking_share": sink.seconds / (total_step + sink.seconds),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+    }
+    print(
+        f"{'preset':8} {'ref KL':>6} {'thr':>3} {'shape':>10} {'step s':>7} {'gen s':>7} {'upd s':>7} {'tok/s':>7} "
+        f"{'len':>5} {'tracking':>8}"
+    )
+    print(
+        f"{row['preset']:8} {str(cfg.train.reference_kl):>6} {args.threads:>3} "
+        f"{f'{args.prompts}x{args.group}x{args.max_new}':>10} "
+        f"{row['step_s']:7.3f} {row['generate_s']:7.3f} {row['update_s']:7.3f} {row['tokens_per_s']:7.0f} "
+        f"{row['response_len_mean']:5.1f} {100 * row['tracking_share']:7.2f}%"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(row, indent=2))

@@ -34,25 +34,52 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "toy_run.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
         path = Path(tmp) / "sweep.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": "overhead", "base": "toy_run.yaml", "seeds": list(range(args.jobs)),
-            "set": {"train.steps": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2,
-                    "model.cache_dir": str(ROOT / "results" / "cache")}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "overhead",
+                    "base": "toy_run.yaml",
+                    "seeds": list(range(args.jobs)),
+                    "set": {
+                        "train.steps": 1,
+                        "rollout.prompts_per_step": 2,
+                        "rollout.group_size": 2,
+                        "model.cache_dir": str(ROOT / "results" / "cache"),
+                    },
+                }
+            )
+        )
         plan = load_sweep(path)
         uri = f"sqlite:///{tmp}/mlflow.db"
         start = time.perf_counter()
-        result = run_sweep(plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs),
-                           executor=LocalExecutor(workers=args.workers), tracking_uri=uri, console=False)
+        result = run_sweep(
+            plan.name,
+            plan.sweep_id,
+            plan.experiment,
+            plan.spec,
+            list(plan.jobs),
+            executor=LocalExecutor(workers=args.workers),
+            tracking_uri=uri,
+            console=False,
+        )
         wall = time.perf_counter() - start
         client = MlflowClient(uri)
         trained = [sum(m.value for m in client.get_metric_history(o.run_id, "time/step_s")) for o in result.finished]
         per_job = [o.seconds - t for o, t in zip(result.finished, trained)]
-    row = {"jobs": args.jobs, "workers": args.workers, "finished": len(result.finished), "sweep_wall_s": wall,
-           "job_wall_s_median": statistics.median(o.seconds for o in result.finished),
-           "trained_s_median": statistics.median(trained), "overhead_s_median": statistics.median(per_job)}
+    row = {
+        "jobs": args.jobs,
+        "workers": args.workers,
+        "finished": len(result.finished),
+        "sweep_wall_s": wall,
+        "job_wall_s_median": statistics.median(o.seconds for o in result.finished),
+        "trained_s_median": statistics.median(trained),
+        "overhead_s_median": statistics.median(per_job),
+    }
     print(f"{'jobs':>4} {'workers':>7} {'sweep s':>8} {'job s':>7} {'trained s':>9} {'overhead s/job':>14}")
-    print(f"{row['jobs']:>4} {row['workers']:>7} {wall:8.1f} {row['job_wall_s_median']:7.2f} "
-          f"{row['trained_s_median']:9.2f} {row['overhead_s_median']:14.2f}")
+    print(
+        f"{row['jobs']:>4} {row['workers']:>7} {wall:8.1f} {row['job_wall_s_median']:7.2f} "
+        f"{row['trained_s_median']:9.2f} {row['overhead_s_median']:14.2f}"
+    )
     write_json("sweep_overhead", row)
 
 

@@ -70,9 +70,7 @@ def per_metric(uri: str, experiment_id: str, steps: int) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200, help="steps for the buffered methods")
-    parser.add_argument(
-        "--per-metric-steps", type=int, default=20, help="steps for log_metric (slow; kept short)"
-    )
+    parser.add_argument("--per-metric-steps", type=int, default=20, help="steps for log_metric (slow; kept short)")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "tracking_overhead.json")
     args = parser.parse_args()
 
@@ -87,21 +85,30 @@ def main() -> None:
         ]:
             seconds, calls = run(steps)
             rows.append(
-                {"method": label, "steps": steps, "metrics_per_step": len(NAMES), "seconds": seconds,
-                 "seconds_per_step": seconds / steps, "calls": calls}
+                {
+                    "method": label,
+                    "steps": steps,
+                    "metrics_per_step": len(NAMES),
+                    "seconds": seconds,
+                    "seconds_per_step": seconds / steps,
+                    "calls": calls,
+                }
             )
 
     slowest = rows[-1]["seconds_per_step"]
     print(f"{'method':<28}{'steps':>6}{'s/step':>11}{'calls':>7}{'speed-up':>10}")
     for row in rows:
         row["speedup_vs_log_metric"] = slowest / row["seconds_per_step"]
-        print(f"{row['method']:<28}{row['steps']:>6}{row['seconds_per_step']:>11.5f}"
-              f"{row['calls']:>7}{row['speedup_vs_log_metric']:>9.0f}x")
+        print(
+            f"{row['method']:<28}{row['steps']:>6}{row['seconds_per_step']:>11.5f}"
+            f"{row['calls']:>7}{row['speedup_vs_log_metric']:>9.0f}x"
+        )
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(
-        {"store": "sqlite (temp dir)", "python": platform.python_version(), "results": rows}, indent=2
-    ) + "\n")
+    args.out.write_text(
+        json.dumps({"store": "sqlite (temp dir)", "python": platform.python_version(), "results": rows}, indent=2)
+        + "\n"
+    )
     print(f"wrote {args.out}")
 
 

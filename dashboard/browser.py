@@ -15,13 +15,21 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 HOST = "127.0.0.1"
 
 # (name, URL path (Streamlit derives it from dashboard/views/<file>.py), page title, least plotly charts on a sweep)
@@ -115,8 +123,12 @@ def settle(page, title: str, min_charts: int, timeout_s: float) -> dict:
     deadline, last, stable = time.monotonic() + timeout_s, None, 0
     while True:
         state = page.evaluate(STATE_JS)
-        done = (title in state["titles"] and not state["running"] and state["charts"] >= min_charts
-                and state["drawn"] == state["charts"]) or bool(state["exceptions"])
+        done = (
+            title in state["titles"]
+            and not state["running"]
+            and state["charts"] >= min_charts
+            and state["drawn"] == state["charts"]
+        ) or bool(state["exceptions"])
         stable = stable + 1 if done and state == last else 0
         if stable >= 2:
             return state

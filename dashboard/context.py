@@ -93,8 +93,12 @@ def rollouts(artifact_uris: tuple[str, ...]) -> dict[str, pd.DataFrame]:
 def sidebar() -> None:
     """Store, sweep picker and reload button; the choice lives in session_state for every page."""
     with st.sidebar:
-        st.text_input("Tracking URI", value=tracking_uri(), key="uri",
-                      help="Any MLflow store; SQLite and SQL databases are read with direct SQL.")
+        st.text_input(
+            "Tracking URI",
+            value=tracking_uri(),
+            key="uri",
+            help="Any MLflow store; SQLite and SQL databases are read with direct SQL.",
+        )
         found = all_sweeps(tracking_uri())
         if found:
             labels = {s.key: f"{s.name} · {s.experiment}" + (f" · {s.sweep_id}" if s.sweep_id else "") for s in found}
@@ -165,9 +169,16 @@ def optuna_studies(url: str) -> list[dict]:
         found = optuna.get_all_study_summaries(storage, include_best_trial=False)
     finally:
         _close_optuna(storage)
-    return [{"name": s.study_name, "n_trials": s.n_trials, "directions": [d.name.lower() for d in s.directions],
-             "start": s.datetime_start, "user_attrs": dict(s.user_attrs)}
-            for s in sorted(found, key=lambda s: getattr(s, "_study_id", 0), reverse=True)]
+    return [
+        {
+            "name": s.study_name,
+            "n_trials": s.n_trials,
+            "directions": [d.name.lower() for d in s.directions],
+            "start": s.datetime_start,
+            "user_attrs": dict(s.user_attrs),
+        }
+        for s in sorted(found, key=lambda s: getattr(s, "_study_id", 0), reverse=True)
+    ]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Loading the study…")
@@ -196,27 +207,33 @@ def optuna_study(url: str, name: str) -> dict | None:
         else:
             plot_kw = {"target_name": label}
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        varying = sorted({k for t in complete for k in t.params
-                          if len({repr(u.params.get(k)) for u in complete}) > 1})
+        varying = sorted({k for t in complete for k in t.params if len({repr(u.params.get(k)) for u in complete}) > 1})
         figures, notes = {}, {}
         if complete:
             figures["history"] = optuna.visualization.plot_optimization_history(study, **plot_kw)
             figures["parallel"] = optuna.visualization.plot_parallel_coordinate(study, **plot_kw)
             if len(complete) < 2 or not varying:
-                notes["importances"] = (f"Parameter importances need at least 2 completed trials and a parameter that "
-                                        f"varies between them ({len(complete)} completed, "
-                                        f"{len(varying)} varying).")
+                notes["importances"] = (
+                    f"Parameter importances need at least 2 completed trials and a parameter that "
+                    f"varies between them ({len(complete)} completed, "
+                    f"{len(varying)} varying)."
+                )
             else:
                 try:
                     figures["importances"] = optuna.visualization.plot_param_importances(
-                        study, evaluator=FanovaImportanceEvaluator(seed=0), **plot_kw)
+                        study, evaluator=FanovaImportanceEvaluator(seed=0), **plot_kw
+                    )
                 except Exception as e:  # noqa: BLE001 (the evaluator's failures are many and uninteresting here)
                     notes["importances"] = f"Parameter importances could not be evaluated: {type(e).__name__}: {e}"
         best, pareto = None, None
         if complete and len(directions) == 1:
             b = study.best_trial
-            best = {"number": b.number, "value": b.value, "params": dict(b.params),
-                    "mlflow_run_id": b.user_attrs.get("mlflow_run_id")}
+            best = {
+                "number": b.number,
+                "value": b.value,
+                "params": dict(b.params),
+                "mlflow_run_id": b.user_attrs.get("mlflow_run_id"),
+            }
         elif complete:
             pareto = len(study.best_trials)
     finally:
@@ -229,15 +246,31 @@ def optuna_study(url: str, name: str) -> dict | None:
         done = t.datetime_start is not None and t.datetime_complete is not None
         values = list(t.values) if t.values else [None] * len(directions)
         value = {"value": values[0]} if len(directions) == 1 else {f"value {i}": v for i, v in enumerate(values)}
-        rows.append({"number": t.number, "state": t.state.name, **value,
-                     **{column[k]: t.params.get(k) for k in names},
-                     "started": t.datetime_start,
-                     "duration (s)": (t.datetime_complete - t.datetime_start).total_seconds() if done else None,
-                     "last reported step": max(t.intermediate_values) if t.intermediate_values else None,
-                     "mlflow_run_id": t.user_attrs.get("mlflow_run_id")})
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                **value,
+                **{column[k]: t.params.get(k) for k in names},
+                "started": t.datetime_start,
+                "duration (s)": (t.datetime_complete - t.datetime_start).total_seconds() if done else None,
+                "last reported step": max(t.intermediate_values) if t.intermediate_values else None,
+                "mlflow_run_id": t.user_attrs.get("mlflow_run_id"),
+            }
+        )
     table = pd.DataFrame(rows)
     if not table.empty and table["last reported step"].isna().all():
         table = table.drop(columns="last reported step")
     states = {s: sum(t.state == TrialState[s] for t in trials) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
-    return {"directions": directions, "user_attrs": attrs, "objective": label, "trials": table, "states": states,
-            "best": best, "pareto": pareto, "varying": varying, "figures": figures, "notes": notes}
+    return {
+        "directions": directions,
+        "user_attrs": attrs,
+        "objective": label,
+        "trials": table,
+        "states": states,
+        "best": best,
+        "pareto": pareto,
+        "varying": varying,
+        "figures": figures,
+        "notes": notes,
+    }

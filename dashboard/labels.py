@@ -48,8 +48,10 @@ def preset_of(settings: Mapping[str, Any]) -> str | None:
         return None
     for name in PRESETS:
         fields = preset_fields(name, {"max_len": max_len})
-        if all(f"objective.{k}" in settings and canonical(settings[f"objective.{k}"]) == canonical(v)
-               for k, v in fields.items()):
+        if all(
+            f"objective.{k}" in settings and canonical(settings[f"objective.{k}"]) == canonical(v)
+            for k, v in fields.items()
+        ):
             return name
     return None
 
@@ -87,8 +89,9 @@ class ArmLabels:
 def first_settings(data: SweepData) -> dict[str, dict[str, Any]]:
     """Each arm → the params (dotted, as logged) of its first run."""
     first = data.runs.drop_duplicates("arm").set_index("arm")["run_id"]
-    return {arm: (data.params.loc[rid].dropna().to_dict() if rid in data.params.index else {})
-            for arm, rid in first.items()}
+    return {
+        arm: (data.params.loc[rid].dropna().to_dict() if rid in data.params.index else {}) for arm, rid in first.items()
+    }
 
 
 def arm_labels(data: SweepData, names: Collection[str] | None = None) -> ArmLabels:
@@ -110,8 +113,11 @@ def arm_names(spec: Mapping[str, Any] | None) -> list[str] | None:
     if not isinstance(spec, Mapping):
         return None
     arms = spec.get("arms") or []
-    return [str(a["name"]) for a in arms if isinstance(a, Mapping) and a.get("name") is not None] \
-        if isinstance(arms, list) else []
+    return (
+        [str(a["name"]) for a in arms if isinstance(a, Mapping) and a.get("name") is not None]
+        if isinstance(arms, list)
+        else []
+    )
 
 
 def with_settings(table: pd.DataFrame, labels: ArmLabels, column: str = "arm") -> pd.DataFrame:

@@ -11,12 +11,29 @@ from dashboard.context import OPTUNA_ENV, URI_ENV
 APP = Path(__file__).resolve().parent / "app.py"
 
 
-def dashboard_command(uri: str, host: str, port: int, optuna_storage: str | None = None
-                      ) -> tuple[list[str], dict[str, str]]:
+def dashboard_command(
+    uri: str, host: str, port: int, optuna_storage: str | None = None
+) -> tuple[list[str], dict[str, str]]:
     """The `streamlit run` command line and environment of `harness dashboard`."""
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-           "--client.toolbarMode", "viewer"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "viewer",
+    ]
     env = {**os.environ, URI_ENV: uri}
     if optuna_storage:
         env[OPTUNA_ENV] = optuna_storage

@@ -13,15 +13,29 @@ def curve_controls(prefix: str, data: SweepData) -> dict:
     """Per-seed lines, EMA smoothing and x axis, shared by the curve pages."""
     c1, c2, c3 = st.columns(3)
     per_seed = c1.toggle("Per-seed lines", key=f"{prefix}_seeds")
-    alpha = c2.select_slider("EMA smoothing α (1 = off)", options=[1.0, 0.5, 0.3, 0.2, 0.1, 0.05], value=0.3,
-                             key=f"{prefix}_ema", help="Applied to each seed before the mean and band")
-    x = c3.radio("x axis", ["step", "tokens"], horizontal=True, key=f"{prefix}_x",
-                 format_func={"step": "RL step", "tokens": "tokens generated"}.get)
+    alpha = c2.select_slider(
+        "EMA smoothing α (1 = off)",
+        options=[1.0, 0.5, 0.3, 0.2, 0.1, 0.05],
+        value=0.3,
+        key=f"{prefix}_ema",
+        help="Applied to each seed before the mean and band",
+    )
+    x = c3.radio(
+        "x axis",
+        ["step", "tokens"],
+        horizontal=True,
+        key=f"{prefix}_x",
+        format_func={"step": "RL step", "tokens": "tokens generated"}.get,
+    )
     if x == "tokens" and M.TOKENS_GENERATED not in data.keys:
         st.warning(f"These runs do not log `{M.TOKENS_GENERATED}`: drawn against RL steps.")
         x = "step"
-    return {"per_seed": per_seed, "smoothing": alpha, "x": x,
-            "x_title": "tokens generated" if x == "tokens" else "RL step"}
+    return {
+        "per_seed": per_seed,
+        "smoothing": alpha,
+        "x": x,
+        "x_title": "tokens generated" if x == "tokens" else "RL step",
+    }
 
 
 def curve_page(title: str, prefix: str, page: str) -> tuple[SweepData, dict, str]:
@@ -34,4 +48,8 @@ def curve_page(title: str, prefix: str, page: str) -> tuple[SweepData, dict, str
         st.stop()
     verdicts.panel(page)
     opts = curve_controls(prefix, data)
-    return data, {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": context.labels(data)}, opts["x"]
+    return (
+        data,
+        {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": context.labels(data)},
+        opts["x"],
+    )

@@ -19,14 +19,22 @@ from harness.spec.claims import Claim
 PAGE_METRICS: dict[str, tuple[str, ...]] = {
     "length_bias": ("train/length_*", "eval/*/length_*"),
     "entropy_clipping": ("policy/entropy", "policy/clip_frac*"),
-    "dynamic_sampling": ("adv/zero_frac", "train/groups_*", "train/gen_rounds", "train/groups_dropped",
-                         "train/truncated_frac"),
+    "dynamic_sampling": (
+        "adv/zero_frac",
+        "train/groups_*",
+        "train/gen_rounds",
+        "train/groups_dropped",
+        "train/truncated_frac",
+    ),
     "ablation": ("*",),
 }
 """Each page (its file under views/) → the metrics (glob patterns) whose claims it shows."""
 
-STYLE = {"reproduced": (st.success, ":material/check_circle:"), "contradicted": (st.error, ":material/cancel:"),
-         "inconclusive": (st.warning, ":material/help:")}
+STYLE = {
+    "reproduced": (st.success, ":material/check_circle:"),
+    "contradicted": (st.error, ":material/cancel:"),
+    "inconclusive": (st.warning, ":material/help:"),
+}
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>$~|])")
 _BLOCK = re.compile(r"^(\s*\d*)([#+\-.)])(?=\s|$)")  # a heading or list marker at the start
 
@@ -44,11 +52,15 @@ def _md(text: str) -> str:
 def body(v: Verdict, row: dict[str, str]) -> str:
     """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why."""
     c = v.claim
-    lines = [f"**{v.verdict.upper()}** · `{c.id}` · [arXiv {c.paper}](https://arxiv.org/abs/{c.paper})",
-             _md(c.statement),
-             (f"`{row['metric @ at']}`, {_md(row['contrast'])} (claimed {_md(row['claimed'])}): "
-              f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · p = {_md(row['p'])} · "
-              f"Holm p = {_md(row['p (Holm)'])} · n = {_md(row['n'])}")]
+    lines = [
+        f"**{v.verdict.upper()}** · `{c.id}` · [arXiv {c.paper}](https://arxiv.org/abs/{c.paper})",
+        _md(c.statement),
+        (
+            f"`{row['metric @ at']}`, {_md(row['contrast'])} (claimed {_md(row['claimed'])}): "
+            f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · p = {_md(row['p'])} · "
+            f"Holm p = {_md(row['p (Holm)'])} · n = {_md(row['n'])}"
+        ),
+    ]
     reason = why(v)
     if reason:
         lines.append(f"*{_md(reason)}*")
@@ -68,9 +80,11 @@ def panel(page: str) -> None:
     if not shown:
         return
     st.subheader("Claims")
-    st.caption(f"{len(shown)} of the sweep's {len(found)} claim{'s' if len(found) != 1 else ''}, each tested "
-               f"against its threshold, Holm-adjusted across all {len(found)} (as `harness claims`). Reproduced: "
-               "Holm p < 0.05 on the claimed side; contradicted: on the other; inconclusive: neither.")
+    st.caption(
+        f"{len(shown)} of the sweep's {len(found)} claim{'s' if len(found) != 1 else ''}, each tested "
+        f"against its threshold, Holm-adjusted across all {len(found)} (as `harness claims`). Reproduced: "
+        "Holm p < 0.05 on the claimed side; contradicted: on the other; inconclusive: neither."
+    )
     for v, row in zip(shown, verdict_rows(shown)):
         box, icon = STYLE.get(v.verdict, STYLE["inconclusive"])
         box(body(v, row), icon=icon)

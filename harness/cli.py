@@ -27,8 +27,13 @@ def _sweep(args: argparse.Namespace) -> int:
 
     from harness.spec.plan import load_sweep
 
-    plan = load_sweep(args.file, profile=args.profile, overrides=args.set,  # every error before any job
-                      max_jobs=args.max_jobs, seeds=args.seeds)
+    plan = load_sweep(
+        args.file,
+        profile=args.profile,
+        overrides=args.set,  # every error before any job
+        max_jobs=args.max_jobs,
+        seeds=args.seeds,
+    )
     if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
         for job in {j.arm_id: j for j in plan.jobs}.values():
             check_host(job.config, f"{plan.source}: arm '{job.arm}'")
@@ -44,8 +49,13 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         from harness.engine.ray_executor import RayExecutor
 
-        executor = RayExecutor(address=args.address, cpus_per_job=args.cpus_per_job,
-                               gpus_per_job=args.gpus_per_job, timeout_s=timeout, retries=retries)
+        executor = RayExecutor(
+            address=args.address,
+            cpus_per_job=args.cpus_per_job,
+            gpus_per_job=args.gpus_per_job,
+            timeout_s=timeout,
+            retries=retries,
+        )
     else:
         from harness.engine.local import LocalExecutor
 
@@ -56,8 +66,9 @@ def _sweep(args: argparse.Namespace) -> int:
     from harness.engine.sweep import SweepRunning, run_sweep
 
     try:
-        result = run_sweep(plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs),
-                           executor=executor, tracking_uri=uri)
+        result = run_sweep(
+            plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs), executor=executor, tracking_uri=uri
+        )
     except SweepRunning as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 1
@@ -66,8 +77,10 @@ def _sweep(args: argparse.Namespace) -> int:
         return 128 + 15  # SIGTERM
     for outcome in result.failed:
         print(f"harness: job {outcome.job_id} FAILED: {outcome.reason}", file=sys.stderr)
-    print(f"sweep {plan.name}: {len(result.finished)} finished, {len(result.skipped)} already done, "
-          f"{len(result.failed)} failed (experiment '{plan.experiment}' at {uri})")
+    print(
+        f"sweep {plan.name}: {len(result.finished)} finished, {len(result.skipped)} already done, "
+        f"{len(result.failed)} failed (experiment '{plan.experiment}' at {uri})"
+    )
     return 0 if result.ok else 1
 
 
@@ -128,8 +141,16 @@ def _report(args: argparse.Namespace) -> int:
         raise ConfigError(f"--alpha: {args.alpha} is not in (0, 1)")
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
     data = load_sweep_data(reader_for(uri), sweep)
-    report = build(data, metrics=args.metric or None, at=at, baseline=args.baseline, test=args.test,
-                   alpha=args.alpha, seed=args.seed, claims=claims)
+    report = build(
+        data,
+        metrics=args.metric or None,
+        at=at,
+        baseline=args.baseline,
+        test=args.test,
+        alpha=args.alpha,
+        seed=args.seed,
+        claims=claims,
+    )
     report.warnings += notes
     for v in report.verdicts:
         print(v.summary())
@@ -169,16 +190,34 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     from rich.table import Table
 
     table = Table(title=f"{name}: claims (α = {alpha}, Holm across {len(verdicts)})", title_justify="left")
-    for col in ("claim", "verdict", "paper", "metric @ at", "contrast", "claimed", "effect [95% CI]", "p", "Holm p",
-                "n"):
+    for col in (
+        "claim",
+        "verdict",
+        "paper",
+        "metric @ at",
+        "contrast",
+        "claimed",
+        "effect [95% CI]",
+        "p",
+        "Holm p",
+        "n",
+    ):
         table.add_column(col, overflow="fold")
     style = {"reproduced": "green", "contradicted": "red", "inconclusive": "yellow"}
     for v in verdicts:
         c = v.claim
-        table.add_row(c.id, f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else ""),
-                      c.paper, f"{c.metric_text()} @ {c.at}", c.contrast.describe(), c.expectation(),
-                      f"{v.effect:+.4g} [{v.low:+.4g}, {v.high:+.4g}]", f"{v.p:.3g}", f"{v.p_holm:.3g}",
-                      f"{v.n1} vs {v.n2}")
+        table.add_row(
+            c.id,
+            f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else ""),
+            c.paper,
+            f"{c.metric_text()} @ {c.at}",
+            c.contrast.describe(),
+            c.expectation(),
+            f"{v.effect:+.4g} [{v.low:+.4g}, {v.high:+.4g}]",
+            f"{v.p:.3g}",
+            f"{v.p_holm:.3g}",
+            f"{v.n1} vs {v.n2}",
+        )
     Console(width=200).print(table)
     for v in verdicts:
         print(v.summary())
@@ -195,9 +234,19 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--benchmarks: {', '.join(unknown) or 'nothing'} is not one of {', '.join(BENCHMARKS)}")
     if args.k < 1 or args.temperature < 0 or not 0 < args.top_p <= 1:
         raise ConfigError("--k must be >= 1, --temperature >= 0 and --top-p in (0, 1]")
-    s = EvalSettings(model=args.model, benchmarks=names, k=args.k, temperature=args.temperature, top_p=args.top_p,
-                     max_new_tokens=args.max_new_tokens, template=args.template, limit=args.limit, seed=args.seed,
-                     device=args.device, dtype=args.dtype)
+    s = EvalSettings(
+        model=args.model,
+        benchmarks=names,
+        k=args.k,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        template=args.template,
+        limit=args.limit,
+        seed=args.seed,
+        device=args.device,
+        dtype=args.dtype,
+    )
     result = run_eval(s, tracking_uri=args.tracking_uri, experiment=args.experiment)
     print_table(result, names, args.k)
     return 0
@@ -211,15 +260,24 @@ def _tune(args: argparse.Namespace) -> int:
         check_host(plan.trial_config({}), f"{args.file}: base")
     from harness.engine.tune import run_tune
 
-    result = run_tune(args.file, overrides=args.set, trials=args.trials, workers=args.workers,
-                      storage_url=args.storage, tracking_uri=args.tracking_uri, executor=args.executor,
-                      address=args.address)
+    result = run_tune(
+        args.file,
+        overrides=args.set,
+        trials=args.trials,
+        workers=args.workers,
+        storage_url=args.storage,
+        tracking_uri=args.tracking_uri,
+        executor=args.executor,
+        address=args.address,
+    )
     import optuna
 
     study = optuna.load_study(study_name=result.study, storage=result.storage)
     best = study.best_trial if any(t.value is not None for t in study.trials) else None
-    print(f"study {result.study}: {result.finished} finished trials in {result.storage}"
-          + (f"; best {best.value:.4g} (trial {best.number}: {best.params})" if best else ""))
+    print(
+        f"study {result.study}: {result.finished} finished trials in {result.storage}"
+        + (f"; best {best.value:.4g} (trial {best.number}: {best.params})" if best else "")
+    )
     return 0
 
 
@@ -232,6 +290,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _at_least(minimum: int):
     """argparse type: an integer >= `minimum`."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -265,6 +324,7 @@ def _seed_list(text: str) -> list[int]:
 
 def _finite(minimum: float, *, inclusive: bool):
     """argparse type: a finite number above `minimum` (or equal to it, if `inclusive`)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -278,94 +338,147 @@ def _finite(minimum: float, *, inclusive: bool):
 
 
 def _tracking_uri_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite under results/)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, "
-                                     "tracked in MLflow.")
+    parser = _Parser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, tracked in MLflow.")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train one run from a YAML config",
-                         description="Train one run from a YAML run config and log it to MLflow.")
+    run = sub.add_parser(
+        "run",
+        help="train one run from a YAML config",
+        description="Train one run from a YAML run config and log it to MLflow.",
+    )
     run.add_argument("config", help="run config (YAML), e.g. ablations/toy_run.yaml")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set objective.preset=dr_grpo --set seed=1 (repeatable)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set objective.preset=dr_grpo --set seed=1 (repeatable)",
+    )
     _tracking_uri_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.set_defaults(func=_run)
 
-    sweep = sub.add_parser("sweep", help="run an ablation grid x seeds as resumable jobs",
-                           description="Expand a sweep file into jobs and run those not yet FINISHED in MLflow, "
-                                       "in parallel here or on a Ray cluster. Rerunning resumes.")
+    sweep = sub.add_parser(
+        "sweep",
+        help="run an ablation grid x seeds as resumable jobs",
+        description="Expand a sweep file into jobs and run those not yet FINISHED in MLflow, "
+        "in parallel here or on a Ray cluster. Rerunning resumes.",
+    )
     sweep.add_argument("file", help="sweep file (YAML), e.g. ablations/dr_grpo_bias.yaml")
     sweep.add_argument("--dry-run", action="store_true", help="print the job table (with MLflow status) and exit")
     sweep.add_argument("--profile", default=None, help="a named profile of the sweep file, e.g. paper")
-    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a run-config key for every job (repeatable)")
+    sweep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a run-config key for every job (repeatable)",
+    )
     sweep.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run")
     sweep.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
-    sweep.add_argument("--workers", type=_at_least(1), default=None,
-                       help="local jobs at once (default: cores / threads per job)")
+    sweep.add_argument(
+        "--workers", type=_at_least(1), default=None, help="local jobs at once (default: cores / threads per job)"
+    )
     sweep.add_argument("--retries", type=_at_least(0), default=None, help="extra attempts for a failed job")
-    sweep.add_argument("--timeout", type=_finite(0, inclusive=False), default=None,
-                       help="seconds before a job is killed and FAILED")
-    sweep.add_argument("--seeds", type=_seed_list, default=None, metavar="LIST",
-                       help="run these seeds instead of the file's, e.g. 100-104 for a replication with fresh "
-                            "seeds (give it its own --tracking-uri to keep it apart from the first run)")
-    sweep.add_argument("--max-jobs", type=_at_least(1), default=None,
-                       help="refuse a sweep of more jobs than this (default 10000), before expanding it")
-    sweep.add_argument("--cpus-per-job", type=_finite(0, inclusive=False), default=1.0,
-                       help="Ray: CPUs declared per job")
-    sweep.add_argument("--gpus-per-job", type=_finite(0, inclusive=True), default=0.0,
-                       help="Ray: GPUs declared per job")
+    sweep.add_argument(
+        "--timeout", type=_finite(0, inclusive=False), default=None, help="seconds before a job is killed and FAILED"
+    )
+    sweep.add_argument(
+        "--seeds",
+        type=_seed_list,
+        default=None,
+        metavar="LIST",
+        help="run these seeds instead of the file's, e.g. 100-104 for a replication with fresh "
+        "seeds (give it its own --tracking-uri to keep it apart from the first run)",
+    )
+    sweep.add_argument(
+        "--max-jobs",
+        type=_at_least(1),
+        default=None,
+        help="refuse a sweep of more jobs than this (default 10000), before expanding it",
+    )
+    sweep.add_argument(
+        "--cpus-per-job", type=_finite(0, inclusive=False), default=1.0, help="Ray: CPUs declared per job"
+    )
+    sweep.add_argument(
+        "--gpus-per-job", type=_finite(0, inclusive=True), default=0.0, help="Ray: GPUs declared per job"
+    )
     _tracking_uri_option(sweep)
     sweep.set_defaults(func=_sweep)
 
-    dash = sub.add_parser("dashboard", help="browse sweeps: the papers' bias analyses on your runs",
-                          description="Start the Streamlit dashboard on a tracking store (127.0.0.1 by default).")
+    dash = sub.add_parser(
+        "dashboard",
+        help="browse sweeps: the papers' bias analyses on your runs",
+        description="Start the Streamlit dashboard on a tracking store (127.0.0.1 by default).",
+    )
     dash.add_argument("--port", type=int, default=8501, help="port (default 8501)")
-    dash.add_argument("--host", default="127.0.0.1",
-                      help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    dash.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)"
+    )
     _tracking_uri_option(dash)
-    dash.add_argument("--optuna-storage", default=None,
-                      help="Optuna storage of the Studies page (default sqlite:///results/optuna.db)")
+    dash.add_argument(
+        "--optuna-storage",
+        default=None,
+        help="Optuna storage of the Studies page (default sqlite:///results/optuna.db)",
+    )
     dash.set_defaults(func=_dashboard)
 
-    rep = sub.add_parser("report", help="across-seed statistics of a sweep (CIs, tests, effect sizes, Holm)",
-                         description="Compare a sweep's arms across seeds: per-arm statistics, each arm vs the "
-                                     "baseline, main effects and interactions of a grid, power; Markdown, HTML, "
-                                     "JSON and LaTeX.")
+    rep = sub.add_parser(
+        "report",
+        help="across-seed statistics of a sweep (CIs, tests, effect sizes, Holm)",
+        description="Compare a sweep's arms across seeds: per-arm statistics, each arm vs the "
+        "baseline, main effects and interactions of a grid, power; Markdown, HTML, "
+        "JSON and LaTeX.",
+    )
     rep.add_argument("sweep", help="the sweep file (e.g. ablations/dr_grpo_bias.yaml) or a sweep's name or id")
-    rep.add_argument("--metric", action="append", default=[],
-                     help="metric to compare (repeatable; default: incorrect and correct length, accuracy, "
-                          "reward, entropy)")
+    rep.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="metric to compare (repeatable; default: incorrect and correct length, accuracy, reward, entropy)",
+    )
     rep.add_argument("--at", default=None, help="a run's value: final, last-K (default last-10), step N, auc, best")
     rep.add_argument("--baseline", default=None, help="baseline arm (its label or a unique part; default: first arm)")
-    rep.add_argument("--test", default="welch", help="test for the p-values Holm corrects: welch (default), "
-                                                     "mannwhitney, permutation")
+    rep.add_argument(
+        "--test", default="welch", help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation"
+    )
     rep.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    rep.add_argument("--format", default="md,html,json,latex",
-                     help="comma-separated: md, html, json, latex (default: all four)")
+    rep.add_argument(
+        "--format", default="md,html,json,latex", help="comma-separated: md, html, json, latex (default: all four)"
+    )
     rep.add_argument("--out", default=None, help="output folder (default results/reports/<sweep>)")
     rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(rep)
     rep.set_defaults(func=_report)
 
-    cl = sub.add_parser("claims", help="judge a sweep's claims: reproduced, contradicted or inconclusive",
-                        description="Judge the claims of a sweep file (its `claims:` list) on the sweep's runs, "
-                                    "with Holm across the claims. Exit code 1 when a claim is contradicted.")
-    cl.add_argument("sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it "
-                                  "last ran with)")
+    cl = sub.add_parser(
+        "claims",
+        help="judge a sweep's claims: reproduced, contradicted or inconclusive",
+        description="Judge the claims of a sweep file (its `claims:` list) on the sweep's runs, "
+        "with Holm across the claims. Exit code 1 when a claim is contradicted.",
+    )
+    cl.add_argument(
+        "sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it last ran with)"
+    )
     cl.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
     cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(cl)
     cl.set_defaults(func=_claims)
 
-    ev = sub.add_parser("eval", help="evaluate a model on math benchmarks (avg@k, pass@k, maj@k, lengths)",
-                        description="Sample k responses per problem, grade them with math-verify, log one MLflow "
-                                    "run and print a table per benchmark.")
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a model on math benchmarks (avg@k, pass@k, maj@k, lengths)",
+        description="Sample k responses per problem, grade them with math-verify, log one MLflow "
+        "run and print a table per benchmark.",
+    )
     ev.add_argument("--model", required=True, help="HF model id or local directory (safetensors)")
     ev.add_argument("--benchmarks", default="math500,aime24,amc23,gsm8k", help="comma-separated benchmark names")
     ev.add_argument("--k", type=int, default=1, help="samples per problem (default 1)")
@@ -381,17 +494,25 @@ def build_parser() -> argparse.ArgumentParser:
     _tracking_uri_option(ev)
     ev.set_defaults(func=_eval)
 
-    tu = sub.add_parser("tune", help="hyperparameter search with Optuna; every trial a tracked run",
-                        description="Run (or resume) an Optuna study from a tune file: each trial trains one "
-                                    "run, logged to MLflow under the study's parent run.")
+    tu = sub.add_parser(
+        "tune",
+        help="hyperparameter search with Optuna; every trial a tracked run",
+        description="Run (or resume) an Optuna study from a tune file: each trial trains one "
+        "run, logged to MLflow under the study's parent run.",
+    )
     tu.add_argument("file", help="tune file (YAML), e.g. ablations/tune_dr_grpo_lr.yaml")
     tu.add_argument("--trials", type=_at_least(1), default=None, help="finished trials wanted (default: the file's)")
     tu.add_argument("--workers", type=_at_least(1), default=1, help="workers sharing the storage (default 1)")
     tu.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///results/optuna.db)")
     tu.add_argument("--executor", choices=["local", "ray"], default="local", help="where workers run")
     tu.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
-    tu.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a run-config key for every trial (repeatable)")
+    tu.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a run-config key for every trial (repeatable)",
+    )
     _tracking_uri_option(tu)
     tu.set_defaults(func=_tune)
     return parser
@@ -407,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # the run is already marked FAILED in MLflow with the full traceback
+    except Exception as exc:  # noqa: BLE001 (the run is already marked FAILED in MLflow with the traceback)
         print(f"harness: run failed: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
 

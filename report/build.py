@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from warnings import catch_warnings, simplefilter
 
 import numpy as np
 import pandas as pd
@@ -21,8 +20,11 @@ from trainer import metric_names as M
 # GUIDE §5 / issue 6: the length-bias question's metrics
 DEFAULT_METRICS = (M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ACCURACY, M.REWARD_MEAN, M.ENTROPY)
 DEFAULT_AT = "last-10"
-TESTS = {"welch": ("welch_p", "Welch's t-test"), "mannwhitney": ("mwu_p", "Mann–Whitney U"),
-         "permutation": ("perm_p", "exact permutation test of the mean difference")}
+TESTS = {
+    "welch": ("welch_p", "Welch's t-test"),
+    "mannwhitney": ("mwu_p", "Mann–Whitney U"),
+    "permutation": ("perm_p", "exact permutation test of the mean difference"),
+}
 POWER = 0.8
 PER_ARM_COLUMNS = ["metric", "arm", "failed", "n", "mean", "sd", "median", "iqm", "ci_low", "ci_high", "values"]
 
@@ -38,7 +40,8 @@ class Report:
     per_arm: pd.DataFrame
     """metric, arm, n, failed, mean, sd, median, iqm, ci_low, ci_high, values."""
     comparisons: pd.DataFrame
-    """metric, arm, baseline, n1, n2, diff, Welch/bootstrap CIs, p-values, p (chosen test), p_holm, effect sizes, mde."""
+    """metric, arm, baseline, n1, n2, diff, Welch/bootstrap CIs, p-values, p (chosen test), p_holm, effect sizes,
+    mde."""
     effects: pd.DataFrame
     """metric, factor, level, n, mean, effect, CIs, p, p_holm (factorial sweeps)."""
     interactions: pd.DataFrame
@@ -50,8 +53,17 @@ class Report:
     """The sweep's claims judged (harness.analysis.claims), shown first."""
 
 
-def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = None, baseline: str | None = None,
-          test: str = "welch", alpha: float = 0.05, seed: int = 0, claims: list[Claim] | None = None) -> Report:
+def build(
+    data: SweepData,
+    *,
+    metrics: list[str] | None = None,
+    at: At | None = None,
+    baseline: str | None = None,
+    test: str = "welch",
+    alpha: float = 0.05,
+    seed: int = 0,
+    claims: list[Claim] | None = None,
+) -> Report:
     at = at or At.parse(DEFAULT_AT)
     metrics = [m for m in (metrics or DEFAULT_METRICS)]
     missing = [m for m in metrics if m not in data.keys]
@@ -67,12 +79,30 @@ def build(data: SweepData, *, metrics: list[str] | None = None, at: At | None = 
     warnings += more
     effects, inter, more = _factorial(data, values, alpha, seed)
     warnings += more
-    report = Report(header=_header(data), arms=_arms(data),
-                    settings={"metrics": metrics, "at": at.describe(), "at_spec": at, "baseline": base, "test": test,
-                              "test_name": TESTS[test][1], "alpha": alpha, "seed": seed, "power": POWER,
-                              "resamples": stats.N_RESAMPLES, "cumulative": data.cumulative, "factors": data.varying},
-                    per_arm=per_arm, comparisons=comparisons, effects=effects, interactions=inter, warnings=warnings,
-                    curves={m: data.by_arm(m, only=values[m]["run_id"]) for m in metrics})  # the runs counted
+    report = Report(
+        header=_header(data),
+        arms=_arms(data),
+        settings={
+            "metrics": metrics,
+            "at": at.describe(),
+            "at_spec": at,
+            "baseline": base,
+            "test": test,
+            "test_name": TESTS[test][1],
+            "alpha": alpha,
+            "seed": seed,
+            "power": POWER,
+            "resamples": stats.N_RESAMPLES,
+            "cumulative": data.cumulative,
+            "factors": data.varying,
+        },
+        per_arm=per_arm,
+        comparisons=comparisons,
+        effects=effects,
+        interactions=inter,
+        warnings=warnings,
+        curves={m: data.by_arm(m, only=values[m]["run_id"]) for m in metrics},
+    )  # the runs counted
     report.findings = _findings(report)
     report.verdicts = judge(data, claims, alpha=alpha) if claims else []
     return report
@@ -86,8 +116,9 @@ def _baseline(data: SweepData, wanted: str | None) -> str | None:
     hits = [a for a in data.arms if wanted in a]
     if len(hits) == 1:
         return hits[0]
-    raise ConfigError(f"--baseline: {wanted!r} {'matches several arms' if hits else 'is not an arm'} "
-                      f"(arms: {'; '.join(data.arms)})")
+    raise ConfigError(
+        f"--baseline: {wanted!r} {'matches several arms' if hits else 'is not an arm'} (arms: {'; '.join(data.arms)})"
+    )
 
 
 def _header(data: SweepData) -> dict[str, Any]:
@@ -104,27 +135,41 @@ def _header(data: SweepData) -> dict[str, Any]:
     commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()) - {""})
     planned = {j["job_id"] for j in data.planned}
     finished = set(done.get("job_id", pd.Series(dtype=str)).dropna())
-    return {"sweep": sweep.name, "sweep_id": sweep.sweep_id, "experiment": sweep.experiment,
-            "code_version": commits or ["unknown"], "seeds": sorted(int(s) for s in runs["seed"].unique() if s >= 0),
-            "runs": len(runs), "finished": len(done), "failed": len(failed),
-            "retried": int((runs["state"] == "retried").sum()),
-            "running": int(runs["state"].isin(["running", "stalled"]).sum()),
-            "planned": len(planned), "not_finished": len(planned - finished),
-            "failures": [f"{r.arm} · seed {r.seed}: {r.failure_reason or 'no reason recorded'}"
-                         for r in failed.itertuples()],
-            "compute_hours": float(secs) / 3600,
-            "wall_clock_hours": float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
-            "started": f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else ""}
+    return {
+        "sweep": sweep.name,
+        "sweep_id": sweep.sweep_id,
+        "experiment": sweep.experiment,
+        "code_version": commits or ["unknown"],
+        "seeds": sorted(int(s) for s in runs["seed"].unique() if s >= 0),
+        "runs": len(runs),
+        "finished": len(done),
+        "failed": len(failed),
+        "retried": int((runs["state"] == "retried").sum()),
+        "running": int(runs["state"].isin(["running", "stalled"]).sum()),
+        "planned": len(planned),
+        "not_finished": len(planned - finished),
+        "failures": [
+            f"{r.arm} · seed {r.seed}: {r.failure_reason or 'no reason recorded'}" for r in failed.itertuples()
+        ],
+        "compute_hours": float(secs) / 3600,
+        "wall_clock_hours": float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
+        "started": f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else "",
+    }
 
 
 def _arms(data: SweepData) -> pd.DataFrame:
     rows = []
     for arm in data.arms:
         runs = data.runs[data.runs["arm"] == arm]
-        rows.append({"arm": arm, "arm_id": ", ".join(sorted(set(runs["arm_id"].dropna().astype(str)))),
-                     "seeds": sorted(int(s) for s in runs.loc[runs["state"] == "done", "seed"]),
-                     "failed": sorted(int(s) for s in runs.loc[runs["state"] == "failed", "seed"]),
-                     "config_hashes": sorted(set(runs.get("config_hash", pd.Series(dtype=str)).dropna()))})
+        rows.append(
+            {
+                "arm": arm,
+                "arm_id": ", ".join(sorted(set(runs["arm_id"].dropna().astype(str)))),
+                "seeds": sorted(int(s) for s in runs.loc[runs["state"] == "done", "seed"]),
+                "failed": sorted(int(s) for s in runs.loc[runs["state"] == "failed", "seed"]),
+                "config_hashes": sorted(set(runs.get("config_hash", pd.Series(dtype=str)).dropna())),
+            }
+        )
     return pd.DataFrame(rows, columns=["arm", "arm_id", "seeds", "failed", "config_hashes"])
 
 
@@ -148,14 +193,24 @@ def _stratified(data: SweepData, values: dict[str, pd.DataFrame], seed: int) -> 
     for arm in data.arms:
         strata = {b: values[b].loc[values[b]["arm"] == arm, "value"].to_numpy() for b in benches}
         est, low, high = stats.stratified_mean_ci(strata, seed=seed)
-        rows.append({"metric": f"eval/mean of {len(benches)}/accuracy", "arm": arm, "failed": 0,
-                     "n": min(len(v) for v in strata.values()), "mean": est, "ci_low": low, "ci_high": high,
-                     "values": []})
+        rows.append(
+            {
+                "metric": f"eval/mean of {len(benches)}/accuracy",
+                "arm": arm,
+                "failed": 0,
+                "n": min(len(v) for v in strata.values()),
+                "mean": est,
+                "ci_low": low,
+                "ci_high": high,
+                "values": [],
+            }
+        )
     return rows
 
 
-def _comparisons(data: SweepData, values: dict[str, pd.DataFrame], base: str, test: str, alpha: float,
-                 seed: int) -> tuple[pd.DataFrame, list[str]]:
+def _comparisons(
+    data: SweepData, values: dict[str, pd.DataFrame], base: str, test: str, alpha: float, seed: int
+) -> tuple[pd.DataFrame, list[str]]:
     rows, warnings = [], []
     for metric, vals in values.items():
         b = vals.loc[vals["arm"] == base, "value"].to_numpy()
@@ -165,9 +220,16 @@ def _comparisons(data: SweepData, values: dict[str, pd.DataFrame], base: str, te
             a = vals.loc[vals["arm"] == arm, "value"].to_numpy()
             c = stats.compare(a, b, seed=seed, alpha=alpha)
             sd = _pooled_sd(a, b)
-            c.update({"metric": metric, "arm": arm, "baseline": base, "p": c[TESTS[test][0]],
-                      "min_p": stats.min_p_value(test, len(a), len(b)),
-                      "mde": stats.min_detectable_effect(len(a), len(b), sd, alpha=alpha, power=POWER, test=test)})
+            c.update(
+                {
+                    "metric": metric,
+                    "arm": arm,
+                    "baseline": base,
+                    "p": c[TESTS[test][0]],
+                    "min_p": stats.min_p_value(test, len(a), len(b)),
+                    "mde": stats.min_detectable_effect(len(a), len(b), sd, alpha=alpha, power=POWER, test=test),
+                }
+            )
             rows.append(c)
     table = pd.DataFrame(rows)
     if table.empty:
@@ -176,8 +238,10 @@ def _comparisons(data: SweepData, values: dict[str, pd.DataFrame], base: str, te
     for (n1, n2), _ in table.groupby(["n1", "n2"]):
         floor = stats.min_p_value(test, int(n1), int(n2))
         if floor > alpha:
-            warnings.append(f"With {int(n1)} vs {int(n2)} seeds the {TESTS[test][1]} can never give p < {alpha}: "
-                            f"its smallest two-sided p is {floor:.3g}. Add seeds, or use --test welch.")
+            warnings.append(
+                f"With {int(n1)} vs {int(n2)} seeds the {TESTS[test][1]} can never give p < {alpha}: "
+                f"its smallest two-sided p is {floor:.3g}. Add seeds, or use --test welch."
+            )
     if (table[["n1", "n2"]] < 2).any(axis=None):
         warnings.append("Some arm has fewer than 2 finished seeds: no spread, CI or test for it.")
     return table, warnings
@@ -189,32 +253,20 @@ def _pooled_sd(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sqrt(((len(a) - 1) * np.var(a, ddof=1) + (len(b) - 1) * np.var(b, ddof=1)) / (len(a) + len(b) - 2)))
 
 
-def _factorial(data: SweepData, values: dict[str, pd.DataFrame], alpha: float,
-               seed: int) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+def _factorial(
+    data: SweepData, values: dict[str, pd.DataFrame], alpha: float, seed: int
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Main effects and two-way interactions, for grid sweeps (not for a cumulative progression), and the
     warnings of the statistics (empty cells)."""
     if data.cumulative or not data.varying:
         return pd.DataFrame(), pd.DataFrame(), []
     effects, inter, notes = [], [], []
     for metric, vals in values.items():
-        e = stats.main_effects(vals, data.varying, seed=seed)
-        with catch_warnings(record=True) as caught:
-            simplefilter("always", stats.StatsWarning)
-            model = stats.cell_means_effects(vals, data.varying, alpha=alpha)
-        notes += [f"{metric}: {w.message}" for w in caught if issubclass(w.category, stats.StatsWarning)]
-        model = model.rename(columns={"effect": "model_effect", "low": "model_low", "high": "model_high",
-                                      "p": "model_p", "df": "model_df"})
-        e = e.merge(model, on=["factor", "level"], how="left")
-        # the factorial model's test where it has one; Welch's two-group test where the model has an estimate but
-        # no residual df or variance; nothing where the model has no estimate (empty cells: Welch's groups would
-        # be just as unbalanced)
-        welch = e["model_p"].isna() & e["model_effect"].notna()
-        e["test_p"] = e["model_p"].where(~welch, e["p"])
-        e["test_low"] = e["model_low"].where(~welch, e["welch_low"])
-        e["test_high"] = e["model_high"].where(~welch, e["welch_high"])
+        e, caught = stats.factorial_effects(vals, data.varying, alpha=alpha, seed=seed)
+        notes += [f"{metric}: {note}" for note in caught]
         effects.append(e.assign(metric=metric))
         if len(data.varying) > 1:
-            inter.append(stats.interactions(vals, data.varying, seed=seed, alpha=alpha).assign(metric=metric))
+            inter.append(stats.interactions(vals, data.varying, alpha=alpha).assign(metric=metric))
     effects_df = pd.concat(effects, ignore_index=True) if effects else pd.DataFrame()
     if not effects_df.empty:
         effects_df["p_holm"] = stats.holm(effects_df["test_p"].to_numpy())
@@ -227,11 +279,14 @@ def _findings(r: Report) -> list[str]:
     h, a = r.header, r.settings["alpha"]
     out = []
     if not h["finished"]:
-        out.append(f"No run of this sweep has finished: nothing to compare ({h['failed']} failed, {h['running']} "
-                   f"running{_never_ran(h)}).")
+        out.append(
+            f"No run of this sweep has finished: nothing to compare ({h['failed']} failed, {h['running']} "
+            f"running{_never_ran(h)})."
+        )
     if not r.effects.empty:
-        for e in r.effects[r.effects["level"] != r.effects.groupby(["metric", "factor"])["level"].transform("first")
-                           ].itertuples():
+        for e in r.effects[
+            r.effects["level"] != r.effects.groupby(["metric", "factor"])["level"].transform("first")
+        ].itertuples():
             base = r.effects[(r.effects["metric"] == e.metric) & (r.effects["factor"] == e.factor)].iloc[0]["level"]
             head = f"{e.factor}: {base} → {e.level}"
             if np.isnan(e.test_p):
@@ -239,9 +294,11 @@ def _findings(r: Report) -> list[str]:
                 out.append(f"{head} on {e.metric}: {why}.")
                 continue
             how = "factorial-model t-test" if not np.isnan(e.model_p) else "Welch"
-            out.append(f"{head} changes {e.metric} by {e.effect:+.4g} "
-                       f"(95% CI {e.test_low:+.4g} to {e.test_high:+.4g}; {how} p = {e.test_p:.3g}, "
-                       f"Holm-adjusted p = {e.p_holm:.3g}{_verdict(e.p_holm, a)}; {int(e.n)} runs at this level).")
+            out.append(
+                f"{head} changes {e.metric} by {e.effect:+.4g} "
+                f"(95% CI {e.test_low:+.4g} to {e.test_high:+.4g}; {how} p = {e.test_p:.3g}, "
+                f"Holm-adjusted p = {e.p_holm:.3g}{_verdict(e.p_holm, a)}; {int(e.n)} runs at this level)."
+            )
     elif not r.comparisons.empty:
         out += [_comparison_finding(c, r.settings) for c in r.comparisons.itertuples()]
     return out
@@ -250,14 +307,14 @@ def _findings(r: Report) -> list[str]:
 def _comparison_finding(c, s: dict) -> str:
     head = f"{c.arm} vs {c.baseline} on {c.metric}"
     if np.isnan(c.diff):
-        return (f"{head}: no comparison: {c.arm} has {_runs(c.n1)} with a value, {c.baseline} has "
-                f"{_runs(c.n2)}.")
+        return f"{head}: no comparison: {c.arm} has {_runs(c.n1)} with a value, {c.baseline} has {_runs(c.n2)}."
     parts = []
     if not np.isnan(c.welch_low):
         parts.append(f"95% CI {c.welch_low:+.4g} to {c.welch_high:+.4g}")
     if not np.isnan(c.p):
-        parts.append(f"{s['test_name']} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}"
-                     f"{_verdict(c.p_holm, s['alpha'])}")
+        parts.append(
+            f"{s['test_name']} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}{_verdict(c.p_holm, s['alpha'])}"
+        )
     if c.note:
         parts.append(c.note)
     return f"{head}: {c.diff:+.4g} ({'; '.join(parts)}; {_runs(c.n1)} vs {_runs(c.n2)})."

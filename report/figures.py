@@ -7,15 +7,16 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from harness.analysis.figures import PALETTE, curves_by_arm  # noqa: E402
-from harness.analysis.stats import bootstrap_band  # noqa: E402
+from harness.analysis.figures import PALETTE, curves_by_arm
+from harness.analysis.stats import bootstrap_band
 
 
-def save_static(metric: str, by_arm: dict[str, pd.DataFrame], arms: list[str], out: Path, *,
-                seed: int = 0) -> list[Path]:
+def save_static(
+    metric: str, by_arm: dict[str, pd.DataFrame], arms: list[str], out: Path, *, seed: int = 0
+) -> list[Path]:
     """`<out>/<metric>.png` and `.svg`: each arm's mean over seeds with its 95% bootstrap band."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=150)
     for i, arm in enumerate(a for a in arms if a in by_arm):

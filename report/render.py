@@ -21,70 +21,104 @@ OTHER_P = [("welch", "Welch", "welch_p"), ("mannwhitney", "MWU", "mwu_p"), ("per
 
 # ---- display tables (strings), shared by every format ---------------------------------------------------------
 def arms_table(r: Report) -> pd.DataFrame:
-    return pd.DataFrame({"arm": r.arms["arm"], "arm id": r.arms["arm_id"],
-                         "seeds": r.arms["seeds"].map(lambda s: ", ".join(map(str, s)) or "—"),
-                         "failed": r.arms["failed"].map(lambda s: ", ".join(map(str, s)) or "—"),
-                         "config hashes": r.arms["config_hashes"].map(lambda h: ", ".join(h))})
+    return pd.DataFrame(
+        {
+            "arm": r.arms["arm"],
+            "arm id": r.arms["arm_id"],
+            "seeds": r.arms["seeds"].map(lambda s: ", ".join(map(str, s)) or "—"),
+            "failed": r.arms["failed"].map(lambda s: ", ".join(map(str, s)) or "—"),
+            "config hashes": r.arms["config_hashes"].map(lambda h: ", ".join(h)),
+        }
+    )
 
 
 def per_arm_table(r: Report, metric: str) -> pd.DataFrame:
     t = r.per_arm[r.per_arm["metric"] == metric]
-    return pd.DataFrame({
-        "arm": t["arm"], "n": t["n"].astype(int), "failed": t["failed"].astype(int),
-        "mean ± SD": [f"{num(m)} ± {num(s)}" for m, s in zip(t["mean"], t.get("sd", np.nan))],
-        "median": t.get("median", pd.Series(np.nan, index=t.index)).map(num),
-        "IQM": t.get("iqm", pd.Series(np.nan, index=t.index)).map(num),
-        "95% CI (bootstrap)": [ci(lo, hi) for lo, hi in zip(t["ci_low"], t["ci_high"])],
-        "seeds": t["values"].map(lambda v: ", ".join(num(x) for x in v))})
+    return pd.DataFrame(
+        {
+            "arm": t["arm"],
+            "n": t["n"].astype(int),
+            "failed": t["failed"].astype(int),
+            "mean ± SD": [f"{num(m)} ± {num(s)}" for m, s in zip(t["mean"], t.get("sd", np.nan))],
+            "median": t.get("median", pd.Series(np.nan, index=t.index)).map(num),
+            "IQM": t.get("iqm", pd.Series(np.nan, index=t.index)).map(num),
+            "95% CI (bootstrap)": [ci(lo, hi) for lo, hi in zip(t["ci_low"], t["ci_high"])],
+            "seeds": t["values"].map(lambda v: ", ".join(num(x) for x in v)),
+        }
+    )
 
 
 def comparison_table(r: Report, metric: str) -> pd.DataFrame:
     t = r.comparisons[r.comparisons["metric"] == metric] if not r.comparisons.empty else r.comparisons
     if t.empty:
         return pd.DataFrame()
-    return pd.DataFrame({
-        "arm": t["arm"], "n vs n": [f"{int(a)} vs {int(b)}" for a, b in zip(t["n1"], t["n2"])],
-        "Δ": t["diff"].map(lambda x: num(x, True)),
-        "95% CI (Welch)": [ci(lo, hi, True) for lo, hi in zip(t["welch_low"], t["welch_high"])],
-        "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(t["boot_low"], t["boot_high"])],
-        f"p ({r.settings['test']})": t["p"].map(pval), "p (Holm)": t["p_holm"].map(pval),
-        **{f"p {name}": t[col].map(pval) for test, name, col in OTHER_P if test != r.settings["test"]},
-        "P(improve) [CI]": [f"{num(p)} {ci(lo, hi)}" for p, lo, hi in zip(t["p_improve"], t["p_improve_low"],
-                                                                         t["p_improve_high"])],
-        "Hedges' g [CI]": [f"{num(g, True)} {ci(lo, hi, True)}" for g, lo, hi in zip(t["hedges_g"], t["g_low"],
-                                                                                    t["g_high"])],
-        "MDE (80% power)": t["mde"].map(num)})
+    return pd.DataFrame(
+        {
+            "arm": t["arm"],
+            "n vs n": [f"{int(a)} vs {int(b)}" for a, b in zip(t["n1"], t["n2"])],
+            "Δ": t["diff"].map(lambda x: num(x, True)),
+            "95% CI (Welch)": [ci(lo, hi, True) for lo, hi in zip(t["welch_low"], t["welch_high"])],
+            "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(t["boot_low"], t["boot_high"])],
+            f"p ({r.settings['test']})": t["p"].map(pval),
+            "p (Holm)": t["p_holm"].map(pval),
+            **{f"p {name}": t[col].map(pval) for test, name, col in OTHER_P if test != r.settings["test"]},
+            "P(improve) [CI]": [
+                f"{num(p)} {ci(lo, hi)}" for p, lo, hi in zip(t["p_improve"], t["p_improve_low"], t["p_improve_high"])
+            ],
+            "Hedges' g [CI]": [
+                f"{num(g, True)} {ci(lo, hi, True)}" for g, lo, hi in zip(t["hedges_g"], t["g_low"], t["g_high"])
+            ],
+            "MDE (80% power)": t["mde"].map(num),
+        }
+    )
 
 
 def effects_table(r: Report) -> pd.DataFrame:
     e = r.effects[r.effects["test_p"].notna()] if not r.effects.empty else r.effects
     if e.empty:
         return pd.DataFrame()
-    first = {(m, f): lv for m, f, lv in r.effects[["metric", "factor", "level"]].drop_duplicates(
-        ["metric", "factor"]).itertuples(index=False)}
-    return pd.DataFrame({
-        "metric": e["metric"], "switch": e["factor"],
-        "change": [f"{first[(m, f)]} → {lv}" for m, f, lv in zip(e["metric"], e["factor"], e["level"])],
-        "runs": e["n"].astype(int), "Δ": e["effect"].map(lambda x: num(x, True)),
-        "95% CI": [ci(lo, hi, True) for lo, hi in zip(e["test_low"], e["test_high"])],
-        "p": e["test_p"].map(pval), "p (Holm)": e["p_holm"].map(pval),
-        "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(e["low"], e["high"])],
-        "p (Welch, two groups)": e["p"].map(pval)})
+    first = {
+        (m, f): lv
+        for m, f, lv in r.effects[["metric", "factor", "level"]]
+        .drop_duplicates(["metric", "factor"])
+        .itertuples(index=False)
+    }
+    return pd.DataFrame(
+        {
+            "metric": e["metric"],
+            "switch": e["factor"],
+            "change": [f"{first[(m, f)]} → {lv}" for m, f, lv in zip(e["metric"], e["factor"], e["level"])],
+            "runs": e["n"].astype(int),
+            "Δ": e["effect"].map(lambda x: num(x, True)),
+            "95% CI": [ci(lo, hi, True) for lo, hi in zip(e["test_low"], e["test_high"])],
+            "p": e["test_p"].map(pval),
+            "p (Holm)": e["p_holm"].map(pval),
+            "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(e["low"], e["high"])],
+            "p (Welch, two groups)": e["p"].map(pval),
+        }
+    )
 
 
 def interactions_table(r: Report) -> pd.DataFrame:
     i = r.interactions
     if i.empty:
         return pd.DataFrame()
-    return pd.DataFrame({
-        "metric": i["metric"], "interaction": [f"{a}={la} × {b}={lb}" for a, la, b, lb in
-                                               zip(i["factor_a"], i["level_a"], i["factor_b"], i["level_b"])],
-        "estimate": i["estimate"].map(lambda x: num(x, True)),
-        "95% CI": [ci(lo, hi, True) for lo, hi in zip(i["low"], i["high"])], "p": i["p"].map(pval)})
+    return pd.DataFrame(
+        {
+            "metric": i["metric"],
+            "interaction": [
+                f"{a}={la} × {b}={lb}" for a, la, b, lb in zip(i["factor_a"], i["level_a"], i["factor_b"], i["level_b"])
+            ],
+            "estimate": i["estimate"].map(lambda x: num(x, True)),
+            "95% CI": [ci(lo, hi, True) for lo, hi in zip(i["low"], i["high"])],
+            "p": i["p"].map(pval),
+        }
+    )
 
 
 def verdicts_table(r: Report) -> pd.DataFrame:
-    """One row per claim: the verdict first, then what it rests on (harness.analysis.verdict_table, as the dashboard)."""
+    """One row per claim: the verdict first, then what it rests on (harness.analysis.verdict_table, as the
+    dashboard)."""
     return pd.DataFrame(verdict_rows(r.verdicts))
 
 
@@ -92,11 +126,13 @@ def verdict_runs(r: Report) -> list[str]:
     return [f"{v.claim.id}: {', '.join(v.runs) or 'none'}" for v in r.verdicts]
 
 
-CLAIMS_NOTE = ("Each claim's effect is tested against its claimed threshold (two-sided; Welch for arm vs arm, the "
-               "factorial cell-means model for a switch's main effect), Holm-adjusted across the sweep's claims. "
-               "Reproduced: Holm p < α on the claimed side; contradicted: on the other side; inconclusive: neither "
-               "(underpowered, with the minimum detectable effect and the seeds per arm a decisive sweep needs at "
-               "80% power and α/m; or a small effect, the CI within the threshold ± the smallest effect of interest).")
+CLAIMS_NOTE = (
+    "Each claim's effect is tested against its claimed threshold (two-sided; Welch for arm vs arm, the "
+    "factorial cell-means model for a switch's main effect), Holm-adjusted across the sweep's claims. "
+    "Reproduced: Holm p < α on the claimed side; contradicted: on the other side; inconclusive: neither "
+    "(underpowered, with the minimum detectable effect and the seeds per arm a decisive sweep needs at "
+    "80% power and α/m; or a small effect, the CI within the threshold ± the smallest effect of interest)."
+)
 
 
 # ---- formats --------------------------------------------------------------------------------------------------
@@ -111,22 +147,34 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 def _header_lines(r: Report) -> list[str]:
     h, s = r.header, r.settings
-    lines = [f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
-             f"- code version (git): {', '.join(h['code_version'])}",
-             f"- seeds: {', '.join(map(str, h['seeds']))}; runs: {h['finished']} finished, {h['failed']} failed"
-             + (f", {h['running']} still running (left out)" if h["running"] else "")
-             + (f"; {h['retried']} failed attempt{'s' if h['retried'] != 1 else ''} of a job that later finished "
-                f"(history, not counted)" if h.get("retried") else ""),
-             *([f"- jobs: {h['not_finished']} of {h['planned']} planned jobs have no finished run"
-                + (" (never ran, failed, or still running)" if h["not_finished"] else "")] if h.get("planned") else []),
-             f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
-             f"{h['wall_clock_hours']:.2f} h",
-             f"- value of a run: {s['at']}",
-             f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
-             f"family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
-             f"(switches × metrics)",
-             f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
-             f"at {int(s['power'] * 100)}% power"]
+    lines = [
+        f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
+        f"- code version (git): {', '.join(h['code_version'])}",
+        f"- seeds: {', '.join(map(str, h['seeds']))}; runs: {h['finished']} finished, {h['failed']} failed"
+        + (f", {h['running']} still running (left out)" if h["running"] else "")
+        + (
+            f"; {h['retried']} failed attempt{'s' if h['retried'] != 1 else ''} of a job that later finished "
+            f"(history, not counted)"
+            if h.get("retried")
+            else ""
+        ),
+        *(
+            [
+                f"- jobs: {h['not_finished']} of {h['planned']} planned jobs have no finished run"
+                + (" (never ran, failed, or still running)" if h["not_finished"] else "")
+            ]
+            if h.get("planned")
+            else []
+        ),
+        f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
+        f"{h['wall_clock_hours']:.2f} h",
+        f"- value of a run: {s['at']}",
+        f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
+        f"family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
+        f"(switches × metrics)",
+        f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
+        f"at {int(s['power'] * 100)}% power",
+    ]
     lines += [f"- failed: {f}" for f in h["failures"]]
     return lines
 
@@ -140,21 +188,34 @@ def power_lines(r: Report) -> list[str]:
     lines = []
     for (n1, n2), _ in r.comparisons.groupby(["n1", "n2"]):
         floors = {name: min_p_value(test, int(n1), int(n2)) for test, name, _ in OTHER_P}
-        lines.append(f"{int(n1)} vs {int(n2)} seeds: smallest possible two-sided p — "
-                     + ", ".join(f"{name} {pval(p) if p > 0 else 'any'}" for name, p in floors.items())
-                     + f" (α = {r.settings['alpha']}).")
+        lines.append(
+            f"{int(n1)} vs {int(n2)} seeds: smallest possible two-sided p — "
+            + ", ".join(f"{name} {pval(p) if p > 0 else 'any'}" for name, p in floors.items())
+            + f" (α = {r.settings['alpha']})."
+        )
     for metric, t in r.comparisons.groupby("metric", sort=False):
-        lines.append(f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
-                     f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, "
-                     f"the same SD assumed in both arms).")
+        lines.append(
+            f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
+            f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, "
+            f"the same SD assumed in both arms)."
+        )
     return lines
 
 
 def to_markdown(r: Report, figure_dir: str | None = None) -> str:
     out = [f"# Report: {r.header['sweep']}", "", *_header_lines(r), ""]
     if r.verdicts:
-        out += ["## Claims", "", CLAIMS_NOTE, "", markdown_table(verdicts_table(r)), "Runs used:", "",
-                *[f"- {line}" for line in verdict_runs(r)], ""]
+        out += [
+            "## Claims",
+            "",
+            CLAIMS_NOTE,
+            "",
+            markdown_table(verdicts_table(r)),
+            "Runs used:",
+            "",
+            *[f"- {line}" for line in verdict_runs(r)],
+            "",
+        ]
     if r.findings:
         out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
     if r.warnings:
@@ -170,16 +231,26 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
         if figure_dir and r.curves.get(metric):
             out += [f"![{metric}]({figure_dir}/{metric.replace('/', '_')}.png)", ""]
     if not r.effects.empty:
-        out += ["## Main effects", "", "Each switch's effect: the mean over the grid's cells at a level minus at its "
-                "first level (the other switches averaged out). CI and p from the full factorial cell-means model "
-                "(OLS, pooled within-cell variance, df = runs − cells); Welch's two-group test where that model has "
-                "no residual df. Bootstrap CI and the two-group Welch p beside them. A switch whose contrast needs a "
-                "cell of the grid with no finished run has no estimate (the two levels would average over different "
-                "cells, mixing in the other switches' effects): the findings and warnings name the cells.", "",
-                markdown_table(effects_table(r))]
+        out += [
+            "## Main effects",
+            "",
+            "Each switch's effect: the mean over the grid's cells at a level minus at its "
+            "first level (the other switches averaged out). CI and p from the full factorial cell-means model "
+            "(OLS, pooled within-cell variance, df = runs − cells); Welch's two-group test where that model has "
+            "no residual df. Bootstrap CI and the two-group Welch p beside them. A switch whose contrast needs a "
+            "cell of the grid with no finished run has no estimate (the two levels would average over different "
+            "cells, mixing in the other switches' effects): the findings and warnings name the cells.",
+            "",
+            markdown_table(effects_table(r)),
+        ]
     if not r.interactions.empty:
-        out += ["## Two-way interactions", "", "(a1,b1) − (a0,b1) − (a1,b0) + (a0,b0) over cell means; Welch–"
-                "Satterthwaite t interval.", "", markdown_table(interactions_table(r))]
+        out += [
+            "## Two-way interactions",
+            "",
+            "(a1,b1) − (a0,b1) − (a1,b0) + (a0,b0) over cell means; Welch–Satterthwaite t interval.",
+            "",
+            markdown_table(interactions_table(r)),
+        ]
     return "\n".join(out)
 
 
@@ -188,13 +259,21 @@ def to_html(r: Report) -> str:
         return df.to_html(index=False, border=0, classes="t", escape=True) if not df.empty else "<p><em>none</em></p>"
 
     esc = html.escape
-    body = [f"<h1>Report: {esc(r.header['sweep'])}</h1>",
-            "<ul>" + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>"
-                             for line in _header_lines(r)) + "</ul>"]
+    body = [
+        f"<h1>Report: {esc(r.header['sweep'])}</h1>",
+        "<ul>"
+        + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>" for line in _header_lines(r))
+        + "</ul>",
+    ]
     if r.verdicts:
-        body += ["<h2>Claims</h2>", f"<p>{esc(CLAIMS_NOTE)}</p>", table(verdicts_table(r)),
-                 "<details><summary>Runs used</summary><ul>" + "".join(f"<li>{esc(x)}</li>" for x in verdict_runs(r))
-                 + "</ul></details>"]
+        body += [
+            "<h2>Claims</h2>",
+            f"<p>{esc(CLAIMS_NOTE)}</p>",
+            table(verdicts_table(r)),
+            "<details><summary>Runs used</summary><ul>"
+            + "".join(f"<li>{esc(x)}</li>" for x in verdict_runs(r))
+            + "</ul></details>",
+        ]
     if r.findings:
         body += ["<h2>Findings</h2><ul>" + "".join(f"<li>{esc(f)}</li>" for f in r.findings) + "</ul>"]
     if r.warnings:
@@ -215,11 +294,15 @@ def to_html(r: Report) -> str:
         body += ["<h2>Main effects</h2>", table(effects_table(r))]
     if not r.interactions.empty:
         body += ["<h2>Two-way interactions</h2>", table(interactions_table(r))]
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px} table.t{border-collapse:collapse;"
-             "font-size:13px;margin:.5em 0 1.5em} table.t td,table.t th{border-bottom:1px solid #ddd;padding:3px 8px;"
-             "text-align:left} ul.warn li{color:#a15c00}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header['sweep'])}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px} table.t{border-collapse:collapse;"
+        "font-size:13px;margin:.5em 0 1.5em} table.t td,table.t th{border-bottom:1px solid #ddd;padding:3px 8px;"
+        "text-align:left} ul.warn li{color:#a15c00}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header['sweep'])}</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )
 
 
 def to_json(r: Report) -> str:
@@ -227,20 +310,73 @@ def to_json(r: Report) -> str:
         return json.loads(df.to_json(orient="records", double_precision=15)) if not df.empty else []
 
     settings = {k: v for k, v in r.settings.items() if k != "at_spec"}
-    verdicts = [{"claim": v.claim.model_dump(mode="json", by_alias=True), "verdict": v.verdict, "reason": v.reason,
-                 **{k: getattr(v, k) for k in ("effect", "low", "high", "p", "p_holm", "n1", "n2", "mean1", "mean2",
-                                               "seeds", "mde", "seeds_needed", "target", "note", "runs")}}
-                for v in r.verdicts]
-    return json.dumps({"header": r.header, "settings": settings, "verdicts": verdicts, "findings": r.findings,
-                       "warnings": r.warnings,
-                       "arms": records(r.arms), "per_arm": records(r.per_arm),
-                       "comparisons": records(r.comparisons), "main_effects": records(r.effects),
-                       "interactions": records(r.interactions)}, indent=1, default=str)
+    verdicts = [
+        {
+            "claim": v.claim.model_dump(mode="json", by_alias=True),
+            "verdict": v.verdict,
+            "reason": v.reason,
+            **{
+                k: getattr(v, k)
+                for k in (
+                    "effect",
+                    "low",
+                    "high",
+                    "p",
+                    "p_holm",
+                    "n1",
+                    "n2",
+                    "mean1",
+                    "mean2",
+                    "seeds",
+                    "mde",
+                    "seeds_needed",
+                    "target",
+                    "note",
+                    "runs",
+                )
+            },
+        }
+        for v in r.verdicts
+    ]
+    return json.dumps(
+        {
+            "header": r.header,
+            "settings": settings,
+            "verdicts": verdicts,
+            "findings": r.findings,
+            "warnings": r.warnings,
+            "arms": records(r.arms),
+            "per_arm": records(r.per_arm),
+            "comparisons": records(r.comparisons),
+            "main_effects": records(r.effects),
+            "interactions": records(r.interactions),
+        },
+        indent=1,
+        default=str,
+    )
 
 
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$", "Δ": r"$\Delta$", "→": r"$\to$",
-        "×": r"$\times$", "—": "--", "∞": r"$\infty$", "<": r"$<$", "α": r"$\alpha$", "–": "--"}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\^{}",
+    "±": r"$\pm$",
+    "Δ": r"$\Delta$",
+    "→": r"$\to$",
+    "×": r"$\times$",
+    "—": "--",
+    "∞": r"$\infty$",
+    "<": r"$<$",
+    "α": r"$\alpha$",
+    "–": "--",
+}
 
 
 def tex(text: object) -> str:
@@ -252,9 +388,11 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
         return ""
     head = " & ".join(tex(c) for c in df.columns) + r" \\"
     rows = "\n".join(" & ".join(tex(v) for v in row) + r" \\" for row in df.itertuples(index=False))
-    return (f"\\begin{{table}}[t]\n\\centering\\small\n\\caption{{{tex(caption)}}}\\label{{{label}}}\n"
-            f"\\resizebox{{\\linewidth}}{{!}}{{%\n\\begin{{tabular}}{{{'l' * len(df.columns)}}}\n\\toprule\n{head}\n"
-            f"\\midrule\n{rows}\n\\bottomrule\n\\end{{tabular}}}}\n\\end{{table}}\n")
+    return (
+        f"\\begin{{table}}[t]\n\\centering\\small\n\\caption{{{tex(caption)}}}\\label{{{label}}}\n"
+        f"\\resizebox{{\\linewidth}}{{!}}{{%\n\\begin{{tabular}}{{{'l' * len(df.columns)}}}\n\\toprule\n{head}\n"
+        f"\\midrule\n{rows}\n\\bottomrule\n\\end{{tabular}}}}\n\\end{{table}}\n"
+    )
 
 
 def to_latex(r: Report) -> str:
@@ -263,29 +401,52 @@ def to_latex(r: Report) -> str:
     parts = [f"% harness report: {name} (sweep {r.header['sweep_id']}); value of a run: {s['at']}\n"]
     if r.verdicts:
         t = verdicts_table(r).drop(columns=["statement"])
-        parts.append(latex_table(t, f"{name}: the papers' claims judged on this sweep (Holm across claims).",
-                                 f"tab:{r.header['sweep_id']}-claims"))
+        parts.append(
+            latex_table(
+                t,
+                f"{name}: the papers' claims judged on this sweep (Holm across claims).",
+                f"tab:{r.header['sweep_id']}-claims",
+            )
+        )
     for i, metric in enumerate(s["metrics"]):
         t = per_arm_table(r, metric).drop(columns=["seeds"])
         comp = comparison_table(r, metric)
         if not comp.empty:
-            t = t.merge(comp[["arm", "Δ", "95% CI (Welch)", f"p ({s['test']})", "p (Holm)", "Hedges' g [CI]"]],
-                        on="arm", how="left").fillna("")
-        parts.append(latex_table(t, f"{name}: {metric} across seeds (mean ± SD, 95% bootstrap CI; Δ vs "
-                                    f"{s['baseline']} with Welch CI, {s['test_name']}, Holm-adjusted p).",
-                                 f"tab:{r.header['sweep_id']}-{i}"))
+            t = t.merge(
+                comp[["arm", "Δ", "95% CI (Welch)", f"p ({s['test']})", "p (Holm)", "Hedges' g [CI]"]],
+                on="arm",
+                how="left",
+            ).fillna("")
+        parts.append(
+            latex_table(
+                t,
+                f"{name}: {metric} across seeds (mean ± SD, 95% bootstrap CI; Δ vs "
+                f"{s['baseline']} with Welch CI, {s['test_name']}, Holm-adjusted p).",
+                f"tab:{r.header['sweep_id']}-{i}",
+            )
+        )
     eff = effects_table(r)
     if not eff.empty:
-        parts.append(latex_table(eff, f"{name}: main effect of each switch (CI and p from the factorial cell-means "
-                                      f"model, Holm over switches × metrics).", f"tab:{r.header['sweep_id']}-effects"))
+        parts.append(
+            latex_table(
+                eff,
+                f"{name}: main effect of each switch (CI and p from the factorial cell-means "
+                f"model, Holm over switches × metrics).",
+                f"tab:{r.header['sweep_id']}-effects",
+            )
+        )
     return "\n".join(parts)
 
 
 def write(r: Report, out: Path, formats: list[str]) -> list[Path]:
     """The chosen formats under `out` (report.md, .html, .json, .tex), and figures/ (PNG + SVG per metric).
     Every text is rendered before the folder is made: a failure leaves no empty or half-written folder."""
-    render = {"md": ("report.md", lambda: to_markdown(r, "figures")), "html": ("report.html", lambda: to_html(r)),
-              "json": ("report.json", lambda: to_json(r)), "latex": ("report.tex", lambda: to_latex(r))}
+    render = {
+        "md": ("report.md", lambda: to_markdown(r, "figures")),
+        "html": ("report.html", lambda: to_html(r)),
+        "json": ("report.json", lambda: to_json(r)),
+        "latex": ("report.tex", lambda: to_latex(r)),
+    }
     texts = {render[fmt][0]: render[fmt][1]() for fmt in formats}
     out.mkdir(parents=True, exist_ok=True)
     written = []

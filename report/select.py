@@ -13,8 +13,9 @@ from harness.spec.claims import Claim
 from harness.spec.yaml_io import ConfigError
 
 
-def resolve(spec: str, tracking_uri: str | None = None,
-            profile: str | None = None) -> tuple[str, Sweep, list[Claim], list[str]]:
+def resolve(
+    spec: str, tracking_uri: str | None = None, profile: str | None = None
+) -> tuple[str, Sweep, list[Claim], list[str]]:
     """The newest matching sweep, its claims and warnings; a clear one-line error when there is none."""
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") or path.is_file():
@@ -24,8 +25,9 @@ def resolve(spec: str, tracking_uri: str | None = None,
             raise ConfigError(f"{spec}: no such sweep file")
         plan = load_sweep(path, profile=profile)
         uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, tracking_uri)
-        found = [s for s in sweeps(reader_for(uri).runs())
-                 if s.sweep_id == plan.sweep_id and s.experiment == plan.experiment]
+        found = [
+            s for s in sweeps(reader_for(uri).runs()) if s.sweep_id == plan.sweep_id and s.experiment == plan.experiment
+        ]
         hint = f"sweep '{plan.name}' (id {plan.sweep_id}, experiment '{plan.experiment}')"
     else:
         uri = default_tracking_uri("results", tracking_uri)

@@ -22,10 +22,19 @@ def toy_cache(tmp_path_factory) -> Path:
 def tiny_run_overrides(toy_cache) -> list[str]:
     """--set items for a fast real run: a toy model briefly trained on 1-digit sums (~15% sampled
     accuracy, so groups are mixed and advantages non-zero) and a small batch."""
-    return [f"model.cache_dir={toy_cache}", "model.toy.sft_steps=250", "model.toy.eval_samples=0",
-            "model.toy.batch_size=32", "model.toy.task.max_digits=1", "task.toy_addition.max_digits=1",
-            "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=48",
-            "train.steps=3", "train.threads=1"]
+    return [
+        f"model.cache_dir={toy_cache}",
+        "model.toy.sft_steps=250",
+        "model.toy.eval_samples=0",
+        "model.toy.batch_size=32",
+        "model.toy.task.max_digits=1",
+        "task.toy_addition.max_digits=1",
+        "rollout.prompts_per_step=4",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=48",
+        "train.steps=3",
+        "train.threads=1",
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -49,29 +58,57 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
     uri = f"sqlite:///{tmp_path_factory.mktemp('dashboard-store') / 'mlflow.db'}"
     base = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
     overrides = [*tiny_run_overrides, "tracking.experiment=dash", "train.log_text=true"]
-    arms = {"aggregation=seq_mean_token_mean": "objective.aggregation=seq_mean_token_mean",
-            "aggregation=constant": "objective.aggregation=constant"}
-    jobs = [Job(config=load_run_config(base, [*overrides, setting, f"seed={seed}"]), arm=label,
-                varying={"objective.aggregation": setting.split("=")[1]})
-            for label, setting in arms.items() for seed in (0, 1)]
+    arms = {
+        "aggregation=seq_mean_token_mean": "objective.aggregation=seq_mean_token_mean",
+        "aggregation=constant": "objective.aggregation=constant",
+    }
+    jobs = [
+        Job(
+            config=load_run_config(base, [*overrides, setting, f"seed={seed}"]),
+            arm=label,
+            varying={"objective.aggregation": setting.split("=")[1]},
+        )
+        for label, setting in arms.items()
+        for seed in (0, 1)
+    ]
     ensure_toy_model(jobs[0].config.model.toy, jobs[0].config.model.cache_dir)
     spec = {"name": "dash", "grid": {"objective.aggregation": ["seq_mean_token_mean", "constant"]}, "seeds": [0, 1]}
-    result = run_sweep("dash", "dash01", "dash", spec, jobs, executor=LocalExecutor(workers=2),
-                       tracking_uri=uri, console=False)
+    result = run_sweep(
+        "dash", "dash01", "dash", spec, jobs, executor=LocalExecutor(workers=2), tracking_uri=uri, console=False
+    )
     assert result.ok, result.failed
-    slow = Job(config=load_run_config(base, [*overrides, "seed=2", "train.steps=500"]),
-               arm="aggregation=seq_mean_token_mean", varying={"objective.aggregation": "seq_mean_token_mean"})
-    result = run_sweep("dash", "dash01", "dash", spec, [*jobs, slow],
-                       executor=LocalExecutor(workers=1, timeout_s=4, retries=0), tracking_uri=uri, console=False)
+    slow = Job(
+        config=load_run_config(base, [*overrides, "seed=2", "train.steps=500"]),
+        arm="aggregation=seq_mean_token_mean",
+        varying={"objective.aggregation": "seq_mean_token_mean"},
+    )
+    result = run_sweep(
+        "dash",
+        "dash01",
+        "dash",
+        spec,
+        [*jobs, slow],
+        executor=LocalExecutor(workers=1, timeout_s=4, retries=0),
+        tracking_uri=uri,
+        console=False,
+    )
     assert len(result.failed) == 1
     client = MlflowClient(uri)
     live_cfg = load_run_config(base, [*overrides, "seed=3"])
-    live = client.create_run(client.get_experiment_by_name("dash").experiment_id, run_name="toy_run-s3",
-                             tags={**run_tags(live_cfg, "dash01"), "arm_label": "aggregation=seq_mean_token_mean",
-                                   "status": "RUNNING"})
+    live = client.create_run(
+        client.get_experiment_by_name("dash").experiment_id,
+        run_name="toy_run-s3",
+        tags={**run_tags(live_cfg, "dash01"), "arm_label": "aggregation=seq_mean_token_mean", "status": "RUNNING"},
+    )
     now = int(time.time() * 1000)
-    partial = {M.ACCURACY: lambda s: 0.2 + 0.05 * s, M.LENGTH_CORRECT_MEAN: lambda s: 24.0 + s,
-               M.ENTROPY: lambda s: 1.0 - 0.01 * s}
-    client.log_batch(live.info.run_id, metrics=[Metric(k, f(s), now, s) for s in (1, 2) for k, f in partial.items()],
-                     tags=[RunTag("sweep_id", "dash01")])
+    partial = {
+        M.ACCURACY: lambda s: 0.2 + 0.05 * s,
+        M.LENGTH_CORRECT_MEAN: lambda s: 24.0 + s,
+        M.ENTROPY: lambda s: 1.0 - 0.01 * s,
+    }
+    client.log_batch(
+        live.info.run_id,
+        metrics=[Metric(k, f(s), now, s) for s in (1, 2) for k, f in partial.items()],
+        tags=[RunTag("sweep_id", "dash01")],
+    )
     return uri

@@ -43,8 +43,11 @@ def _cuda_present() -> bool:
 
 SWEEP = "name: s\nbase: base.yaml\nseeds: [0, 1]\n"
 """A valid sweep head; each case adds (or replaces) a key."""
-BOMB = "grid:\n  train.lr: [&a [x, x, x, x, x, x, x, x, x], " + ", ".join(
-    f"&{b} [{', '.join(['*' + a] * 9)}]" for a, b in zip("abcdefg", "bcdefgh")) + "]\n"
+BOMB = (
+    "grid:\n  train.lr: [&a [x, x, x, x, x, x, x, x, x], "
+    + ", ".join(f"&{b} [{', '.join(['*' + a] * 9)}]" for a, b in zip("abcdefg", "bcdefgh"))
+    + "]\n"
+)
 """A YAML alias bomb of ~560 bytes in a grid axis: 9^8 values once expanded."""
 NESTED = "[" * 50_000 + "]" * 50_000
 
@@ -53,8 +56,12 @@ CASES = [
     Case("duplicate seeds", "sweep", SWEEP + "seeds: [3]\ngrid:\n  train.lr: [0.1, 0.2]\n", "seeds"),
     Case("duplicate grid key", "sweep", SWEEP + "grid:\n  train.lr: [0.1]\n  train.lr: [0.2]\n", "train.lr"),
     Case("seed true", "sweep", "name: s\nbase: base.yaml\nseeds: [true]\ngrid:\n  train.lr: [0.1, 0.2]\n", "seeds"),
-    Case("seed 2^63", "sweep", "name: s\nbase: base.yaml\nseeds: [9223372036854775808]\ngrid:\n  train.lr: [0.1]\n",
-         "seeds"),
+    Case(
+        "seed 2^63",
+        "sweep",
+        "name: s\nbase: base.yaml\nseeds: [9223372036854775808]\ngrid:\n  train.lr: [0.1]\n",
+        "seeds",
+    ),
     Case("negative seed", "sweep", "name: s\nbase: base.yaml\nseeds: [-1]\ngrid:\n  train.lr: [0.1]\n", "seeds"),
     Case("repeated seeds", "sweep", "name: s\nbase: base.yaml\nseeds: [1, 1]\ngrid:\n  train.lr: [0.1]\n", "seeds"),
     Case("seeds not a list", "sweep", "name: s\nbase: base.yaml\nseeds: 3\ngrid:\n  train.lr: [0.1]\n", "seeds"),
@@ -62,57 +69,122 @@ CASES = [
     # hyperparameters a job would die on
     Case("lr inf", "sweep", SWEEP + "grid:\n  train.lr: [.inf, 0.1]\n", "train.lr"),
     Case("clip nan", "sweep", SWEEP + "grid:\n  objective.clip_high: [.nan, 0.2]\n", "objective.clip_high"),
-    Case("betas out of range", "sweep", SWEEP + "set:\n  train.betas: [0.9, 1.0]\ngrid:\n  train.lr: [0.1, 0.2]\n",
-         "train.betas"),
-    Case("max_new_tokens beyond the model", "sweep",
-         SWEEP + "grid:\n  rollout.max_new_tokens: [64, 1000]\n", "max_new_tokens"),
-    Case("cache_dir not writable", "sweep",
-         SWEEP + "set:\n  model.cache_dir: base.yaml/cache\ngrid:\n  train.lr: [0.1, 0.2]\n", "model.cache_dir"),
-    Case("hub id without hub", "sweep",
-         SWEEP + "set:\n  model.source: hf\n  model.name_or_path: nobody-xyz/no-such-model\n"
-                 "grid:\n  train.lr: [0.1, 0.2]\n", "model.name_or_path", env={"HF_HUB_OFFLINE": "1"}),
+    Case(
+        "betas out of range",
+        "sweep",
+        SWEEP + "set:\n  train.betas: [0.9, 1.0]\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "train.betas",
+    ),
+    Case(
+        "max_new_tokens beyond the model",
+        "sweep",
+        SWEEP + "grid:\n  rollout.max_new_tokens: [64, 1000]\n",
+        "max_new_tokens",
+    ),
+    Case(
+        "cache_dir not writable",
+        "sweep",
+        SWEEP + "set:\n  model.cache_dir: base.yaml/cache\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "model.cache_dir",
+    ),
+    Case(
+        "hub id without hub",
+        "sweep",
+        SWEEP + "set:\n  model.source: hf\n  model.name_or_path: nobody-xyz/no-such-model\n"
+        "grid:\n  train.lr: [0.1, 0.2]\n",
+        "model.name_or_path",
+        env={"HF_HUB_OFFLINE": "1"},
+    ),
     Case("bad preset", "sweep", SWEEP + "grid:\n  objective.preset: [grpo, nope]\n", "objective.preset"),
-    Case("bad switch name", "sweep", SWEEP + "grid:\n  objective.aggregation: [token_mean, nope]\n",
-         "objective.aggregation"),
-    Case("timeout nan", "sweep", SWEEP + "executor:\n  timeout_s: .nan\ngrid:\n  train.lr: [0.1, 0.2]\n",
-         "executor.timeout_s"),
+    Case(
+        "bad switch name",
+        "sweep",
+        SWEEP + "grid:\n  objective.aggregation: [token_mean, nope]\n",
+        "objective.aggregation",
+    ),
+    Case(
+        "timeout nan",
+        "sweep",
+        SWEEP + "executor:\n  timeout_s: .nan\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "executor.timeout_s",
+    ),
     # names
-    Case("100k-char name", "sweep", SWEEP.replace("name: s", "name: " + "n" * 100_000)
-         + "grid:\n  train.lr: [0.1, 0.2]\n", "name"),
-    Case("name with NUL", "sweep", SWEEP.replace("name: s", 'name: "a\\0b"') + "grid:\n  train.lr: [0.1, 0.2]\n",
-         "name"),
-    Case("name with newline", "sweep", SWEEP.replace("name: s", 'name: "a\\nb"')
-         + "grid:\n  train.lr: [0.1, 0.2]\n", "name"),
-    Case("name with ../", "sweep", SWEEP.replace("name: s", "name: ../../../../ESCAPED")
-         + "grid:\n  train.lr: [0.1, 0.2]\n", "name"),
+    Case(
+        "100k-char name",
+        "sweep",
+        SWEEP.replace("name: s", "name: " + "n" * 100_000) + "grid:\n  train.lr: [0.1, 0.2]\n",
+        "name",
+    ),
+    Case(
+        "name with NUL", "sweep", SWEEP.replace("name: s", 'name: "a\\0b"') + "grid:\n  train.lr: [0.1, 0.2]\n", "name"
+    ),
+    Case(
+        "name with newline",
+        "sweep",
+        SWEEP.replace("name: s", 'name: "a\\nb"') + "grid:\n  train.lr: [0.1, 0.2]\n",
+        "name",
+    ),
+    Case(
+        "name with ../",
+        "sweep",
+        SWEEP.replace("name: s", "name: ../../../../ESCAPED") + "grid:\n  train.lr: [0.1, 0.2]\n",
+        "name",
+    ),
     Case("experiment with /", "sweep", SWEEP + "experiment: a/b\ngrid:\n  train.lr: [0.1, 0.2]\n", "experiment"),
     Case("arm name with ../", "sweep", SWEEP + "arms:\n  - {name: ../x, set: {train.lr: 0.1}}\n", "arms[0].name"),
     # structure
     Case("unknown key", "sweep", SWEEP + "gird:\n  train.lr: [0.1, 0.2]\n", "gird"),
     Case("unknown run key in grid", "sweep", SWEEP + "grid:\n  train.lrr: [0.1, 0.2]\n", "train.lrr"),
-    Case("missing base", "sweep", SWEEP.replace("base.yaml", "nowhere.yaml") + "grid:\n  train.lr: [0.1, 0.2]\n",
-         "base"),
+    Case(
+        "missing base", "sweep", SWEEP.replace("base.yaml", "nowhere.yaml") + "grid:\n  train.lr: [0.1, 0.2]\n", "base"
+    ),
     Case("zip lengths differ", "sweep", SWEEP + "zip:\n  - train.lr: [0.1, 0.2]\n    seed: [1]\n", "zip[0]"),
-    Case("exclude of a fixed key", "sweep", SWEEP + "grid:\n  train.lr: [0.1, 0.2]\nexclude:\n  - {train.steps: 3}\n",
-         "exclude[0]"),
-    Case("arm names repeat", "sweep", SWEEP + "arms:\n  - {name: a, set: {train.lr: 0.1}}\n"
-                                              "  - {name: a, set: {train.lr: 0.2}}\n", "arms"),
+    Case(
+        "exclude of a fixed key",
+        "sweep",
+        SWEEP + "grid:\n  train.lr: [0.1, 0.2]\nexclude:\n  - {train.steps: 3}\n",
+        "exclude[0]",
+    ),
+    Case(
+        "arm names repeat",
+        "sweep",
+        SWEEP + "arms:\n  - {name: a, set: {train.lr: 0.1}}\n  - {name: a, set: {train.lr: 0.2}}\n",
+        "arms",
+    ),
     Case("not a mapping", "sweep", "- name\n- seeds\n", "top level"),
     Case("bad YAML", "sweep", SWEEP + "grid: [unclosed\n", "line"),
     Case("50k nested brackets", "sweep", SWEEP + "grid:\n  train.lr: " + NESTED + "\n", "grid"),
     Case("anchor bomb", "sweep", SWEEP + BOMB, "grid.train.lr"),
     Case("recursive alias", "sweep", SWEEP + "grid:\n  train.lr: &r [*r]\n", "grid"),
-    Case("10^6 jobs", "sweep", SWEEP.replace("[0, 1]", "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]") + "grid:\n"
-         + "".join(f"  objective.{k}: [{', '.join(str(0.01 * (i + 1)) for i in range(10))}]\n"
-                   for k in ("clip_low", "clip_high", "kl_coef", "adv_eps", "dual_clip")), "--max-jobs"),
+    Case(
+        "10^6 jobs",
+        "sweep",
+        SWEEP.replace("[0, 1]", "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]")
+        + "grid:\n"
+        + "".join(
+            f"  objective.{k}: [{', '.join(str(0.01 * (i + 1)) for i in range(10))}]\n"
+            for k in ("clip_low", "clip_high", "kl_coef", "adv_eps", "dual_clip")
+        ),
+        "--max-jobs",
+    ),
     Case("/dev/zero", "sweep", None, "/dev/zero", file="/dev/zero"),
     Case("over 1 MiB", "sweep", SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n" + "#" * (2 << 20) + "\n", "MiB"),
     # options that were silently dropped
-    Case("--set on a grid key", "sweep", SWEEP + "grid:\n  objective.preset: [grpo, dr_grpo]\n", "objective.preset",
-         args=["--set", "objective.preset=gspo"]),
+    Case(
+        "--set on a grid key",
+        "sweep",
+        SWEEP + "grid:\n  objective.preset: [grpo, dr_grpo]\n",
+        "objective.preset",
+        args=["--set", "objective.preset=gspo"],
+    ),
     Case("--set seed in a sweep", "sweep", SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n", "seed", args=["--set", "seed=7"]),
-    Case("--set on an arm key", "sweep", SWEEP + "arms:\n  - {name: a, set: {train.lr: 0.1}}\n", "train.lr",
-         args=["--set", "train.lr=0.3"]),
+    Case(
+        "--set on an arm key",
+        "sweep",
+        SWEEP + "arms:\n  - {name: a, set: {train.lr: 0.1}}\n",
+        "train.lr",
+        args=["--set", "train.lr=0.3"],
+    ),
     # run files
     Case("run: seed true", "run", "seed: true\n", "seed"),
     Case("run: seed 2^63", "run", "seed: 9223372036854775808\n", "seed"),
@@ -130,8 +202,12 @@ CASES = [
 ]
 if not _cuda_present():
     CASES += [
-        Case("cuda without CUDA", "sweep", SWEEP + "set:\n  train.device: cuda\ngrid:\n  train.lr: [0.1, 0.2]\n",
-             "train.device"),
+        Case(
+            "cuda without CUDA",
+            "sweep",
+            SWEEP + "set:\n  train.device: cuda\ngrid:\n  train.lr: [0.1, 0.2]\n",
+            "train.device",
+        ),
         Case("run: cuda without CUDA", "run", "train:\n  device: cuda\n", "train.device"),
     ]
 
@@ -167,8 +243,14 @@ def _check_once(case: Case, workdir: Path) -> str | None:
     err_path = workdir.parent / f"{workdir.name}.stderr"  # outside the folder, which must stay untouched
     with open(err_path, "w") as err_file:
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", case.command, path, *case.args], cwd=workdir,
-                                env=env, stdout=subprocess.DEVNULL, stderr=err_file, preexec_fn=_limit_memory)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", case.command, path, *case.args],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            preexec_fn=_limit_memory,
+        )
         timer = threading.Timer(30, proc.kill)
         timer.start()
         _, status, usage = os.wait4(proc.pid, 0)  # wait4: the child's own CPU time, whatever runs beside it
@@ -190,7 +272,9 @@ def _check_once(case: Case, workdir: Path) -> str | None:
     if sorted(p.name for p in workdir.iterdir()) != before:
         problems.append(f"wrote {sorted(set(p.name for p in workdir.iterdir()) - set(before))}")
     if wall >= BOUND_S:
-        problems.append(f"took {wall:.2f} s ({usage.ru_utime + usage.ru_stime:.2f} s CPU, load {os.getloadavg()[0]:.1f})")
+        problems.append(
+            f"took {wall:.2f} s ({usage.ru_utime + usage.ru_stime:.2f} s CPU, load {os.getloadavg()[0]:.1f})"
+        )
     return f"{'; '.join(problems)} | {err.splitlines()[-1][:300] if err else ''}" if problems else None
 
 
@@ -227,30 +311,41 @@ def test_run_cases_merge_into_a_valid_base(case):
 
 # --- the mechanisms behind the battery, one by one (in-process, fast) ---
 
+
 def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
-    code = ("import sys; from harness.cli import build_parser; from harness.spec.plan import load_sweep; "
-            "from harness.spec.tune import load_tune; "
-            f"load_sweep({str(ROOT / 'ablations' / 'dr_grpo_bias.yaml')!r}); "
-            f"load_tune({str(ROOT / 'ablations' / 'tune_dr_grpo_lr.yaml')!r}); "
-            "print(sorted(m for m in ('torch', 'transformers', 'mlflow', 'numpy', 'optuna') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys; from harness.cli import build_parser; from harness.spec.plan import load_sweep; "
+        "from harness.spec.tune import load_tune; "
+        f"load_sweep({str(ROOT / 'ablations' / 'dr_grpo_bias.yaml')!r}); "
+        f"load_tune({str(ROOT / 'ablations' / 'tune_dr_grpo_lr.yaml')!r}); "
+        "print(sorted(m for m in ('torch', 'transformers', 'mlflow', 'numpy', 'optuna') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("args, option", [
-    (["sweep", "s.yaml", "--workers", "0"], "--workers"),
-    (["sweep", "s.yaml", "--workers", "-3"], "--workers"),
-    (["sweep", "s.yaml", "--timeout", "nan"], "--timeout"),
-    (["sweep", "s.yaml", "--timeout", "0"], "--timeout"),
-    (["sweep", "s.yaml", "--timeout", "-1"], "--timeout"),
-    (["sweep", "s.yaml", "--timeout", "inf"], "--timeout"),
-    (["sweep", "s.yaml", "--retries", "-1"], "--retries"),
-    (["sweep", "s.yaml", "--max-jobs", "0"], "--max-jobs"),
-    (["sweep", "s.yaml", "--cpus-per-job", "0"], "--cpus-per-job"),
-    (["tune", "t.yaml", "--workers", "0"], "--workers"),
-    (["tune", "t.yaml", "--trials", "0"], "--trials"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["sweep", "s.yaml", "--workers", "0"], "--workers"),
+        (["sweep", "s.yaml", "--workers", "-3"], "--workers"),
+        (["sweep", "s.yaml", "--timeout", "nan"], "--timeout"),
+        (["sweep", "s.yaml", "--timeout", "0"], "--timeout"),
+        (["sweep", "s.yaml", "--timeout", "-1"], "--timeout"),
+        (["sweep", "s.yaml", "--timeout", "inf"], "--timeout"),
+        (["sweep", "s.yaml", "--retries", "-1"], "--retries"),
+        (["sweep", "s.yaml", "--max-jobs", "0"], "--max-jobs"),
+        (["sweep", "s.yaml", "--cpus-per-job", "0"], "--cpus-per-job"),
+        (["tune", "t.yaml", "--workers", "0"], "--workers"),
+        (["tune", "t.yaml", "--trials", "0"], "--trials"),
+    ],
+)
 def test_bad_options_are_one_line_usage_errors(args, option, capsys):
     from harness.cli import main
 
@@ -263,8 +358,10 @@ def test_bad_options_are_one_line_usage_errors(args, option, capsys):
 def _grid_sweep(tmp_path: Path, seeds: str = "[0, 1]") -> Path:
     (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
     path = tmp_path / "s.yaml"
-    path.write_text(f"name: s\nbase: base.yaml\nseeds: {seeds}\ngrid:\n  train.lr: [0.1, 0.2, 0.3]\n"
-                    "  objective.preset: [grpo, dr_grpo, gspo]\n")
+    path.write_text(
+        f"name: s\nbase: base.yaml\nseeds: {seeds}\ngrid:\n  train.lr: [0.1, 0.2, 0.3]\n"
+        "  objective.preset: [grpo, dr_grpo, gspo]\n"
+    )
     return path
 
 
@@ -310,11 +407,15 @@ def test_settings_refuse_non_finite_values_bools_for_ints_and_bad_betas():
     from trainer.config import RolloutConfig, TrainConfig
     from trainer.objective.settings import ObjectiveSettings
 
-    for make in (lambda: ObjectiveSettings.preset("grpo", clip_high=float("inf")),
-                 lambda: ObjectiveSettings.preset("grpo", adv_eps=float("nan")),
-                 lambda: TrainConfig(lr=float("inf")), lambda: TrainConfig(steps=True),
-                 lambda: TrainConfig(betas=(0.9, 1.0)), lambda: TrainConfig(betas=(-0.1, 0.9)),
-                 lambda: RolloutConfig(top_p=float("nan"))):
+    for make in (
+        lambda: ObjectiveSettings.preset("grpo", clip_high=float("inf")),
+        lambda: ObjectiveSettings.preset("grpo", adv_eps=float("nan")),
+        lambda: TrainConfig(lr=float("inf")),
+        lambda: TrainConfig(steps=True),
+        lambda: TrainConfig(betas=(0.9, 1.0)),
+        lambda: TrainConfig(betas=(-0.1, 0.9)),
+        lambda: RolloutConfig(top_p=float("nan")),
+    ):
         with pytest.raises(ValidationError):
             make()
     assert TrainConfig.model_validate({"betas": [0.8, 0.99]}).betas == (0.8, 0.99)
@@ -344,10 +445,14 @@ def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     preflight._hub_problem.cache_clear()
-    cfg = RunConfig.model_validate({"objective": {"preset": "grpo"},
-                                    "model": {"source": "hf", "name_or_path": "org/model"}})
-    with pytest.raises(ConfigError, match="model.name_or_path: org/model is not in the local Hugging Face cache "
-                                          "and the hub at 127.0.0.1 cannot be reached"):
+    cfg = RunConfig.model_validate(
+        {"objective": {"preset": "grpo"}, "model": {"source": "hf", "name_or_path": "org/model"}}
+    )
+    with pytest.raises(
+        ConfigError,
+        match="model.name_or_path: org/model is not in the local Hugging Face cache "
+        "and the hub at 127.0.0.1 cannot be reached",
+    ):
         preflight.check_host(cfg, "x.yaml")
     (tmp_path / "models--org--model" / "snapshots" / "abc").mkdir(parents=True)  # cached: no probe needed
     preflight._hub_problem.cache_clear()

@@ -22,12 +22,19 @@ M = "train/length_incorrect_mean"
 
 
 def _claim(**kw) -> Claim:
-    base = {"id": "c", "statement": "s.", "paper": "2503.20783", "metric": M, "contrast": {"arm": "A", "vs": "B"},
-            "direction": "increase"}
+    base = {
+        "id": "c",
+        "statement": "s.",
+        "paper": "2503.20783",
+        "metric": M,
+        "contrast": {"arm": "A", "vs": "B"},
+        "direction": "increase",
+    }
     return Claim.model_validate({**base, **kw})
 
 
 # ---- the statistics behind a verdict ---------------------------------------------------------------------------
+
 
 def test_contrast_is_welch_and_tests_a_fold_against_a_threshold():
     a, b = np.array([3.0, 5.0, 4.0, 6.0]), np.array([1.0, 2.0, 1.5, 0.5, 2.5])
@@ -66,6 +73,7 @@ def test_seeds_needed_is_the_smallest_count_with_the_power():
 
 # ---- verdicts on planted effects, through MLflow --------------------------------------------------------------
 
+
 def _planted(uri: str, claims: list[dict], name: str = "planted") -> None:
     big, small = [10.0, 11.0, 9.0, 10.5, 9.5], [0.0, 1.0, -1.0, 0.5, -0.5]
     tight_a, tight_b = [5.0, 5.1, 4.9, 5.05, 4.95], [5.02, 5.12, 4.92, 5.07, 4.97]
@@ -73,23 +81,66 @@ def _planted(uri: str, claims: list[dict], name: str = "planted") -> None:
     runs = []
     for arm, vals in (("A", (big, tight_a, noisy_a)), ("B", (small, tight_b, noisy_b))):
         for seed in range(5):
-            runs.append(FakeRun(arm, seed, params={"objective.clip_high": "0.28" if arm == "A" else "0.2"},
-                                values={M: [vals[0][seed]] * 3, "policy/entropy": [vals[1][seed]] * 3,
-                                        "train/accuracy": [vals[2][seed]] * 3}))
-    write_sweep(uri, runs, name=name, sweep_id=name, experiment=name,
-                spec={"name": name, "seeds": list(range(5)), "claims": claims})
+            runs.append(
+                FakeRun(
+                    arm,
+                    seed,
+                    params={"objective.clip_high": "0.28" if arm == "A" else "0.2"},
+                    values={
+                        M: [vals[0][seed]] * 3,
+                        "policy/entropy": [vals[1][seed]] * 3,
+                        "train/accuracy": [vals[2][seed]] * 3,
+                    },
+                )
+            )
+    write_sweep(
+        uri,
+        runs,
+        name=name,
+        sweep_id=name,
+        experiment=name,
+        spec={"name": name, "seeds": list(range(5)), "claims": claims},
+    )
 
 
 PLANTED = [
-    {"id": "longer", "statement": "A lengthens.", "paper": "2503.20783", "metric": M,
-     "contrast": {"arm": "A", "vs": "B"}, "direction": "increase", "at": "last-2"},
-    {"id": "shorter", "statement": "A shortens.", "paper": "2503.20783", "metric": M,
-     "contrast": {"arm": {"objective.clip_high": 0.28}, "vs": {"objective.clip_high": 2.0e-1}},
-     "direction": "decrease"},
-    {"id": "entropy", "statement": "A raises entropy.", "paper": "2503.14476", "metric": "policy/entropy",
-     "contrast": {"arm": "A", "vs": "B"}, "direction": "increase", "min_effect": 0.5, "at": "auc"},
-    {"id": "accuracy", "statement": "A is more accurate.", "paper": "2503.14476", "metric": "train/accuracy",
-     "contrast": {"arm": "A", "vs": "B"}, "direction": "increase", "min_effect": 0.5, "at": "final"},
+    {
+        "id": "longer",
+        "statement": "A lengthens.",
+        "paper": "2503.20783",
+        "metric": M,
+        "contrast": {"arm": "A", "vs": "B"},
+        "direction": "increase",
+        "at": "last-2",
+    },
+    {
+        "id": "shorter",
+        "statement": "A shortens.",
+        "paper": "2503.20783",
+        "metric": M,
+        "contrast": {"arm": {"objective.clip_high": 0.28}, "vs": {"objective.clip_high": 2.0e-1}},
+        "direction": "decrease",
+    },
+    {
+        "id": "entropy",
+        "statement": "A raises entropy.",
+        "paper": "2503.14476",
+        "metric": "policy/entropy",
+        "contrast": {"arm": "A", "vs": "B"},
+        "direction": "increase",
+        "min_effect": 0.5,
+        "at": "auc",
+    },
+    {
+        "id": "accuracy",
+        "statement": "A is more accurate.",
+        "paper": "2503.14476",
+        "metric": "train/accuracy",
+        "contrast": {"arm": "A", "vs": "B"},
+        "direction": "increase",
+        "min_effect": 0.5,
+        "at": "final",
+    },
 ]
 
 
@@ -98,8 +149,7 @@ def test_each_verdict_kind_and_the_exit_code(tmp_path, capsys):
     _planted(uri, PLANTED)
     assert main(["claims", "planted", "--tracking-uri", uri]) == 1  # a contradicted claim fails the command
     out = capsys.readouterr().out
-    lines = {line.split(":")[0]: line for line in out.splitlines() if line.split(":")[0] in
-             {c["id"] for c in PLANTED}}
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.split(":")[0] in {c["id"] for c in PLANTED}}
     assert "REPRODUCED" in lines["longer"] and "CONTRADICTED" in lines["shorter"]
     assert "INCONCLUSIVE" in lines["entropy"] and "a small effect" in lines["entropy"]
     assert "INCONCLUSIVE" in lines["accuracy"] and "underpowered" in lines["accuracy"]
@@ -128,18 +178,45 @@ def test_factorial_main_effect_claims(tmp_path, capsys):
     """A planted +4 main effect of one switch, none of the other: reproduced, and not reproduced."""
     uri = f"sqlite:///{tmp_path}/m.db"
     noise = [0.3, -0.2, 0.1, -0.4, 0.2]
-    runs = [FakeRun(f"agg={a} adv={b}", s, params={"objective.aggregation": a, "objective.advantage": b},
-                    values={M: [40 + 4 * (a == "seq_mean_token_mean") + noise[(s + i) % 5] * 3] * 2})
-            for i, (a, b) in enumerate([(a, b) for a in ("constant", "seq_mean_token_mean")
-                                        for b in ("group_mean", "group_std")]) for s in range(5)]
-    claims = [{"id": "norm", "statement": "1/T lengthens.", "paper": "2503.20783", "metric": M,
-               "contrast": {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"},
-               "direction": "increase"},
-              {"id": "std", "statement": "std does not lengthen by 5.", "paper": "2503.20783", "metric": M,
-               "contrast": {"effect": "objective.advantage", "from": "group_mean", "to": "group_std"},
-               "direction": "decrease", "threshold": 5.0}]
-    write_sweep(uri, runs, name="grid", sweep_id="grid", experiment="grid",
-                spec={"name": "grid", "seeds": list(range(5)), "claims": claims})
+    runs = [
+        FakeRun(
+            f"agg={a} adv={b}",
+            s,
+            params={"objective.aggregation": a, "objective.advantage": b},
+            values={M: [40 + 4 * (a == "seq_mean_token_mean") + noise[(s + i) % 5] * 3] * 2},
+        )
+        for i, (a, b) in enumerate(
+            [(a, b) for a in ("constant", "seq_mean_token_mean") for b in ("group_mean", "group_std")]
+        )
+        for s in range(5)
+    ]
+    claims = [
+        {
+            "id": "norm",
+            "statement": "1/T lengthens.",
+            "paper": "2503.20783",
+            "metric": M,
+            "contrast": {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"},
+            "direction": "increase",
+        },
+        {
+            "id": "std",
+            "statement": "std does not lengthen by 5.",
+            "paper": "2503.20783",
+            "metric": M,
+            "contrast": {"effect": "objective.advantage", "from": "group_mean", "to": "group_std"},
+            "direction": "decrease",
+            "threshold": 5.0,
+        },
+    ]
+    write_sweep(
+        uri,
+        runs,
+        name="grid",
+        sweep_id="grid",
+        experiment="grid",
+        spec={"name": "grid", "seeds": list(range(5)), "claims": claims},
+    )
     assert main(["claims", "grid", "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     norm = next(line for line in out.splitlines() if line.startswith("norm:"))
@@ -151,8 +228,21 @@ def test_factorial_main_effect_claims(tmp_path, capsys):
 
 
 def _evidence(p: float) -> dict:
-    return {"effect": 1.0, "low": 0.1, "high": 1.9, "p": p, "se": 0.4, "df": 8.0, "n1": 5, "n2": 5, "mean1": 1.0,
-            "mean2": 0.0, "seeds": 5, "note": "", "rows": pd.DataFrame({"run_id": []})}
+    return {
+        "effect": 1.0,
+        "low": 0.1,
+        "high": 1.9,
+        "p": p,
+        "se": 0.4,
+        "df": 8.0,
+        "n1": 5,
+        "n2": 5,
+        "mean1": 1.0,
+        "mean2": 0.0,
+        "seeds": 5,
+        "note": "",
+        "rows": pd.DataFrame({"run_id": []}),
+    }
 
 
 def test_holm_is_applied_across_the_claims():
@@ -168,27 +258,48 @@ def test_holm_is_applied_across_the_claims():
 BAD = {
     "metric": ({"metric": "policy/entropyy"}, "claims[0].metric", "unknown metric 'policy/entropyy'"),
     "direction": ({"direction": "up"}, "claims[0].direction", "'increase' or 'decrease'"),
-    "arm": ({"contrast": {"arm": "GSPO", "vs": "advantage=group_std aggregation=constant"}},
-            "claims[0] (c).contrast.arm", "'GSPO' matches no arm"),
-    "settings": ({"contrast": {"arm": {"objective.clip_high": 0.5}, "vs": {"objective.advantage": "group_std"}}},
-                 "claims[0] (c).contrast.arm", "matches no arm"),
-    "effect": ({"contrast": {"effect": "objective.clip_high", "from": 0.2, "to": 0.28}},
-               "claims[0] (c).contrast.effect", "not varied by this sweep's grid"),
-    "level": ({"contrast": {"effect": "objective.aggregation", "from": "constant", "to": "token_mean"}},
-              "claims[0] (c).contrast.to", "not a level of objective.aggregation"),
+    "arm": (
+        {"contrast": {"arm": "GSPO", "vs": "advantage=group_std aggregation=constant"}},
+        "claims[0] (c).contrast.arm",
+        "'GSPO' matches no arm",
+    ),
+    "settings": (
+        {"contrast": {"arm": {"objective.clip_high": 0.5}, "vs": {"objective.advantage": "group_std"}}},
+        "claims[0] (c).contrast.arm",
+        "matches no arm",
+    ),
+    "effect": (
+        {"contrast": {"effect": "objective.clip_high", "from": 0.2, "to": 0.28}},
+        "claims[0] (c).contrast.effect",
+        "not varied by this sweep's grid",
+    ),
+    "level": (
+        {"contrast": {"effect": "objective.aggregation", "from": "constant", "to": "token_mean"}},
+        "claims[0] (c).contrast.to",
+        "not a level of objective.aggregation",
+    ),
     "at": ({"at": "best"}, "claims[0].at", "best is a selection"),
     "paper": ({"paper": "Dr. GRPO"}, "claims[0].paper", "not an arXiv id"),
-    "both": ({"contrast": {"arm": "x", "vs": "y", "effect": "objective.aggregation", "from": "a", "to": "b"}},
-             "claims[0].contrast", "not both"),
+    "both": (
+        {"contrast": {"arm": "x", "vs": "y", "effect": "objective.aggregation", "from": "a", "to": "b"}},
+        "claims[0].contrast",
+        "not both",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_a_bad_claim_is_one_line_before_any_job(case, tmp_path, capsys):
     change, key, problem = BAD[case]
-    claim = {"id": "c", "statement": "s.", "paper": "2503.20783", "metric": M, "direction": "increase",
-             "contrast": {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"},
-             **change}
+    claim = {
+        "id": "c",
+        "statement": "s.",
+        "paper": "2503.20783",
+        "metric": M,
+        "direction": "increase",
+        "contrast": {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"},
+        **change,
+    }
     import yaml
 
     spec = yaml.safe_load((ROOT / "ablations" / "dr_grpo_bias.yaml").read_text())
@@ -216,18 +327,26 @@ def test_repeated_claim_ids_are_refused(tmp_path, capsys):
 
 # ---- the false-reproduction rate -------------------------------------------------------------------------------
 
+
 def test_null_sweeps_reproduce_at_most_alpha():
     """200 sweeps of a 2×2 grid × 5 seeds with no effect anywhere, each judged on a main-effect claim and an
     arm-vs-arm claim (Holm across the two): the share of sweeps with any claim reproduced stays within α plus
     three Monte-Carlo standard errors."""
     rng, alpha, n_sweeps = np.random.default_rng(2026), 0.05, 200
-    claims = [_claim(id="effect", contrast={"effect": "a", "from": "x", "to": "y"}),
-              _claim(id="arm", contrast={"arm": "a=y b=u", "vs": "a=x b=u"})]
+    claims = [
+        _claim(id="effect", contrast={"effect": "a", "from": "x", "to": "y"}),
+        _claim(id="arm", contrast={"arm": "a=y b=u", "vs": "a=x b=u"}),
+    ]
     settings = {f"a={a} b={b}": {"a": a, "b": b} for a in "xy" for b in "uv"}
     hits = 0
     for _ in range(n_sweeps):
-        values = pd.DataFrame([{"run_id": f"{arm}-{s}", "arm": arm, "seed": s, **st, "value": rng.normal()}
-                               for arm, st in settings.items() for s in range(5)])
+        values = pd.DataFrame(
+            [
+                {"run_id": f"{arm}-{s}", "arm": arm, "seed": s, **st, "value": rng.normal()}
+                for arm, st in settings.items()
+                for s in range(5)
+            ]
+        )
         found = [evidence(c, values, ["a", "b"], settings, alpha) for c in claims]
         hits += any(v.verdict == "reproduced" for v in decide(claims, found, alpha=alpha))
     bound = alpha + 3 * np.sqrt(alpha * (1 - alpha) / n_sweeps)

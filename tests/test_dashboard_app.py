@@ -74,15 +74,31 @@ def _synthetic_cumulative_store(tmp_path) -> str:
     jobs = []
     for i, arm in enumerate(arms):
         for seed in (0, 1):
-            run = client.create_run(exp, run_name=f"{arm}-s{seed}",
-                                    tags={"sweep_id": "p1", "arm_label": arm, "seed": str(seed), "job_id": f"{arm}{seed}",
-                                          "mlflow.parentRunId": parent.info.run_id})
-            client.log_batch(run.info.run_id, params=[Param("seed", str(seed)), Param("train.steps", "4"),
-                                                      Param("objective.clip_high", ["0.2", "0.28", "0.28"][i])],
-                             metrics=[Metric("train/accuracy", 0.1 * i + 0.01 * seed + 0.001 * s, 0, s)
-                                      for s in range(1, 5)]
-                             + [Metric(f"eval/math500/{k}", v + i, 0, s) for s in (2, 4) for k, v in
-                                (("accuracy", 0.3), ("length_correct_mean", 300.0), ("length_incorrect_mean", 500.0))])
+            run = client.create_run(
+                exp,
+                run_name=f"{arm}-s{seed}",
+                tags={
+                    "sweep_id": "p1",
+                    "arm_label": arm,
+                    "seed": str(seed),
+                    "job_id": f"{arm}{seed}",
+                    "mlflow.parentRunId": parent.info.run_id,
+                },
+            )
+            client.log_batch(
+                run.info.run_id,
+                params=[
+                    Param("seed", str(seed)),
+                    Param("train.steps", "4"),
+                    Param("objective.clip_high", ["0.2", "0.28", "0.28"][i]),
+                ],
+                metrics=[Metric("train/accuracy", 0.1 * i + 0.01 * seed + 0.001 * s, 0, s) for s in range(1, 5)]
+                + [
+                    Metric(f"eval/math500/{k}", v + i, 0, s)
+                    for s in (2, 4)
+                    for k, v in (("accuracy", 0.3), ("length_correct_mean", 300.0), ("length_incorrect_mean", 500.0))
+                ],
+            )
             client.set_terminated(run.info.run_id)
             jobs.append({"job_id": f"{arm}{seed}", "arm": arm, "seed": seed, "varying": {}})
     client.log_dict(parent.info.run_id, {"cumulative": True, "jobs": jobs}, "jobs.json")
@@ -110,6 +126,7 @@ def test_evaluation_sets_get_their_own_length_figures(tmp_path, monkeypatch):
 # issue 13: clip-fraction axes, pandas warnings, what the reader set aside, empty cells
 # ---------------------------------------------------------------------------------------------
 
+
 def _fake_store(tmp_path, runs, **kw) -> str:
     from fake_sweep import write_sweep
 
@@ -135,11 +152,18 @@ def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
     def fracs(scale: float, seed: int) -> dict[str, list[float]]:
         low = [0.001 * scale * (1 + 0.1 * seed + 0.01 * s) for s in range(6)]
         high = [0.1 * scale * (1 + 0.1 * seed + 0.01 * s) for s in range(6)]
-        return {M.CLIP_FRAC_LOW: low, M.CLIP_FRAC_HIGH: high, M.CLIP_FRAC: [a + b for a, b in zip(low, high)],
-                M.ENTROPY: [1.0] * 6}
+        return {
+            M.CLIP_FRAC_LOW: low,
+            M.CLIP_FRAC_HIGH: high,
+            M.CLIP_FRAC: [a + b for a, b in zip(low, high)],
+            M.ENTROPY: [1.0] * 6,
+        }
 
-    runs = [FakeRun(arm, s, values=fracs(scale, s), params={"objective.clip_high": c})
-            for arm, scale, c in (("grpo", 1.0, "0.2"), ("clip_higher", 2.0, "0.28")) for s in (0, 1)]
+    runs = [
+        FakeRun(arm, s, values=fracs(scale, s), params={"objective.clip_high": c})
+        for arm, scale, c in (("grpo", 1.0, "0.2"), ("clip_higher", 2.0, "0.28"))
+        for s in (0, 1)
+    ]
     at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "entropy_clipping")
     fig = _figure(at, "total")
     ranges = [fig["layout"][axis].get("range") for axis in ("yaxis", "yaxis2", "yaxis3")]
@@ -171,9 +195,19 @@ def test_sweeps_page_raises_no_pandas_warning(tmp_path, monkeypatch):
 def test_pages_show_what_the_reader_set_aside(tmp_path, monkeypatch):
     from fake_sweep import FakeRun
 
-    runs = [FakeRun(f"x={x} y={y}", s, values={"train/accuracy": [0.1 * x + 0.2 * y + 0.01 * s] * 3},
-                    params={"x": str(x), "y": str(y)}, start=s)
-            for x in (0, 1) for y in (0, 1) for s in (0, 1) if (x, y) != (1, 1)]
+    runs = [
+        FakeRun(
+            f"x={x} y={y}",
+            s,
+            values={"train/accuracy": [0.1 * x + 0.2 * y + 0.01 * s] * 3},
+            params={"x": str(x), "y": str(y)},
+            start=s,
+        )
+        for x in (0, 1)
+        for y in (0, 1)
+        for s in (0, 1)
+        if (x, y) != (1, 1)
+    ]
     runs.append(FakeRun("x=0 y=0", 0, values={"train/accuracy": [0.9] * 3}, params={"x": "0", "y": "0"}, start=60))
     at = _app(_fake_store(tmp_path, runs), monkeypatch)
     assert any("job x=0 y=0-0 has 2 FINISHED runs" in w.value for w in at.warning), [w.value for w in at.warning]

@@ -28,9 +28,14 @@ SCREENSHOTS = Path(__file__).resolve().parents[1] / "results" / "screenshots"
 SERVER_START_S = 180  # the CPU may be busy (a sweep running beside the tests)
 PAGE_LOAD_S = 180
 
-_missing = [why for why, gone in ((f"{CHROMIUM} (Debian's `chromium` package)", not CHROMIUM.exists()),
-                                  ("the playwright module (the dev extra)",
-                                   importlib.util.find_spec("playwright") is None)) if gone]
+_missing = [
+    why
+    for why, gone in (
+        (f"{CHROMIUM} (Debian's `chromium` package)", not CHROMIUM.exists()),
+        ("the playwright module (the dev extra)", importlib.util.find_spec("playwright") is None),
+    )
+    if gone
+]
 needs_browser = pytest.mark.skipif(bool(_missing), reason=f"real-browser test needs {' and '.join(_missing)}")
 
 
@@ -82,7 +87,7 @@ def _listeners(port: int) -> list[str]:
             if fields[3] != "0A" or int(hexport, 16) != port:  # 0A: TCP_LISTEN
                 continue
             raw = bytes.fromhex(addr)  # little-endian 32-bit words
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             found.append(socket.inet_ntop(family, raw))
     return found
 

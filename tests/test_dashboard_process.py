@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 START_S = 180  # the CPU may be busy
 STOP_S = 5  # the bound
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "posix",
-                                reason="reads process groups from Linux's /proc")
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists() or os.name != "posix", reason="reads process groups from Linux's /proc"
+)
 
 
 def _group(pgid: int) -> list[str]:
@@ -31,7 +32,7 @@ def _group(pgid: int) -> list[str]:
             text = stat.read_text()
         except OSError:  # gone meanwhile
             continue
-        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
         if int(rest[2]) == pgid and rest[0] != "Z":  # fields after the name: state, ppid, pgrp
             alive.append(f"{stat.parent.name} {name}")
     return alive
@@ -47,12 +48,29 @@ def _accepts(port: int) -> bool:
 def test_signal_to_harness_dashboard_stops_its_server(tmp_path, sig):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "harness.cli", "dashboard", "--port", str(port), "--tracking-uri",
-           f"sqlite:///{tmp_path / 'mlflow.db'}", "--optuna-storage", f"sqlite:///{tmp_path / 'optuna.db'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "dashboard",
+        "--port",
+        str(port),
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--optuna-storage",
+        f"sqlite:///{tmp_path / 'optuna.db'}",
+    ]
     log = tmp_path / "dashboard.log"
     with open(log, "wb") as out:  # a session of its own: the cleanup below reaches whatever it started
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + START_S
         while not _accepts(port):

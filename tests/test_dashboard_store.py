@@ -34,13 +34,19 @@ def test_sql_reader_equals_mlflow_metric_history(dashboard_store):
     (sweep,) = sweeps(reader.runs())
     ids = sweep.runs["run_id"].tolist()
     client = MlflowClient(dashboard_store)
-    expected = pd.DataFrame([{"run_id": r, "key": k, "step": m.step, "value": m.value}
-                             for r in ids for k in client.get_run(r).data.metrics
-                             for m in client.get_metric_history(r, k)])
+    expected = pd.DataFrame(
+        [
+            {"run_id": r, "key": k, "step": m.step, "value": m.value}
+            for r in ids
+            for k in client.get_run(r).data.metrics
+            for m in client.get_metric_history(r, k)
+        ]
+    )
     _same(reader.metrics(ids), expected)
     params = reader.params(ids)
     assert {(r, k): v for r, k, v in params.itertuples(index=False)} == {
-        (r, k): v for r in ids for k, v in client.get_run(r).data.params.items()}
+        (r, k): v for r in ids for k, v in client.get_run(r).data.params.items()
+    }
 
 
 def test_sweep_data_arms_states_and_plan(dashboard_store):
@@ -76,10 +82,26 @@ def mlflow_server(dashboard_store, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", dashboard_store,
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            cwd=tmp_path)  # the server's own ./mlruns goes there, not into the checkout
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            dashboard_store,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=tmp_path,
+    )  # the server's own ./mlruns goes there, not into the checkout
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -87,9 +109,9 @@ def mlflow_server(dashboard_store, tmp_path):
             try:
                 if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
                     break
-            except OSError:
+            except OSError as e:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("mlflow server did not start")
+                    raise RuntimeError("mlflow server did not start") from e
                 time.sleep(0.5)
         yield url
     finally:  # the server starts job consumers of its own: stop the whole process group

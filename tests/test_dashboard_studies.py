@@ -18,8 +18,9 @@ def _storage(tmp_path) -> str:
     user attrs; study "tiny" (created later, so listed first): one completed trial."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    study = optuna.create_study(study_name="lr_sweep", storage=url, direction="maximize",
-                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        study_name="lr_sweep", storage=url, direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0)
+    )
     study.set_user_attr("objective_metric", "eval/math500/accuracy")
     study.set_user_attr("objective_at", "final")
 
@@ -30,8 +31,12 @@ def _storage(tmp_path) -> str:
         return 1 - (lr * 1e5 - 3) ** 2 / 100 - (clip - 0.28) ** 2
 
     study.optimize(objective, n_trials=6)
-    pruned = study.ask({"lr": optuna.distributions.FloatDistribution(1e-6, 1e-4, log=True),
-                        "clip_high": optuna.distributions.FloatDistribution(0.2, 0.3)})
+    pruned = study.ask(
+        {
+            "lr": optuna.distributions.FloatDistribution(1e-6, 1e-4, log=True),
+            "clip_high": optuna.distributions.FloatDistribution(0.2, 0.3),
+        }
+    )
     pruned.set_user_attr("mlflow_run_id", "run06")
     pruned.report(0.1, 5)
     study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
@@ -75,10 +80,19 @@ def test_a_study_gets_its_summary_figures_and_trials(tmp_path, monkeypatch):
 
     assert not at.info
     counts = {m.label: m.value for m in at.metric}
-    best = max(optuna.load_study(study_name="lr_sweep", storage=storage).get_trials(
-        states=(optuna.trial.TrialState.COMPLETE,)), key=lambda t: t.value)
-    assert counts == {"complete": "6", "pruned": "1", "fail": "1", "running": "0",
-                      "best value (max)": f"{best.value:.4g}"}
+    best = max(
+        optuna.load_study(study_name="lr_sweep", storage=storage).get_trials(
+            states=(optuna.trial.TrialState.COMPLETE,)
+        ),
+        key=lambda t: t.value,
+    )
+    assert counts == {
+        "complete": "6",
+        "pruned": "1",
+        "fail": "1",
+        "running": "0",
+        "best value (max)": f"{best.value:.4g}",
+    }
     assert any(f"Best trial #{best.number}" in m.value and f"run{best.number:02d}" in m.value for m in at.markdown)
     assert any("eval/math500/accuracy" in c.value and "final" in c.value and "maximize" in c.value for c in at.caption)
 
@@ -123,7 +137,8 @@ def test_no_studies_gives_the_hint_and_writes_nothing(tmp_path, monkeypatch, kin
     before = path.read_bytes() if path.exists() else None
     at = _studies_page(monkeypatch, tmp_path, f"sqlite:///{path}")
     assert [i.value for i in at.info] == [
-        f"No Optuna studies in `sqlite:///{path}` yet. Run `harness tune ablations/tune_dr_grpo_lr.yaml`."]
+        f"No Optuna studies in `sqlite:///{path}` yet. Run `harness tune ablations/tune_dr_grpo_lr.yaml`."
+    ]
     assert not at.get("plotly_chart") and not at.dataframe and not at.error
     assert (path.read_bytes() if path.exists() else None) == before  # neither created nor given Optuna's tables
     assert path.exists() == (kind != "missing") and not path.parent.joinpath("optuna.db-journal").exists()

@@ -30,12 +30,26 @@ def objective(preset: str, max_len: int = 48, **overrides) -> dict[str, str]:
 
 
 CLAIMS = [
-    {"id": "incorrect_length", "paper": "2503.20783", "statement": "GRPO's 1/|o_i| lengthens incorrect responses.",
-     "metric": M.LENGTH_INCORRECT_MEAN, "contrast": {"arm": {"objective.aggregation": "seq_mean_token_mean"},
-                                                    "vs": {"objective.aggregation": "constant"}},
-     "direction": "increase"},
-    {"id": "entropy_kept", "paper": "2503.14476", "statement": "Entropy is lower without the constant normaliser.",
-     "metric": M.ENTROPY, "contrast": {"arm": GRPO, "vs": DR}, "direction": "decrease", "min_effect": 1.0},
+    {
+        "id": "incorrect_length",
+        "paper": "2503.20783",
+        "statement": "GRPO's 1/|o_i| lengthens incorrect responses.",
+        "metric": M.LENGTH_INCORRECT_MEAN,
+        "contrast": {
+            "arm": {"objective.aggregation": "seq_mean_token_mean"},
+            "vs": {"objective.aggregation": "constant"},
+        },
+        "direction": "increase",
+    },
+    {
+        "id": "entropy_kept",
+        "paper": "2503.14476",
+        "statement": "Entropy is lower without the constant normaliser.",
+        "metric": M.ENTROPY,
+        "contrast": {"arm": GRPO, "vs": DR},
+        "direction": "decrease",
+        "min_effect": 1.0,
+    },
 ]
 
 
@@ -46,13 +60,30 @@ def _store(tmp_path, claims=CLAIMS, spec_extra=None) -> str:
 
     incorrect = {GRPO: [58, 61, 55, 64], DR: [48, 45, 51, 47]}
     entropy = {GRPO: [1.0, 1.1, 0.9, 1.05], DR: [1.02, 0.95, 1.08, 0.98]}
-    runs = [FakeRun(arm, seed, params=objective(preset), values={
-        M.LENGTH_INCORRECT_MEAN: [incorrect[arm][seed]] * 12, M.LENGTH_CORRECT_MEAN: [30.0 + seed] * 12,
-        M.ENTROPY: [entropy[arm][seed]] * 12, M.ACCURACY: [0.1 * seed] * 12, M.REWARD_MEAN: [0.1] * 12})
-        for arm, preset in ((GRPO, "grpo"), (DR, "dr_grpo")) for seed in range(4)]
+    runs = [
+        FakeRun(
+            arm,
+            seed,
+            params=objective(preset),
+            values={
+                M.LENGTH_INCORRECT_MEAN: [incorrect[arm][seed]] * 12,
+                M.LENGTH_CORRECT_MEAN: [30.0 + seed] * 12,
+                M.ENTROPY: [entropy[arm][seed]] * 12,
+                M.ACCURACY: [0.1 * seed] * 12,
+                M.REWARD_MEAN: [0.1] * 12,
+            },
+        )
+        for arm, preset in ((GRPO, "grpo"), (DR, "dr_grpo"))
+        for seed in range(4)
+    ]
     uri = f"sqlite:///{tmp_path / 'claims.db'}"
-    spec = {"name": "bias", "grid": {"objective.advantage": ["group_std", "group_mean"]}, "seeds": [0, 1, 2, 3],
-            **(spec_extra or {}), **({"claims": claims} if claims is not None else {})}
+    spec = {
+        "name": "bias",
+        "grid": {"objective.advantage": ["group_std", "group_mean"]},
+        "seeds": [0, 1, 2, 3],
+        **(spec_extra or {}),
+        **({"claims": claims} if claims is not None else {}),
+    }
     write_sweep(uri, runs, name="bias", spec=spec)
     return uri
 
@@ -157,14 +188,18 @@ def test_named_arms_keep_their_names_and_the_rule_without_the_sweep_file():
 def _data(arms: dict[str, dict[str, str]], varying: list[str]) -> SweepData:
     runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(len(arms))], "arm": list(arms)})
     params = pd.DataFrame(list(arms.values()), index=pd.Index(runs["run_id"], name="run_id"))
-    return SweepData(None, runs, pd.DataFrame(columns=["run_id", "key", "step", "value"]), varying, list(arms),
-                     params)
+    return SweepData(None, runs, pd.DataFrame(columns=["run_id", "key", "step", "value"]), varying, list(arms), params)
 
 
 def test_arms_that_would_share_a_display_label_keep_their_planned_ones():
-    data = _data({"lr=0.001": {**objective("grpo"), "train.lr": "0.001"},
-                  "lr=0.01": {**objective("grpo"), "train.lr": "0.01"},
-                  "lr=0.1": {**objective("dr_grpo"), "train.lr": "0.1"}}, ["train.lr"])
+    data = _data(
+        {
+            "lr=0.001": {**objective("grpo"), "train.lr": "0.001"},
+            "lr=0.01": {**objective("grpo"), "train.lr": "0.01"},
+            "lr=0.1": {**objective("dr_grpo"), "train.lr": "0.1"},
+        },
+        ["train.lr"],
+    )
     labels = arm_labels(data)
     assert labels.name == {"lr=0.001": "lr=0.001", "lr=0.01": "lr=0.01", "lr=0.1": "Dr. GRPO"}
     assert labels.hover("lr=0.1") == "train.lr=0.1" and labels.plain("lr=0.1") == "train.lr=0.1"
@@ -179,5 +214,7 @@ def test_tables_get_a_settings_column_only_when_a_label_changes(shown):
     labels = ArmLabels(shown, {"a": "a<br>x=1"})
     out = with_settings(pd.DataFrame({"arm": ["a"], "v": [1]}), labels)
     assert out["arm"].tolist() == [shown["a"]]
-    assert ("settings" in out) == (shown["a"] != "a") and list(out.columns)[:2] == ["arm", *(
-        ["settings"] if shown["a"] != "a" else ["v"])]
+    assert ("settings" in out) == (shown["a"] != "a") and list(out.columns)[:2] == [
+        "arm",
+        *(["settings"] if shown["a"] != "a" else ["v"]),
+    ]

@@ -30,12 +30,14 @@ from trainer.data.records import Problem, question_id
 from trainer.metric_names import task_metric
 from trainer.tasks.math import MathTask
 
-ROWS = [{"problem": "What is $1+1$?", "answer": "2", "solution": "So $\\boxed{2}$.", "uid": "a"},
-        {"problem": "What is  $2+2$?\n", "answer": 4.0, "solution": None, "uid": "b"},
-        {"problem": "Pick one.", "answer": ["3\n", "3.0"], "uid": "c"},
-        {"problem": "Null answer", "answer": None, "solution": "thus $\\boxed{\\frac{1}{2}}$", "uid": "d"},
-        {"problem": "Nothing at all", "answer": None, "solution": None, "uid": "e"},
-        {"problem": "Empty", "answer": "", "uid": "f"}]
+ROWS = [
+    {"problem": "What is $1+1$?", "answer": "2", "solution": "So $\\boxed{2}$.", "uid": "a"},
+    {"problem": "What is  $2+2$?\n", "answer": 4.0, "solution": None, "uid": "b"},
+    {"problem": "Pick one.", "answer": ["3\n", "3.0"], "uid": "c"},
+    {"problem": "Null answer", "answer": None, "solution": "thus $\\boxed{\\frac{1}{2}}$", "uid": "d"},
+    {"problem": "Nothing at all", "answer": None, "solution": None, "uid": "e"},
+    {"problem": "Empty", "answer": "", "uid": "f"},
+]
 
 
 def _write_jsonl(path: Path, rows) -> Path:
@@ -49,6 +51,7 @@ def _plain(rows):
 
 
 # ---- records: every format -------------------------------------------------------------------------------
+
 
 def test_jsonl_and_json_files(tmp_path):
     rows = _write_jsonl(tmp_path / "d.jsonl", ROWS)
@@ -67,6 +70,7 @@ def test_jsonl_and_json_files(tmp_path):
 def test_parquet_file(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     rows = [{"problem": "p1", "answer": 27.0}, {"problem": "p2", "answer": 3.5}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
     assert load_records(tmp_path / "d.parquet") == rows
@@ -76,23 +80,27 @@ def test_parquet_file(tmp_path):
 def test_hf_dataset_saved_locally(tmp_path):
     """Loading by HF id is exercised on a dataset saved locally in HF format (no hub here)."""
     import datasets
+
     rows = [{"question": "q1", "answer": "x\n#### 1,234"}, {"question": "q2", "answer": "y\n#### 7"}]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "ds"))
     assert load_records(tmp_path / "ds") == rows
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows),
-                          "test": datasets.Dataset.from_list(rows[:1])}).save_to_disk(str(tmp_path / "dd"))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:1])}
+    ).save_to_disk(str(tmp_path / "dd"))
     assert load_records(tmp_path / "dd") == rows  # train by default
     assert load_records(tmp_path / "dd", split="test") == rows[:1]
     with pytest.raises(ValueError):
         load_records(tmp_path / "dd", split="validation")
-    problems = load_problems(tmp_path / "dd", split="test", answer_format="gsm8k",
-                             fields=FieldMap(question="question", solution="answer"))
+    problems = load_problems(
+        tmp_path / "dd", split="test", answer_format="gsm8k", fields=FieldMap(question="question", solution="answer")
+    )
     assert [(p.answer, p.solution) for p in problems] == [("1234", rows[0]["answer"])]
 
 
 def test_directory_of_data_files(tmp_path, monkeypatch):
     """A folder `datasets.load_dataset(dir)` reads (data files, no save_to_disk metadata)."""
     import datasets
+
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # keep ~/.cache clean
     (tmp_path / "dir").mkdir()
     _write_jsonl(tmp_path / "dir" / "train.jsonl", _plain(ROWS[:2]))
@@ -101,6 +109,7 @@ def test_directory_of_data_files(tmp_path, monkeypatch):
 
 def test_hub_id_goes_to_load_dataset(monkeypatch):
     import datasets
+
     calls = []
 
     def fake(source, split=None):
@@ -113,6 +122,7 @@ def test_hub_id_goes_to_load_dataset(monkeypatch):
 
 
 # ---- quirks ---------------------------------------------------------------------------------------------
+
 
 def test_quirks_normalised(tmp_path):
     problems = load_problems(_write_jsonl(tmp_path / "d.jsonl", ROWS), fields=FieldMap(id="uid"), name="toy")
@@ -132,8 +142,24 @@ def test_ids_hash_the_normalised_question(tmp_path):
 
 
 def test_answer_forms(tmp_path):
-    rows = [{"problem": str(i), "answer": a} for i, a in enumerate(
-        [27.0, 3, 0.5, "$2n$", "$69$,$84$", " 7 \n", "\\boxed{9}", ["", "5\n"], "$x$ and $y$", "30^\\circ.", "1, 2, ..."])]
+    rows = [
+        {"problem": str(i), "answer": a}
+        for i, a in enumerate(
+            [
+                27.0,
+                3,
+                0.5,
+                "$2n$",
+                "$69$,$84$",
+                " 7 \n",
+                "\\boxed{9}",
+                ["", "5\n"],
+                "$x$ and $y$",
+                "30^\\circ.",
+                "1, 2, ...",
+            ]
+        )
+    ]
     answers = [p.answer for p in load_problems(_write_jsonl(tmp_path / "d.jsonl", rows), fields=FieldMap())]
     assert answers == ["27", "3", "0.5", "2n", "69, 84", "7", "9", "5", "$x$ and $y$", "30^\\circ", "1, 2, ..."]
 
@@ -150,76 +176,93 @@ def test_bad_field_map_says_so(tmp_path):
 
 # ---- extraction -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("so \\boxed{5}", "5"),
-    ("\\boxed{3} no, \\boxed{4}.", "4"),  # the last one
-    ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{1}{\\sqrt{2}}"),  # nested braces
-    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are literal
-    ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
-    ("\\fbox{7}", "7"),
-    ("$\\boxed 5$.", "5"),
-    ("the answer is \\boxed 12.", "12"),
-    ("\\boxed{1} then \\boxed{2", "1"),  # an unclosed last box is skipped
-    ("\\boxed{a \\boxedfoo b}", "a \\boxedfoo b"),  # another command, not a box
-    ("\\boxed{}", None),
-    ("no box", None),
-    ("", None),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so \\boxed{5}", "5"),
+        ("\\boxed{3} no, \\boxed{4}.", "4"),  # the last one
+        ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{1}{\\sqrt{2}}"),  # nested braces
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are literal
+        ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("\\fbox{7}", "7"),
+        ("$\\boxed 5$.", "5"),
+        ("the answer is \\boxed 12.", "12"),
+        ("\\boxed{1} then \\boxed{2", "1"),  # an unclosed last box is skipped
+        ("\\boxed{a \\boxedfoo b}", "a \\boxedfoo b"),  # another command, not a box
+        ("\\boxed{}", None),
+        ("no box", None),
+        ("", None),
+    ],
+)
 def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
 
 
 def test_extract_boxed_on_runaway_text_is_fast():
     import time
+
     start = time.perf_counter()
     assert extract_boxed("\\boxed{5} " + "\\boxed{" * 5000 + "x" * 50000) == "5"
     assert time.perf_counter() - start < 1
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("She makes 9 * 2 = $<<9*2=18>>18.\n#### 18", "18"),
-    ("#### 1,234", "1234"),
-    ("#### 1,234,567.", "1234567"),
-    ("#### -3", "-3"),
-    ("no marker 42", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("She makes 9 * 2 = $<<9*2=18>>18.\n#### 18", "18"),
+        ("#### 1,234", "1234"),
+        ("#### 1,234,567.", "1234567"),
+        ("#### -3", "-3"),
+        ("no marker 42", None),
+    ],
+)
 def test_extract_gsm8k(text, expected):
     assert extract_gsm8k(text) == expected
 
 
-@pytest.mark.parametrize("text, tags, expected", [
-    ("\\boxed{2} and #### 3", True, "2"),  # box first
-    ("so #### 3,000", True, "3000"),
-    ("<think>\\boxed{1}</think> <answer> 5 </answer>", True, "5"),  # the tag wins over a box while thinking
-    ("<think>x</think> <answer>so \\boxed{7}</answer>", True, "7"),
-    ("<think>x</think> <answer> 8", True, "8"),  # generation stopped at `</answer>`
-    ("<think>\\boxed{1}</think> <answer> 5 </answer>", False, "1"),
-    ("\\boxed{104.}", True, "104"),  # a sentence's period
-    ("\\boxed{1, 2, ...}", True, "1, 2, ..."),
-    ("<answer></answer>", True, None),
-    ("nothing", True, None),
-])
+@pytest.mark.parametrize(
+    "text, tags, expected",
+    [
+        ("\\boxed{2} and #### 3", True, "2"),  # box first
+        ("so #### 3,000", True, "3000"),
+        ("<think>\\boxed{1}</think> <answer> 5 </answer>", True, "5"),  # the tag wins over a box while thinking
+        ("<think>x</think> <answer>so \\boxed{7}</answer>", True, "7"),
+        ("<think>x</think> <answer> 8", True, "8"),  # generation stopped at `</answer>`
+        ("<think>\\boxed{1}</think> <answer> 5 </answer>", False, "1"),
+        ("\\boxed{104.}", True, "104"),  # a sentence's period
+        ("\\boxed{1, 2, ...}", True, "1, 2, ..."),
+        ("<answer></answer>", True, None),
+        ("nothing", True, None),
+    ],
+)
 def test_extract_answer(text, tags, expected):
     assert extract_answer(text, answer_tags=tags) == expected
 
 
 # ---- templates ------------------------------------------------------------------------------------------
 
+
 def test_templates():
     q = "Find $\\{x\\}$ if $f(x)=\\frac{1}{2}$. {question}"
     assert set(TEMPLATES) == {"r1", "qwen_math", "none"}
     assert render_prompt("none", q) == q
     r1 = render_prompt("r1", q)
-    assert r1.startswith("A conversation between User and Assistant.") and r1.endswith(f"\nUser: {q}\nAssistant: <think>")
+    assert r1.startswith("A conversation between User and Assistant.") and r1.endswith(
+        f"\nUser: {q}\nAssistant: <think>"
+    )
     assert "<answer> answer here </answer>" in r1
     qwen = render_prompt("qwen_math", q)
-    assert qwen == ("<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}."
-                    f"<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n")
+    assert qwen == (
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}."
+        f"<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+    )
     with pytest.raises(ValueError):
         render_prompt("chatml", q)
 
 
 # ---- dedupe ---------------------------------------------------------------------------------------------
+
 
 def test_dedupe_on_whitespace_normalised_questions():
     pool = [Problem("1", "What is\n 1+1?", "2"), Problem("2", "Other", "3"), Problem("3", "New", "4")]
@@ -255,7 +298,8 @@ def test_grading_right_wrong_and_missing():
     assert (missing.reward, missing.correct, missing.info["extracted"]) == (0.0, False, 0)
     assert task.grade(group, 0, f"\\boxed{{{group.answer}}} no wait \\boxed{{-1}}").correct is False  # last box
     assert task.step_metrics([group], [[right, wrong, missing]], [[5, 6, 7]]) == {
-        task_metric("no_answer_frac"): pytest.approx(1 / 3)}
+        task_metric("no_answer_frac"): pytest.approx(1 / 3)
+    }
 
 
 def test_r1_grading_reads_answer_tags():
@@ -276,6 +320,7 @@ def test_task_rejects_bad_settings():
 
 # ---- the real files, shipped in trainer/data/files -----------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def data_root() -> Path:
     """The data directory in use: the shipped files, or `$HARNESS_DATA_DIR` where it is set."""
@@ -284,8 +329,9 @@ def data_root() -> Path:
 
 def _sources_table() -> dict[str, tuple[int, int, str]]:
     """SOURCES.md's table: shipped file -> (rows, bytes, sha256 of the uncompressed file)."""
-    rows = re.findall(r"^\| (\S+\.gz) \| (\d+) \| (\d+) \| \d+ \| ([0-9a-f]{64}) \|$",
-                      (SHIPPED / "SOURCES.md").read_text(), re.M)
+    rows = re.findall(
+        r"^\| (\S+\.gz) \| (\d+) \| (\d+) \| \d+ \| ([0-9a-f]{64}) \|$", (SHIPPED / "SOURCES.md").read_text(), re.M
+    )
     return {f: (int(n), int(size), sha) for f, n, size, sha in rows}
 
 
@@ -314,10 +360,23 @@ def test_gzipped_files_read_as_the_files_they_compress(tmp_path):
         load_records(tmp_path / "missing.jsonl.gz")
 
 
-@pytest.mark.parametrize("name, rows, skipped", [
-    ("math500", 500, 0), ("aime24", 30, 0), ("amc23", 40, 0), ("gsm8k", 1319, 0), ("minerva", 272, 0),
-    ("olympiad_bench", 675, 0), ("amc22_23", 83, 0), ("math_test5000", 5000, 0), ("math_train", 7470, 4),
-    ("gsm8k_train", 7473, 0), ("drgrpo_math500", 500, 0), ("drgrpo_aime24", 30, 0)])
+@pytest.mark.parametrize(
+    "name, rows, skipped",
+    [
+        ("math500", 500, 0),
+        ("aime24", 30, 0),
+        ("amc23", 40, 0),
+        ("gsm8k", 1319, 0),
+        ("minerva", 272, 0),
+        ("olympiad_bench", 675, 0),
+        ("amc22_23", 83, 0),
+        ("math_test5000", 5000, 0),
+        ("math_train", 7470, 4),
+        ("gsm8k_train", 7473, 0),
+        ("drgrpo_math500", 500, 0),
+        ("drgrpo_aime24", 30, 0),
+    ],
+)
 def test_every_benchmark_loads_as_it_is(data_root, name, rows, skipped):
     problems = load_benchmark(name, data_dir=data_root)
     assert len(problems) == rows and problems.skipped == skipped
@@ -356,5 +415,15 @@ def test_data_dir_from_the_environment(monkeypatch, tmp_path):
         load_benchmark("math500")
     with pytest.raises(KeyError):
         load_benchmark("nope")
-    assert set(BENCHMARKS) >= {"math500", "aime24", "amc23", "gsm8k", "minerva", "olympiad_bench", "amc22_23",
-                               "math_test5000", "math_train", "gsm8k_train"}
+    assert set(BENCHMARKS) >= {
+        "math500",
+        "aime24",
+        "amc23",
+        "gsm8k",
+        "minerva",
+        "olympiad_bench",
+        "amc22_23",
+        "math_test5000",
+        "math_train",
+        "gsm8k_train",
+    }

@@ -39,14 +39,21 @@ def _store(tmp_path, job: Job) -> tuple[str, MlflowClient]:
 
 
 def test_jobs_finish_and_a_failing_one_is_retried_then_failed_with_reason(local_ray, tmp_path, tiny_run_overrides):
-    jobs = [_job(tmp_path, tiny_run_overrides, "seed=0"), _job(tmp_path, tiny_run_overrides, "seed=1"),
-            _job(tmp_path, tiny_run_overrides, "seed=2", "train.device=cuda")]  # CPU-only: raises in the worker
+    jobs = [
+        _job(tmp_path, tiny_run_overrides, "seed=0"),
+        _job(tmp_path, tiny_run_overrides, "seed=1"),
+        _job(tmp_path, tiny_run_overrides, "seed=2", "train.device=cuda"),
+    ]  # CPU-only: raises in the worker
     uri, client = _store(tmp_path, jobs[0])
     parent = client.create_run(prepare_store(uri, "toy"), run_name="sweep").info.run_id
     events = []
     outcomes = RayExecutor(None, cpus_per_job=1, gpus_per_job=0, timeout_s=None, retries=1).run(
-        jobs, tracking_uri=uri, sweep_id=SWEEP, parent_run_id=parent,
-        on_event=lambda kind, job, outcome: events.append((kind, job.job_id)))
+        jobs,
+        tracking_uri=uri,
+        sweep_id=SWEEP,
+        parent_run_id=parent,
+        on_event=lambda kind, job, outcome: events.append((kind, job.job_id)),
+    )
 
     assert [o.job_id for o in outcomes] == [j.job_id for j in jobs]
     ok, failed = outcomes[:2], outcomes[2]
@@ -64,8 +71,13 @@ def test_jobs_finish_and_a_failing_one_is_retried_then_failed_with_reason(local_
     for run in runs:
         assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == failed.reason
         assert run.data.tags["sweep_id"] == SWEEP and run.data.tags["mlflow.parentRunId"] == parent
-    expected = [("started", j.job_id) for j in jobs] + [("finished", jobs[0].job_id), ("finished", jobs[1].job_id),
-                ("retrying", jobs[2].job_id), ("started", jobs[2].job_id), ("failed", jobs[2].job_id)]
+    expected = [("started", j.job_id) for j in jobs] + [
+        ("finished", jobs[0].job_id),
+        ("finished", jobs[1].job_id),
+        ("retrying", jobs[2].job_id),
+        ("started", jobs[2].job_id),
+        ("failed", jobs[2].job_id),
+    ]
     assert sorted(events) == sorted(expected)
     assert ray.is_initialized()  # a Ray instance it did not start is left running
 
@@ -75,13 +87,18 @@ def test_timeout_kills_the_job_and_ends_its_run_failed(local_ray, tmp_path, tiny
     uri, client = _store(tmp_path, job)
     events = []
     (outcome,) = RayExecutor(None, cpus_per_job=1, gpus_per_job=0, timeout_s=20, retries=0).run(
-        [job], tracking_uri=uri, sweep_id=SWEEP, parent_run_id=None,
-        on_event=lambda kind, job, outcome: events.append(kind))
+        [job],
+        tracking_uri=uri,
+        sweep_id=SWEEP,
+        parent_run_id=None,
+        on_event=lambda kind, job, outcome: events.append(kind),
+    )
 
     assert outcome.status == "FAILED" and outcome.reason == "timeout after 20 s" and outcome.attempts == 1
     assert 20 <= outcome.seconds < 40 and events == ["started", "failed"]
-    (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
-                                filter_string=f"tags.job_id = '{job.job_id}'")
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("toy").experiment_id], filter_string=f"tags.job_id = '{job.job_id}'"
+    )
     assert run.info.run_id == outcome.run_id and run.data.params["train.steps"] == "100000"  # the worker's run
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
     assert run.data.tags["failure_reason"] == "timeout after 20 s" and "mlflow.parentRunId" not in run.data.tags
@@ -118,14 +135,27 @@ def test_local_instance_listens_on_loopback_only(tmp_path):
     env.pop("RAY_ADDRESS", None)
     log = tmp_path / "ray.log"
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", _LOCAL_RAY], cwd=tmp_path, env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _LOCAL_RAY],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
     try:
         assert proc.stdout.readline().startswith("["), f"the local Ray did not start:\n{log.read_text()}"
         driver = psutil.Process(proc.pid)
         procs = {p.pid: p for p in [driver, *driver.children(recursive=True)]}
-        listening = sorted({(procs[c.pid].name(), c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
-                            if c.status == psutil.CONN_LISTEN and c.pid in procs})
+        listening = sorted(
+            {
+                (procs[c.pid].name(), c.laddr.ip, c.laddr.port)
+                for c in psutil.net_connections("inet")
+                if c.status == psutil.CONN_LISTEN and c.pid in procs
+            }
+        )
         assert {name for name, *_ in listening} >= {"gcs_server", "raylet"}, listening
 
         def loopback(ip: str) -> bool:

@@ -19,8 +19,11 @@ from trainer.tasks.math import MathTask
 def _agreement(problems, completions, template="qwen_math"):
     task = MathTask(problems, template=template)
     start = time.perf_counter()
-    misses = [(p.answer, c[-80:]) for p, c in zip(problems, completions)
-              if not task.grade(Group(problem_id=p.id, answer=p.answer, prompts=("",)), 0, c).correct]
+    misses = [
+        (p.answer, c[-80:])
+        for p, c in zip(problems, completions)
+        if not task.grade(Group(problem_id=p.id, answer=p.answer, prompts=("",)), 0, c).correct
+    ]
     return 1 - len(misses) / len(problems), misses, time.perf_counter() - start
 
 

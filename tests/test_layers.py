@@ -1,5 +1,5 @@
-"""The layers of the pipeline, enforced: import-linter's contracts (pyproject.toml) hold on this tree and
-break on a tree with one upward import."""
+"""The layers of the pipeline and the lint, enforced: import-linter's contracts (pyproject.toml) hold on this
+tree and break on a tree with one upward import; ruff's lint and format pass."""
 
 from __future__ import annotations
 
@@ -15,8 +15,14 @@ LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [LINT_IMPORTS, "--no-cache"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_layer_contracts_hold():
@@ -55,3 +61,12 @@ def test_an_import_cycle_between_siblings_is_reported(tmp_path):
     values.write_text(values.read_text() + "\nfrom harness.analysis import claims  # noqa: E402,F401\n")
     out = _lint_imports(tmp_path)
     assert out.returncode == 1 and "No cycles are allowed in harness.analysis" in out.stdout, out.stdout
+
+
+def test_ruff_lint_and_format_pass():
+    """The lint and format rules of pyproject.toml hold on the whole tree (what CI runs)."""
+    for args in (["check", "."], ["format", "--check", "."]):
+        out = subprocess.run(
+            [sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, f"ruff {' '.join(args)}:\n{out.stdout}{out.stderr}"

@@ -20,8 +20,16 @@ def _trainer(overrides, *extra):
     cfg = load_run_config(TOY_RUN, [*overrides, *extra])
     torch.set_num_threads(1)
     policy, tok = load_policy(str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)), torch.device("cpu"))
-    return Trainer(policy, ToyAdditionTask(cfg.task.toy_addition), TransformersBackend(policy, tok),
-                   tok.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    return Trainer(
+        policy,
+        ToyAdditionTask(cfg.task.toy_addition),
+        TransformersBackend(policy, tok),
+        tok.pad_token_id,
+        cfg.objective,
+        cfg.rollout,
+        cfg.train,
+        cfg.seed,
+    )
 
 
 def test_dynamic_sampling_fills_the_batch_with_mixed_groups(tiny_run_overrides):
@@ -112,8 +120,11 @@ def test_non_finite_parameters_fail_as_divergence_not_at_the_next_generation(tin
     for group in tr.optimiser.param_groups:
         group["lr"] = float("inf")
     tr.schedule.base_lrs = [float("inf")] * len(tr.schedule.base_lrs)
-    with pytest.raises(TrainingDiverged, match=r"diverged at step 1: parameters are non-finite after the "
-                                               r"optimiser step \(lr inf\)"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"diverged at step 1: parameters are non-finite after the "
+        r"optimiser step \(lr inf\)",
+    ):
         tr.step(1)
 
 
@@ -124,7 +135,15 @@ def test_grade_timeouts_are_counted_per_step():
     from trainer.tasks.base import Group
 
     grades = [Grade(1.0, True), Grade(0.0, False, timed_out=True), Grade(0.0, False), Grade(0.0, False, timed_out=True)]
-    s = Samples([Group("p", "5", ("",) * 4)], [[1]] * 4, [[2]] * 4, torch.zeros(4, dtype=torch.bool),
-                torch.tensor([3, 4, 5, 6]), grades, [""] * 4, [1] * 4)
+    s = Samples(
+        [Group("p", "5", ("",) * 4)],
+        [[1]] * 4,
+        [[2]] * 4,
+        torch.zeros(4, dtype=torch.bool),
+        torch.tensor([3, 4, 5, 6]),
+        grades,
+        [""] * 4,
+        [1] * 4,
+    )
     metrics = rollout_metrics(s, torch.tensor([1.0, 0.0, 0.0, 0.0]))
     assert metrics[M.GRADE_TIMEOUTS] == 2.0 and metrics[M.ACCURACY] == 0.25

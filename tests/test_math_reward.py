@@ -23,8 +23,9 @@ def math500() -> list[dict]:
 
 def test_reference_answers_grade_correct(math500):
     items = math500[:100]
-    grades = [grade_math(f"Adding it all up, the answer is \\boxed{{{item['answer']}}}.", item["answer"])
-              for item in items]
+    grades = [
+        grade_math(f"Adding it all up, the answer is \\boxed{{{item['answer']}}}.", item["answer"]) for item in items
+    ]
     rate = sum(g.correct for g in grades) / len(items)
     misses = [item["answer"] for item, g in zip(items, grades) if not g.correct]
     print(f"MATH-500 first {len(items)}: boxed reference answers graded correct {rate:.2%}; misses {misses}")
@@ -47,25 +48,31 @@ def test_perturbed_answers_grade_wrong(math500):
         grade = grade_math(f"the answer is \\boxed{{{int(item['answer']) + 1}}}", item["answer"])
         assert not grade.correct and grade.reward == 0.0, item["answer"]
     # every item against its neighbour's answer: math-verify itself accepts `x=5` for a gold `5`
-    accepted = [(item["answer"], other["answer"]) for item, other in zip(items, items[1:] + items[:1])
-                if grade_math(f"the answer is \\boxed{{{other['answer']}}}", item["answer"]).correct]
+    accepted = [
+        (item["answer"], other["answer"])
+        for item, other in zip(items, items[1:] + items[:1])
+        if grade_math(f"the answer is \\boxed{{{other['answer']}}}", item["answer"]).correct
+    ]
     assert set(accepted) <= {("5", "x=5")}, accepted
 
 
-@pytest.mark.parametrize("gold, answer, correct", [
-    ("\\frac{1}{2}", "0.5", True),
-    ("0.5", "\\frac{1}{2}", True),
-    ("\\frac12", "\\dfrac{1}{2}", True),
-    ("3\\sqrt{13}", "\\sqrt{117}", True),
-    ("x^2+2x+1", "(x+1)^2", True),
-    ("1000", "1{,}000", True),
-    ("5", "x=5", True),  # an assignment's right-hand side counts
-    ("\\frac{1}{3}", "0.333333", True),  # numbers compared to 6 decimals
-    ("\\frac{1}{3}", "0.33", False),
-    ("(1, 2]", "[1,2]", False),
-    ("\\pi", "3.14159", False),
-    ("\\boxed{7}", "7", True),  # a gold that is already boxed is not boxed twice
-])
+@pytest.mark.parametrize(
+    "gold, answer, correct",
+    [
+        ("\\frac{1}{2}", "0.5", True),
+        ("0.5", "\\frac{1}{2}", True),
+        ("\\frac12", "\\dfrac{1}{2}", True),
+        ("3\\sqrt{13}", "\\sqrt{117}", True),
+        ("x^2+2x+1", "(x+1)^2", True),
+        ("1000", "1{,}000", True),
+        ("5", "x=5", True),  # an assignment's right-hand side counts
+        ("\\frac{1}{3}", "0.333333", True),  # numbers compared to 6 decimals
+        ("\\frac{1}{3}", "0.33", False),
+        ("(1, 2]", "[1,2]", False),
+        ("\\pi", "3.14159", False),
+        ("\\boxed{7}", "7", True),  # a gold that is already boxed is not boxed twice
+    ],
+)
 def test_equivalent_forms_as_math_verify_decides(gold, answer, correct):
     """Pins math-verify's verdicts, so that an upgrade that changes them shows up here."""
     assert grade_math(f"so the answer is \\boxed{{{answer}}}", gold).correct is correct
@@ -78,8 +85,22 @@ def test_several_boxed_answers_are_read_as_a_set():
     assert grade_math("\\boxed{3} was wrong; the final answer is 4", "4").correct
 
 
-@pytest.mark.parametrize("garbage", ["", "   ", "}}}{{", "\\boxed{", "\\boxed{\\frac{", "$$$", "\\\\\\",
-                                     "🙂 ∑∫ \x00", "9" * 5000, "\\boxed{}" * 200, None])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "",
+        "   ",
+        "}}}{{",
+        "\\boxed{",
+        "\\boxed{\\frac{",
+        "$$$",
+        "\\\\\\",
+        "🙂 ∑∫ \x00",
+        "9" * 5000,
+        "\\boxed{}" * 200,
+        None,
+    ],
+)
 def test_garbage_grades_zero_without_raising(garbage):
     grade = grade_math(garbage, "42")
     assert grade.reward == 0.0 and grade.correct is False and isinstance(grade.info["extracted"], str)

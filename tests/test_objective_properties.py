@@ -63,8 +63,16 @@ def _run(s, logits, tokens, mask, old_logp, ref_logp, adv, splits):
     total, parts = 0.0, []
     for rows in torch.arange(mask.shape[0]).chunk(splits):
         lg = logits[rows]
-        out = policy_loss(token_logprobs(lg, tokens[rows]), old_logp[rows], adv[rows], mask[rows], s,
-                          ref_logp=ref_logp[rows], entropy=token_entropy(lg), norm=norm)
+        out = policy_loss(
+            token_logprobs(lg, tokens[rows]),
+            old_logp[rows],
+            adv[rows],
+            mask[rows],
+            s,
+            ref_logp=ref_logp[rows],
+            entropy=token_entropy(lg),
+            norm=norm,
+        )
         out.loss.backward()
         total += out.loss.item()
         parts.append(out.metrics)
@@ -73,8 +81,9 @@ def _run(s, logits, tokens, mask, old_logp, ref_logp, adv, splits):
 
 @pytest.mark.parametrize("mode, ratio", list(itertools.product(AGGREGATIONS.names(), RATIOS.names())))
 def test_micro_batch_invariance(mode, ratio):
-    s = ObjectiveSettings.preset("grpo", aggregation=mode, ratio=ratio, max_len=16, kl_coef=0.05,
-                                 clip_low=0.05, clip_high=0.06, dual_clip=1.2)
+    s = ObjectiveSettings.preset(
+        "grpo", aggregation=mode, ratio=ratio, max_len=16, kl_coef=0.05, clip_low=0.05, clip_high=0.06, dual_clip=1.2
+    )
     batch = _batch(0)
     loss1, metrics1, grad1 = _run(s, *batch, splits=1)
     assert metrics1["policy/clip_frac"] > 0  # the check covers clipped tokens too
@@ -98,16 +107,18 @@ def test_fully_masked_micro_batch_adds_nothing_and_keeps_its_count(mode):
     full, _, grad = _run(s, logits, tokens, mask, old_logp, ref_logp, adv, splits=1)
     logits.grad, total = None, 0.0
     for rows in (torch.tensor([6]), torch.tensor([0, 1, 2, 3, 4, 5, 7])):
-        out = policy_loss(token_logprobs(logits[rows], tokens[rows]), old_logp[rows], adv[rows], mask[rows], s,
-                          norm=norm)
+        out = policy_loss(
+            token_logprobs(logits[rows], tokens[rows]), old_logp[rows], adv[rows], mask[rows], s, norm=norm
+        )
         assert rows.numel() > 1 or out.loss.item() == 0.0
         out.loss.backward()
         total += out.loss.item()
     assert total == pytest.approx(full, abs=1e-12) and torch.allclose(logits.grad, grad, atol=1e-12)
     assert logits.grad[6].abs().max().item() == 0.0
     keep = torch.tensor([0, 1, 2, 3, 4, 5, 7])
-    dropped = policy_loss(token_logprobs(logits[keep].detach(), tokens[keep]), old_logp[keep], adv[keep],
-                          mask[keep], s).loss.item()
+    dropped = policy_loss(
+        token_logprobs(logits[keep].detach(), tokens[keep]), old_logp[keep], adv[keep], mask[keep], s
+    ).loss.item()
     assert full == pytest.approx(dropped * (1.0 if mode == "token_mean" else 7 / 8), rel=1e-12)
 
 
@@ -146,8 +157,8 @@ def test_gspo_token_has_sequence_value_with_per_token_gradients():
     adv = torch.tensor([1.0, -0.5, 2.0])
     out_seq, out_tok = policy_loss(logp, old, adv, mask, seq), policy_loss(logp, old, adv, mask, tok)
     assert out_seq.loss.item() == pytest.approx(out_tok.loss.item(), rel=1e-12)
-    g_seq, = torch.autograd.grad(out_seq.loss, logp)
-    g_tok, = torch.autograd.grad(out_tok.loss, logp)
+    (g_seq,) = torch.autograd.grad(out_seq.loss, logp)
+    (g_tok,) = torch.autograd.grad(out_tok.loss, logp)
     # GSPO: every token of response i gets −A_i s_i/(B T_i); GSPO-token: −A_i s_i/(B T_i) too when the
     # advantage is shared by the tokens (GSPO paper, eq. 14), so the gradients agree here ...
     assert torch.allclose(g_seq, g_tok, atol=1e-12)
@@ -165,14 +176,14 @@ def test_gspo_token_has_sequence_value_with_per_token_gradients():
 @pytest.mark.parametrize("advantage", ADVANTAGES.names())
 @pytest.mark.parametrize("mode", AGGREGATIONS.names())
 def test_all_equal_groups_give_zero_advantage_and_finite_loss(preset, advantage, mode):
-    s = ObjectiveSettings.preset(preset, advantage=advantage, aggregation=mode, adv_eps=0.0,
-                                 max_len=8, overlong_cache_len=2)
+    s = ObjectiveSettings.preset(
+        preset, advantage=advantage, aggregation=mode, adv_eps=0.0, max_len=8, overlong_cache_len=2
+    )
     rewards = torch.tensor([[1.0] * 4, [0.0] * 4])
     adv = compute_advantages(rewards, s)
     assert torch.equal(adv, torch.zeros_like(adv))
     logp = torch.randn(8, 8, requires_grad=True)
-    out = policy_loss(logp, logp.detach() + 0.1, adv.flatten(), torch.ones(8, 8), s,
-                      entropy=torch.ones(8, 8))
+    out = policy_loss(logp, logp.detach() + 0.1, adv.flatten(), torch.ones(8, 8), s, entropy=torch.ones(8, 8))
     out.loss.backward()
     assert out.loss.item() == 0.0 and torch.isfinite(logp.grad).all()
     assert all(math.isfinite(v.item()) for v in out.metrics.values())

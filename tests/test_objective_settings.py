@@ -18,8 +18,19 @@ from trainer.objective import (
 
 
 def test_presets_match_the_guide_table():
-    rows = {name: (p["advantage"], p["aggregation"], p["clip_low"], p["clip_high"], p["ratio"],
-                   p["dynamic_sampling"], p["overlong_filter"], p["overlong_penalty"]) for name, p in PRESETS.items()}
+    rows = {
+        name: (
+            p["advantage"],
+            p["aggregation"],
+            p["clip_low"],
+            p["clip_high"],
+            p["ratio"],
+            p["dynamic_sampling"],
+            p["overlong_filter"],
+            p["overlong_penalty"],
+        )
+        for name, p in PRESETS.items()
+    }
     assert rows == {
         "grpo": ("group_std", "seq_mean_token_mean", 0.2, 0.2, "token", False, False, False),
         "dr_grpo": ("group_mean", "constant", 0.2, 0.2, "token", False, False, False),
@@ -42,22 +53,25 @@ def test_no_field_has_a_hidden_default():
     assert all(f.description for f in ObjectiveSettings.model_fields.values())
 
 
-@pytest.mark.parametrize("override, field, problem", [
-    ({"clip_low": -0.1}, "clip_low", "greater than or equal to 0"),
-    ({"clip_high": -0.2}, "clip_high", "greater than or equal to 0"),
-    ({"adv_eps": -1e-6}, "adv_eps", "greater than or equal to 0"),
-    ({"clip_low": 1.0}, "clip_low", "less than 1"),
-    ({"dual_clip": 0.5}, "dual_clip", "greater than 1"),
-    ({"kl_coef": -0.1}, "kl_coef", "greater than or equal to 0"),
-    ({"max_len": 0}, "max_len", "greater than 0"),
-    ({"advantage": "group_stdev"}, "advantage", "unknown advantage estimator 'group_stdev'"),
-    ({"aggregation": "mean"}, "aggregation", "unknown loss aggregation 'mean'"),
-    ({"ratio": "seq"}, "ratio", "unknown importance ratio level 'seq'"),
-    ({"kl_estimator": "k4"}, "kl_estimator", "unknown KL estimator 'k4'"),
-    ({"dynamic_sampling_key": "acc"}, "dynamic_sampling_key", "'reward' or 'correct'"),
-    ({"clip_hi": 0.28}, "clip_hi", "Extra inputs are not permitted"),
-    ({"clip_low": "a lot"}, "clip_low", "valid number"),
-])
+@pytest.mark.parametrize(
+    "override, field, problem",
+    [
+        ({"clip_low": -0.1}, "clip_low", "greater than or equal to 0"),
+        ({"clip_high": -0.2}, "clip_high", "greater than or equal to 0"),
+        ({"adv_eps": -1e-6}, "adv_eps", "greater than or equal to 0"),
+        ({"clip_low": 1.0}, "clip_low", "less than 1"),
+        ({"dual_clip": 0.5}, "dual_clip", "greater than 1"),
+        ({"kl_coef": -0.1}, "kl_coef", "greater than or equal to 0"),
+        ({"max_len": 0}, "max_len", "greater than 0"),
+        ({"advantage": "group_stdev"}, "advantage", "unknown advantage estimator 'group_stdev'"),
+        ({"aggregation": "mean"}, "aggregation", "unknown loss aggregation 'mean'"),
+        ({"ratio": "seq"}, "ratio", "unknown importance ratio level 'seq'"),
+        ({"kl_estimator": "k4"}, "kl_estimator", "unknown KL estimator 'k4'"),
+        ({"dynamic_sampling_key": "acc"}, "dynamic_sampling_key", "'reward' or 'correct'"),
+        ({"clip_hi": 0.28}, "clip_hi", "Extra inputs are not permitted"),
+        ({"clip_low": "a lot"}, "clip_low", "valid number"),
+    ],
+)
 def test_bad_values_name_the_field(override, field, problem):
     with pytest.raises(ValidationError) as err:
         ObjectiveSettings.preset("grpo", **override)
@@ -65,13 +79,16 @@ def test_bad_values_name_the_field(override, field, problem):
     assert e["loc"] == (field,) and problem in e["msg"]
 
 
-@pytest.mark.parametrize("preset, override, problem", [
-    ("dr_grpo", {}, "max_len is required when aggregation is 'constant'"),
-    ("grpo", {"aggregation": "constant"}, "max_len is required"),
-    ("dapo", {}, "overlong_penalty needs both max_len and overlong_cache_len"),  # nothing to derive it from
-    ("grpo", {"overlong_penalty": True, "max_len": 128}, "overlong_penalty needs both"),  # dapo's default only
-    ("dapo", {"max_len": 128, "overlong_cache_len": 200}, "overlong_cache_len (200) must not exceed max_len (128)"),
-])
+@pytest.mark.parametrize(
+    "preset, override, problem",
+    [
+        ("dr_grpo", {}, "max_len is required when aggregation is 'constant'"),
+        ("grpo", {"aggregation": "constant"}, "max_len is required"),
+        ("dapo", {}, "overlong_penalty needs both max_len and overlong_cache_len"),  # nothing to derive it from
+        ("grpo", {"overlong_penalty": True, "max_len": 128}, "overlong_penalty needs both"),  # dapo's default only
+        ("dapo", {"max_len": 128, "overlong_cache_len": 200}, "overlong_cache_len (200) must not exceed max_len (128)"),
+    ],
+)
 def test_impossible_combinations(preset, override, problem):
     with pytest.raises(ValidationError, match=re.escape(problem)):
         ObjectiveSettings.preset(preset, **override)
@@ -108,6 +125,14 @@ def test_every_switch_documents_its_equation_and_paper():
     for fn in fns:
         doc = inspect.getdoc(fn) or ""
         assert any(c in doc for c in "=←∈→"), f"{fn.__name__}: no equation"
-        if fn.__name__ not in {"merge_metrics", "token_logprobs", "token_entropy", "advantage_metrics",
-                               "group_outcome_metrics", "compute_advantages", "shape_rewards", "loss_mask"}:
+        if fn.__name__ not in {
+            "merge_metrics",
+            "token_logprobs",
+            "token_entropy",
+            "advantage_metrics",
+            "group_outcome_metrics",
+            "compute_advantages",
+            "shape_rewards",
+            "loss_mask",
+        }:
             assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020", doc), f"{fn.__name__}: no paper"

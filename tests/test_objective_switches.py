@@ -29,28 +29,52 @@ REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 
 
 # ---- advantages -------------------------------------------------------------------------
-@pytest.mark.parametrize("name, eps, expected", [
-    # std of [1,0,0,1] with Bessel = sqrt(1/3); of [0,0,0,1] = 0.5
-    ("group_std", 0.0, [[0.8660254037844387, -0.8660254037844387, -0.8660254037844387, 0.8660254037844387],
-                        [0, 0, 0, 0], [-0.5, -0.5, -0.5, 1.5]]),
-    ("group_std", 0.1, [[0.7381705193654007, -0.7381705193654007, -0.7381705193654007, 0.7381705193654007],
-                        [0, 0, 0, 0], [-0.4166666666666667, -0.4166666666666667, -0.4166666666666667, 1.25]]),
-    ("group_mean", 0.1, [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.25, -0.25, -0.25, 0.75]]),
-    # one std over all 12 rewards (7 ones, 5 zeros): sqrt(420/1584) = 0.5149286505444373
-    ("batch_std", 0.0, [[0.9710083124552245, -0.9710083124552245, -0.9710083124552245, 0.9710083124552245],
-                        [0, 0, 0, 0], [-0.4855041562276122, -0.4855041562276122, -0.4855041562276122,
-                                       1.4565124686828366]]),
-    # median of [1,0,0,1] is 0.5; of [0,0,0,1] is 0
-    ("group_median", 0.0, [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0], [0, 0, 0, 1]]),
-])
+@pytest.mark.parametrize(
+    "name, eps, expected",
+    [
+        # std of [1,0,0,1] with Bessel = sqrt(1/3); of [0,0,0,1] = 0.5
+        (
+            "group_std",
+            0.0,
+            [
+                [0.8660254037844387, -0.8660254037844387, -0.8660254037844387, 0.8660254037844387],
+                [0, 0, 0, 0],
+                [-0.5, -0.5, -0.5, 1.5],
+            ],
+        ),
+        (
+            "group_std",
+            0.1,
+            [
+                [0.7381705193654007, -0.7381705193654007, -0.7381705193654007, 0.7381705193654007],
+                [0, 0, 0, 0],
+                [-0.4166666666666667, -0.4166666666666667, -0.4166666666666667, 1.25],
+            ],
+        ),
+        ("group_mean", 0.1, [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.25, -0.25, -0.25, 0.75]]),
+        # one std over all 12 rewards (7 ones, 5 zeros): sqrt(420/1584) = 0.5149286505444373
+        (
+            "batch_std",
+            0.0,
+            [
+                [0.9710083124552245, -0.9710083124552245, -0.9710083124552245, 0.9710083124552245],
+                [0, 0, 0, 0],
+                [-0.4855041562276122, -0.4855041562276122, -0.4855041562276122, 1.4565124686828366],
+            ],
+        ),
+        # median of [1,0,0,1] is 0.5; of [0,0,0,1] is 0
+        ("group_median", 0.0, [[0.5, -0.5, -0.5, 0.5], [0, 0, 0, 0], [0, 0, 0, 1]]),
+    ],
+)
 def test_advantages_binary(name, eps, expected):
     torch.testing.assert_close(ADVANTAGES[name](REWARDS, eps), T(*expected), rtol=0, atol=1e-12)
 
 
 def test_advantages_real_valued_rewards():
     r = T([0.2, 0.5, 1.1])  # mean 0.6, Bessel std 0.45825756949558405
-    torch.testing.assert_close(ADVANTAGES["group_std"](r, 0.1),
-                               T([-0.7165151389911679, -0.17912878474779195, 0.8956439237389602]))
+    torch.testing.assert_close(
+        ADVANTAGES["group_std"](r, 0.1), T([-0.7165151389911679, -0.17912878474779195, 0.8956439237389602])
+    )
     torch.testing.assert_close(ADVANTAGES["group_median"](r, 0.0), T([-0.3, 0.0, 0.6]))
     torch.testing.assert_close(ADVANTAGES["group_median"](T([0, 1, 1]), 0.0), T([-1.0, 0.0, 0.0]))
 
@@ -106,13 +130,16 @@ def test_sequence_vs_sequence_token_gradients():
 R = T([0.5, 0.9, 1.0, 1.1, 1.25, 1.5])
 
 
-@pytest.mark.parametrize("adv, lo, hi, loss, low, high", [
-    (1.0, 0.2, 0.28, [-0.5, -0.9, -1.0, -1.1, -1.25, -1.28], [0] * 6, [0, 0, 0, 0, 0, 1]),
-    (1.0, 0.2, 0.2, [-0.5, -0.9, -1.0, -1.1, -1.2, -1.2], [0] * 6, [0, 0, 0, 0, 1, 1]),
-    (-1.0, 0.2, 0.28, [0.8, 0.9, 1.0, 1.1, 1.25, 1.5], [1, 0, 0, 0, 0, 0], [0] * 6),
-    (-2.0, 0.1, 0.28, [1.8, 1.8, 2.0, 2.2, 2.5, 3.0], [1, 0, 0, 0, 0, 0], [0] * 6),
-    (0.0, 0.2, 0.2, [0.0] * 6, [0] * 6, [0] * 6),
-])
+@pytest.mark.parametrize(
+    "adv, lo, hi, loss, low, high",
+    [
+        (1.0, 0.2, 0.28, [-0.5, -0.9, -1.0, -1.1, -1.25, -1.28], [0] * 6, [0, 0, 0, 0, 0, 1]),
+        (1.0, 0.2, 0.2, [-0.5, -0.9, -1.0, -1.1, -1.2, -1.2], [0] * 6, [0, 0, 0, 0, 1, 1]),
+        (-1.0, 0.2, 0.28, [0.8, 0.9, 1.0, 1.1, 1.25, 1.5], [1, 0, 0, 0, 0, 0], [0] * 6),
+        (-2.0, 0.1, 0.28, [1.8, 1.8, 2.0, 2.2, 2.5, 3.0], [1, 0, 0, 0, 0, 0], [0] * 6),
+        (0.0, 0.2, 0.2, [0.0] * 6, [0] * 6, [0] * 6),
+    ],
+)
 def test_clipped_surrogate(adv, lo, hi, loss, low, high):
     log_r = R.log().requires_grad_(True)
     out = clipped_surrogate(log_r, torch.full((1,), adv, dtype=torch.float64), lo, hi)
@@ -120,7 +147,7 @@ def test_clipped_surrogate(adv, lo, hi, loss, low, high):
     assert out.clipped_low.int().tolist() == [low] and out.clipped_high.int().tolist() == [high]
     out.loss.sum().backward()
     # clipped tokens get no gradient; the others get dℓ/dlog r = −r·A
-    expected = [0.0 if (l or h) else -r * adv for r, l, h in zip(R[0].tolist(), low, high)]
+    expected = [0.0 if (lo or hi) else -r * adv for r, lo, hi in zip(R[0].tolist(), low, high)]
     assert log_r.grad[0].tolist() == pytest.approx(expected)
 
 
@@ -139,7 +166,7 @@ def test_gspo_sequence_clipping_with_tiny_epsilon():
     s = ObjectiveSettings.preset("gspo")
     old = torch.zeros(4, 2, dtype=torch.float64)
     logp = T(
-        [math.log(1.5), math.log(1 / 1.5)],   # token ratios 1.5, 0.67 but s = 1: not clipped
+        [math.log(1.5), math.log(1 / 1.5)],  # token ratios 1.5, 0.67 but s = 1: not clipped
         [math.log(1.0005), math.log(1.0005)],  # s = 1.0005 > 1 + 4e-4 with A > 0: clipped high
         [math.log(0.9996), math.log(0.9996)],  # s = 0.9996 < 1 − 3e-4 with A < 0: clipped low
         [math.log(0.9996), math.log(0.9996)],  # same ratio with A > 0: not clipped
@@ -167,12 +194,15 @@ AGG_MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])  # third res
 
 
 # B counts every response, the fully masked one too (GRPO's 1/G, Dr. GRPO's B·L_max, TRL)
-@pytest.mark.parametrize("mode, expected, token_grads", [
-    ("seq_mean_token_mean", (6 / 3 + 9 / 2) / 3, [1 / 9, 1 / 6]),  # 2.1666…; ∂/∂ℓ_it = 1/(B·T_i)
-    ("token_mean", 15 / 5, [1 / 5, 1 / 5]),                         # 3.0; 1/Σ T_i
-    ("constant", 15 / (3 * 4), [1 / 12, 1 / 12]),                   # 1.25 with L_max = 4; 1/(B·L_max)
-    ("seq_mean_token_sum", 15 / 3, [1 / 3, 1 / 3]),                 # 5.0; 1/B
-])
+@pytest.mark.parametrize(
+    "mode, expected, token_grads",
+    [
+        ("seq_mean_token_mean", (6 / 3 + 9 / 2) / 3, [1 / 9, 1 / 6]),  # 2.1666…; ∂/∂ℓ_it = 1/(B·T_i)
+        ("token_mean", 15 / 5, [1 / 5, 1 / 5]),  # 3.0; 1/Σ T_i
+        ("constant", 15 / (3 * 4), [1 / 12, 1 / 12]),  # 1.25 with L_max = 4; 1/(B·L_max)
+        ("seq_mean_token_sum", 15 / 3, [1 / 3, 1 / 3]),  # 5.0; 1/B
+    ],
+)
 def test_aggregation_modes(mode, expected, token_grads):
     norm = Normaliser.from_mask(AGG_MASK, max_len=4)
     assert (norm.num_sequences, norm.num_tokens) == (3, 5)
@@ -186,8 +216,10 @@ def test_aggregation_modes(mode, expected, token_grads):
     assert torch.equal(g[2], torch.zeros(4)) and g[0, 3] == 0 and g[1, 2:].tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("mode, scale", [("seq_mean_token_mean", 15 / 16), ("token_mean", 1.0),
-                                         ("constant", 15 / 16), ("seq_mean_token_sum", 15 / 16)])
+@pytest.mark.parametrize(
+    "mode, scale",
+    [("seq_mean_token_mean", 15 / 16), ("token_mean", 1.0), ("constant", 15 / 16), ("seq_mean_token_sum", 15 / 16)],
+)
 def test_masked_response_stays_in_the_batch_count(mode, scale):
     """1 of 16 responses filtered (overlong): the other 15's loss is scaled by 15/16, not left at 1/15
     (the 16/15 excess over TRL); under `constant` the divisor B·L_max does not move with filtering."""
@@ -215,11 +247,14 @@ def test_all_masked_batch_gives_zero_not_nan():
 LOG_R = T([math.log(2), 0.0, -math.log(2)])
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("k1", [0.6931471805599453, 0.0, -0.6931471805599453]),
-    ("k2", [0.2402265069591007, 0.0, 0.2402265069591007]),
-    ("k3", [0.1931471805599453, 0.0, 0.3068528194400547]),  # 1/2 − 1 + ln 2; 2 − 1 − ln 2
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("k1", [0.6931471805599453, 0.0, -0.6931471805599453]),
+        ("k2", [0.2402265069591007, 0.0, 0.2402265069591007]),
+        ("k3", [0.1931471805599453, 0.0, 0.3068528194400547]),  # 1/2 − 1 + ln 2; 2 − 1 − ln 2
+    ],
+)
 def test_kl_estimators(name, expected):
     torch.testing.assert_close(KL_ESTIMATORS[name](LOG_R, torch.zeros_like(LOG_R)), T(expected))
 
@@ -227,8 +262,9 @@ def test_kl_estimators(name, expected):
 def test_token_entropy_and_logprobs():
     logits = T([0.0, 0.0, -50, -50], [0.0, 0.0, 0.0, 0.0], [math.log(3), 0.0, float("-inf"), float("-inf")])
     h = token_entropy(logits[:, :2].unsqueeze(0)).squeeze(0)
-    torch.testing.assert_close(h, torch.tensor([0.6931471805599453, 0.6931471805599453, 0.5623351446188083],
-                                               dtype=torch.float64))
+    torch.testing.assert_close(
+        h, torch.tensor([0.6931471805599453, 0.6931471805599453, 0.5623351446188083], dtype=torch.float64)
+    )
     assert token_entropy(logits[1:2].unsqueeze(0)).item() == pytest.approx(1.3862943611198906)  # ln 4
     lp = token_logprobs(logits[2:3, :2].unsqueeze(0), torch.tensor([[0]]))
     assert lp.item() == pytest.approx(-0.2876820724517809)  # ln 0.75
@@ -239,8 +275,9 @@ def test_policy_loss_entropy_is_token_mean_whatever_the_aggregation():
     entropy = T([1.0, 1.0, 1.0], [3.0, 9.0, 9.0])
     zeros = torch.zeros(2, 3, dtype=torch.float64)
     for preset in ("grpo", "gspo"):
-        out = policy_loss(zeros, zeros, torch.ones(2, dtype=torch.float64), mask,
-                          ObjectiveSettings.preset(preset), entropy=entropy)
+        out = policy_loss(
+            zeros, zeros, torch.ones(2, dtype=torch.float64), mask, ObjectiveSettings.preset(preset), entropy=entropy
+        )
         assert out.metrics[M.ENTROPY].item() == pytest.approx(6 / 4)  # not (1 + 3)/2
 
 

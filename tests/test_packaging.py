@@ -36,8 +36,23 @@ def test_the_wheel_carries_the_math_data(tmp_path):
         shutil.copy(ROOT / name, src / name)
     for package in ("harness", "trainer", "dashboard", "report"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("harness-*.whl")
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "trainer/data/files").rglob("*") if p.is_file()}
     assert len(shipped) == 13  # 12 sets and SOURCES.md

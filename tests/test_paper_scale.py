@@ -25,14 +25,28 @@ def tiny_qwen(tmp_path_factory) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(fast), hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         max_position_embeddings=1024, eos_token_id=fast.eos_token_id,
-                                         pad_token_id=fast.pad_token_id, tie_word_embeddings=True))
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(fast),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            eos_token_id=fast.eos_token_id,
+            pad_token_id=fast.pad_token_id,
+            tie_word_embeddings=True,
+        )
+    )
     path = tmp_path_factory.mktemp("tiny-qwen")
     model.save_pretrained(path)
     fast.save_pretrained(path)
@@ -58,15 +72,53 @@ def test_math_run_with_periodic_eval_on_a_local_hf_model_and_dataset(tiny_qwen, 
     rows = load_records(benchmark_path("gsm8k_train"))[:12]
     datasets.Dataset.from_list([{"q": r["question"], "a": r["answer"]} for r in rows]).save_to_disk(str(pool))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = main(["run", str(ROOT / "ablations" / "toy_run.yaml"), "--tracking-uri", uri, "--quiet",
-                 "--set", "model.source=hf", "--set", f"model.name_or_path={tiny_qwen}",
-                 "--set", "task.name=math", "--set", f"task.math.train={pool}", "--set", "task.math.fields.question=q",
-                 "--set", "task.math.fields.answer=a", "--set", "task.math.fields.solution=null",
-                 "--set", "task.math.answer_format=gsm8k", "--set", "task.math.template=none",
-                 "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2",
-                 "--set", "rollout.max_new_tokens=12", "--set", "train.steps=2", "--set", "train.lr=1e-3",
-                 "--set", "eval.every=2", "--set", "eval.benchmarks=[math500,gsm8k]", "--set", "eval.limit=2",
-                 "--set", "eval.k=2", "--set", "eval.max_new_tokens=8"])
+    code = main(
+        [
+            "run",
+            str(ROOT / "ablations" / "toy_run.yaml"),
+            "--tracking-uri",
+            uri,
+            "--quiet",
+            "--set",
+            "model.source=hf",
+            "--set",
+            f"model.name_or_path={tiny_qwen}",
+            "--set",
+            "task.name=math",
+            "--set",
+            f"task.math.train={pool}",
+            "--set",
+            "task.math.fields.question=q",
+            "--set",
+            "task.math.fields.answer=a",
+            "--set",
+            "task.math.fields.solution=null",
+            "--set",
+            "task.math.answer_format=gsm8k",
+            "--set",
+            "task.math.template=none",
+            "--set",
+            "rollout.prompts_per_step=2",
+            "--set",
+            "rollout.group_size=2",
+            "--set",
+            "rollout.max_new_tokens=12",
+            "--set",
+            "train.steps=2",
+            "--set",
+            "train.lr=1e-3",
+            "--set",
+            "eval.every=2",
+            "--set",
+            "eval.benchmarks=[math500,gsm8k]",
+            "--set",
+            "eval.limit=2",
+            "--set",
+            "eval.k=2",
+            "--set",
+            "eval.max_new_tokens=8",
+        ]
+    )
     assert code == 0
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id])
@@ -78,8 +130,23 @@ def test_math_run_with_periodic_eval_on_a_local_hf_model_and_dataset(tiny_qwen, 
 
 def test_harness_eval_logs_and_prints(tiny_qwen, tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = main(["eval", "--model", str(tiny_qwen), "--benchmarks", "math500,amc23", "--limit", "3", "--k", "2",
-                 "--max-new-tokens", "8", "--tracking-uri", uri])
+    code = main(
+        [
+            "eval",
+            "--model",
+            str(tiny_qwen),
+            "--benchmarks",
+            "math500,amc23",
+            "--limit",
+            "3",
+            "--k",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--tracking-uri",
+            uri,
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "math500" in out and "amc23" in out and "pass@k" in out
@@ -97,11 +164,39 @@ def test_eval_rejects_unknown_benchmark(capsys):
 def test_evaluation_only_run_scores_the_initial_model(tiny_qwen, tmp_path):
     """train.steps 0: the template study's unit (one model × one template, every benchmark at step 0)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = main(["run", str(ROOT / "ablations" / "toy_run.yaml"), "--tracking-uri", uri, "--quiet",
-                 "--set", "model.source=hf", "--set", f"model.name_or_path={tiny_qwen}", "--set", "task.name=math",
-                 "--set", "task.math.train=gsm8k_train", "--set", "task.math.limit=4", "--set", "task.math.template=r1",
-                 "--set", "train.steps=0", "--set", "eval.every=1", "--set", "eval.benchmarks=[aime24]",
-                 "--set", "eval.limit=2", "--set", "eval.max_new_tokens=6", "--set", "eval.temperature=0"])
+    code = main(
+        [
+            "run",
+            str(ROOT / "ablations" / "toy_run.yaml"),
+            "--tracking-uri",
+            uri,
+            "--quiet",
+            "--set",
+            "model.source=hf",
+            "--set",
+            f"model.name_or_path={tiny_qwen}",
+            "--set",
+            "task.name=math",
+            "--set",
+            "task.math.train=gsm8k_train",
+            "--set",
+            "task.math.limit=4",
+            "--set",
+            "task.math.template=r1",
+            "--set",
+            "train.steps=0",
+            "--set",
+            "eval.every=1",
+            "--set",
+            "eval.benchmarks=[aime24]",
+            "--set",
+            "eval.limit=2",
+            "--set",
+            "eval.max_new_tokens=6",
+            "--set",
+            "eval.temperature=0",
+        ]
+    )
     assert code == 0
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id])

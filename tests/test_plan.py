@@ -18,7 +18,9 @@ def _sweep(tmp_path, text: str, name: str = "s.yaml") -> Path:
 
 
 def test_grid_times_seeds_with_stable_ids(tmp_path):
-    path = _sweep(tmp_path, """
+    path = _sweep(
+        tmp_path,
+        """
 name: t
 base: toy_run.yaml
 set: {train.steps: 7}
@@ -26,7 +28,8 @@ grid:
   objective.aggregation: [seq_mean_token_mean, constant]
   objective.advantage: [group_std, group_mean]
 seeds: [0, 1, 2]
-""")
+""",
+    )
     plan = load_sweep(path)
     assert len(plan.jobs) == 12 and len({j.job_id for j in plan.jobs}) == 12
     assert len({j.arm_id for j in plan.jobs}) == 4
@@ -42,7 +45,9 @@ seeds: [0, 1, 2]
 
 
 def test_zip_exclude_include_and_cumulative_arms(tmp_path):
-    path = _sweep(tmp_path, """
+    path = _sweep(
+        tmp_path,
+        """
 name: t
 base: toy_run.yaml
 arms:
@@ -57,11 +62,18 @@ exclude:
 include:
   - {objective.preset: dr_grpo}
 seeds: [0]
-""")
+""",
+    )
     plan = load_sweep(path)
     arms = [j.arm for j in plan.jobs]
-    assert arms == ["a epochs=1 mini_batches=1", "a epochs=2 mini_batches=2", "b epochs=1 mini_batches=1",
-                    "b epochs=2 mini_batches=2", "c epochs=1 mini_batches=1", "preset=dr_grpo"]
+    assert arms == [
+        "a epochs=1 mini_batches=1",
+        "a epochs=2 mini_batches=2",
+        "b epochs=1 mini_batches=1",
+        "b epochs=2 mini_batches=2",
+        "c epochs=1 mini_batches=1",
+        "preset=dr_grpo",
+    ]
     c = plan.jobs[4].config
     assert (c.objective.clip_high, c.objective.aggregation) == (0.28, "token_mean")  # b's override carried on
     assert plan.jobs[1].config.train.epochs == 2
@@ -73,48 +85,88 @@ def test_shipped_ablation_files_plan(tmp_path):
 
     sweeps = [f for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run" and not f.stem.startswith("tune_")]
     sizes = {f.stem: len(load_sweep(f).jobs) for f in sweeps}
-    assert sizes == {"smoke": 4, "dr_grpo_bias": 20, "dapo_progressive": 18, "clip_higher_entropy": 6,
-                     "clip_higher_entropy_peaked": 6, "clip_higher_entropy_collapse": 6,
-                     "gspo_vs_grpo": 6}
-    paper = {f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"}
+    assert sizes == {
+        "smoke": 4,
+        "dr_grpo_bias": 20,
+        "dapo_progressive": 18,
+        "clip_higher_entropy": 6,
+        "clip_higher_entropy_peaked": 6,
+        "clip_higher_entropy_collapse": 6,
+        "gspo_vs_grpo": 6,
+    }
+    paper = {
+        f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
+    }
     assert paper == {"dr_grpo": 12, "dapo_progressive": 18, "gspo": 6, "template_study": 12}
     pilots = {f.stem: load_sweep(f).jobs for f in (ABLATIONS / "pilots").glob("*.yaml")}
-    assert {k: len(v) for k, v in pilots.items()} == {"clip_higher_entropy_clean": 2, "clip_higher_entropy_peaked_e2": 2,
-                                                          "clip_higher_entropy_clean_lr1e4": 2,
-                                                          "clip_higher_entropy_clean_lr1e4_mb16": 2}
+    assert {k: len(v) for k, v in pilots.items()} == {
+        "clip_higher_entropy_clean": 2,
+        "clip_higher_entropy_peaked_e2": 2,
+        "clip_higher_entropy_clean_lr1e4": 2,
+        "clip_higher_entropy_clean_lr1e4_mb16": 2,
+    }
     clean = pilots["clip_higher_entropy_clean"][0].config  # the README's pilot table ran exactly this
-    assert (clean.seed, clean.task.toy_addition.hide_prob, clean.model.toy.task.hide_prob, clean.model.toy.sft_steps,
-            clean.train.epochs, clean.objective.aggregation) == (50, 0.0, 0.0, 700, 2, "token_mean")
+    assert (
+        clean.seed,
+        clean.task.toy_addition.hide_prob,
+        clean.model.toy.task.hide_prob,
+        clean.model.toy.sft_steps,
+        clean.train.epochs,
+        clean.objective.aggregation,
+    ) == (50, 0.0, 0.0, 700, 2, "token_mean")
     assert load_tune(ABLATIONS / "tune_dr_grpo_lr.yaml").spec.trials == 12
     paper = load_sweep(ABLATIONS / "dr_grpo_bias.yaml", profile="paper").jobs[0].config
-    assert (paper.model.name_or_path, paper.rollout.max_new_tokens, paper.train.lr) == ("Qwen/Qwen2.5-Math-1.5B", 3000, 1e-6)
+    assert (paper.model.name_or_path, paper.rollout.max_new_tokens, paper.train.lr) == (
+        "Qwen/Qwen2.5-Math-1.5B",
+        3000,
+        1e-6,
+    )
 
 
-@pytest.mark.parametrize("body, needle", [
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrdi: {seed: [1]}\n", "grdi: unknown key"),
-    ("name: t\nbase: toy_run.yaml\n", "seeds: required key is missing"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0, 0]\n", "seeds repeat"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [-1]\n", "seeds[0]: Input should be greater than or equal to 0"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: 0.28}\n", "grid.objective.clip_high"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: []}\n", "at least one value"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\nzip: [{train.epochs: [1, 2], train.mini_batches: [1]}]\n",
-     "different lengths"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {train.epochs: [1]}\nzip: [{train.epochs: [1]}]\n",
-     "also varies elsewhere"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {train.epochs: [1, 2]}\nexclude: [{train.lr: 1}]\n",
-     "train.lr does not vary"),
-    ("name: t\nbase: missing.yaml\nseeds: [0]\n", "base: no run config"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_hihg: [0.2]}\n",
-     "objective.clip_hihg: unknown key (did you mean 'clip_high'?)"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: [-0.2, 0.28]}\n",
-     "arm 'clip_high=-0.2': objective.clip_high"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\narms: [{name: a}, {name: a}]\n", "arm names repeat"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\ncumulative: true\n", "cumulative needs arms"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\narms: [{name: a, set: {objective.preset: grpo}},"
-     " {name: b, set: {objective.preset: grpo}}]\n", "arms 'a' and 'b' resolve to the same run config"),
-    ("name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {train.steps.n: 3}\n", "set: train.steps.n: train.steps is 120, not a mapping"),
-    ("[not, a, mapping]\n", "top level must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrdi: {seed: [1]}\n", "grdi: unknown key"),
+        ("name: t\nbase: toy_run.yaml\n", "seeds: required key is missing"),
+        ("name: t\nbase: toy_run.yaml\nseeds: [0, 0]\n", "seeds repeat"),
+        ("name: t\nbase: toy_run.yaml\nseeds: [-1]\n", "seeds[0]: Input should be greater than or equal to 0"),
+        ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: 0.28}\n", "grid.objective.clip_high"),
+        ("name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: []}\n", "at least one value"),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\nzip: [{train.epochs: [1, 2], train.mini_batches: [1]}]\n",
+            "different lengths",
+        ),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {train.epochs: [1]}\nzip: [{train.epochs: [1]}]\n",
+            "also varies elsewhere",
+        ),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {train.epochs: [1, 2]}\nexclude: [{train.lr: 1}]\n",
+            "train.lr does not vary",
+        ),
+        ("name: t\nbase: missing.yaml\nseeds: [0]\n", "base: no run config"),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_hihg: [0.2]}\n",
+            "objective.clip_hihg: unknown key (did you mean 'clip_high'?)",
+        ),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\ngrid: {objective.clip_high: [-0.2, 0.28]}\n",
+            "arm 'clip_high=-0.2': objective.clip_high",
+        ),
+        ("name: t\nbase: toy_run.yaml\nseeds: [0]\narms: [{name: a}, {name: a}]\n", "arm names repeat"),
+        ("name: t\nbase: toy_run.yaml\nseeds: [0]\ncumulative: true\n", "cumulative needs arms"),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\narms: [{name: a, set: {objective.preset: grpo}},"
+            " {name: b, set: {objective.preset: grpo}}]\n",
+            "arms 'a' and 'b' resolve to the same run config",
+        ),
+        (
+            "name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {train.steps.n: 3}\n",
+            "set: train.steps.n: train.steps is 120, not a mapping",
+        ),
+        ("[not, a, mapping]\n", "top level must be a mapping"),
+    ],
+)
 def test_malformed_sweep_is_one_line_naming_the_key(tmp_path, body, needle):
     path = _sweep(tmp_path, body)
     with pytest.raises(ConfigError) as err:
@@ -136,8 +188,20 @@ def test_seeds_given_on_the_command_line_replace_the_files(tmp_path, capsys):
     plan = load_sweep(path, seeds=[100, 101, 102])
     assert [j.seed for j in plan.jobs] == [100, 101, 102] * 2 and plan.spec["seeds"] == [100, 101, 102]
     assert plan.sweep_id == load_sweep(path).sweep_id  # the same sweep: keep a replication in its own store
-    assert main(["sweep", str(path), "--dry-run", "--seeds", "100-102,7",
-                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(path),
+                "--dry-run",
+                "--seeds",
+                "100-102,7",
+                "--tracking-uri",
+                f"sqlite:///{tmp_path / 'm.db'}",
+            ]
+        )
+        == 0
+    )
     assert "8 jobs" in capsys.readouterr().out
     for bad, needle in (("3-1", "runs backwards"), ("1,1", "seeds repeat"), ("x", "'x' is not a seed")):
         with pytest.raises(SystemExit):

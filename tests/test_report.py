@@ -38,8 +38,10 @@ def sweep_file(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("report-sweep")
     (d / "sweep.yaml").write_text(
         f"name: bias_report\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
-        "grid:\n  objective.aggregation: [seq_mean_token_mean, constant]\n  objective.advantage: [group_std, group_mean]\n"
-        "seeds: [0, 1, 2]\n")
+        "grid:\n  objective.aggregation: [seq_mean_token_mean, constant]\n"
+        "  objective.advantage: [group_std, group_mean]\n"
+        "seeds: [0, 1, 2]\n"
+    )
     return d / "sweep.yaml"
 
 
@@ -53,19 +55,48 @@ def store(sweep_file, tmp_path_factory) -> str:
     parent = client.create_run(exp, run_name=plan.name, tags={"sweep_id": plan.sweep_id, "sweep_parent": "1"})
     for job in plan.jobs:
         agg, adv = job.config.objective.aggregation, job.config.objective.advantage
-        run = client.create_run(exp, run_name=f"r-{job.seed}", tags={
-            "sweep_id": plan.sweep_id, "arm": job.arm_id, "arm_label": job.arm, "seed": str(job.seed),
-            "config_hash": job.job_id, "job_id": job.job_id, "git_commit": "abc1234",
-            "mlflow.parentRunId": parent.info.run_id})
-        metrics = [Metric("train/length_incorrect_mean", truth(agg, adv, job.seed, s), 0, s) for s in range(1, STEPS + 1)]
+        run = client.create_run(
+            exp,
+            run_name=f"r-{job.seed}",
+            tags={
+                "sweep_id": plan.sweep_id,
+                "arm": job.arm_id,
+                "arm_label": job.arm,
+                "seed": str(job.seed),
+                "config_hash": job.job_id,
+                "job_id": job.job_id,
+                "git_commit": "abc1234",
+                "mlflow.parentRunId": parent.info.run_id,
+            },
+        )
+        metrics = [
+            Metric("train/length_incorrect_mean", truth(agg, adv, job.seed, s), 0, s) for s in range(1, STEPS + 1)
+        ]
         metrics += [Metric("train/accuracy", 0.5 + 0.01 * job.seed, 0, s) for s in range(1, STEPS + 1)]
-        metrics += [Metric(f"eval/{b}/accuracy", 0.3 + 0.1 * i + 0.01 * job.seed, 0, STEPS) for i, b in
-                    enumerate(["math500", "aime24"])]
-        client.log_batch(run.info.run_id, metrics=metrics, params=[
-            Param("seed", str(job.seed)), Param("objective.aggregation", agg), Param("objective.advantage", adv)])
+        metrics += [
+            Metric(f"eval/{b}/accuracy", 0.3 + 0.1 * i + 0.01 * job.seed, 0, STEPS)
+            for i, b in enumerate(["math500", "aime24"])
+        ]
+        client.log_batch(
+            run.info.run_id,
+            metrics=metrics,
+            params=[
+                Param("seed", str(job.seed)),
+                Param("objective.aggregation", agg),
+                Param("objective.advantage", adv),
+            ],
+        )
         client.set_terminated(run.info.run_id)
-    bad = client.create_run(exp, run_name="r-9", tags={"sweep_id": plan.sweep_id, "arm_label": plan.jobs[0].arm,
-                                                        "seed": "9", "failure_reason": "timeout after 5 s"})
+    bad = client.create_run(
+        exp,
+        run_name="r-9",
+        tags={
+            "sweep_id": plan.sweep_id,
+            "arm_label": plan.jobs[0].arm,
+            "seed": "9",
+            "failure_reason": "timeout after 5 s",
+        },
+    )
     client.set_terminated(bad.info.run_id, status="FAILED")
     _log_plan(client, parent.info.run_id, plan.jobs, cumulative=False)  # as `harness sweep` does
     client.set_terminated(parent.info.run_id)
@@ -87,6 +118,21 @@ def test_at_parsing_and_values(store):
     at7 = run_values(data, "train/length_incorrect_mean", At.parse("step 7"))
     assert at7["value"].iloc[0] == pytest.approx(truth(*_agg_adv(at7["arm"].iloc[0]), at7["seed"].iloc[0], 7))
     assert len(last5) == 12  # the FAILED run has no value
+
+
+def test_a_runs_value_by_hand():
+    """`At.value`, the one place a curve becomes a number (report, claims, dashboard windows, tune trials)."""
+    steps, ys = [0, 2, 4, 5], [1.0, float("nan"), 3.0, 5.0]  # the NaN point counts as never logged
+    assert At.parse("final").value(steps, ys) == 5.0
+    assert At.parse("last-2").value(steps, ys) == 4.0
+    assert At.parse("last-9").value(steps, ys) == 3.0
+    assert At.parse("best").value(steps, ys) == 5.0
+    assert At.parse("best").value(steps, ys, larger_is_better=False) == 1.0
+    assert At.parse("step 4").value(steps, ys) == 3.0
+    assert np.isnan(At.parse("step 2").value(steps, ys)) and np.isnan(At.parse("final").value([], []))
+    # trapezoids over 0..4 and 4..5: (1+3)/2*4 + (3+5)/2*1 = 12, over a span of 5
+    assert At.parse("auc").value(steps, ys) == pytest.approx(12 / 5)
+    assert At.parse("auc").value([3], [7.0]) == 7.0
 
 
 def _agg_adv(arm: str) -> tuple[str, str]:
@@ -113,15 +159,18 @@ def test_tables_match_numpy_and_scipy(store):
     assert len(fam) == 6 and c["p_holm"] >= c["p"]
     # main effect of the length normaliser: −24 exactly (noise cancels except the +1.5 on one cell's seed)
     eff = r.effects.set_index(["metric", "factor", "level"]).loc[
-        ("train/length_incorrect_mean", "objective.aggregation", "constant")]
+        ("train/length_incorrect_mean", "objective.aggregation", "constant")
+    ]
     assert eff["effect"] == pytest.approx(-24.0 + 1.5 / 6)
     assert eff["p"] < 0.01 and eff["welch_low"] < eff["effect"] < eff["welch_high"]
     # the factorial model removes the advantage switch's +15 from the noise: a narrower interval than Welch's
     assert eff["model_effect"] == pytest.approx(eff["effect"]) and eff["model_df"] == 12 - 4
     assert eff["model_high"] - eff["model_low"] < eff["welch_high"] - eff["welch_low"]
     assert eff["test_p"] == eff["model_p"] and eff["p_holm"] >= eff["test_p"]
-    assert any("objective.aggregation: seq_mean_token_mean → constant changes train/length_incorrect_mean by"
-               in f for f in r.findings)
+    assert any(
+        "objective.aggregation: seq_mean_token_mean → constant changes train/length_incorrect_mean by" in f
+        for f in r.findings
+    )
     assert len(r.interactions) == 2  # one pair of 2-level switches × 2 metrics
     assert r.header["failed"] == 1 and r.header["failures"] == [f"{base} · seed 9: timeout after 5 s"]
     assert r.header["code_version"] == ["abc1234"] and r.header["seeds"] == [0, 1, 2, 9]
@@ -129,8 +178,11 @@ def test_tables_match_numpy_and_scipy(store):
 
 def test_small_n_rank_test_warning_and_stratified_benchmarks(store):
     data = _data(store)
-    r = build(data, metrics=["train/length_incorrect_mean", "eval/math500/accuracy", "eval/aime24/accuracy"],
-              test="mannwhitney")
+    r = build(
+        data,
+        metrics=["train/length_incorrect_mean", "eval/math500/accuracy", "eval/aime24/accuracy"],
+        test="mannwhitney",
+    )
     assert any("can never give p < 0.05" in w and "0.1" in w for w in r.warnings), r.warnings
     assert r.comparisons["min_p"].tolist() == pytest.approx([0.1] * len(r.comparisons))
     assert np.isinf(r.comparisons["mde"]).all()
@@ -143,8 +195,22 @@ def test_small_n_rank_test_warning_and_stratified_benchmarks(store):
 
 def test_cli_writes_every_format(store, sweep_file, tmp_path, capsys):
     out = tmp_path / "rep"
-    code = main(["report", str(sweep_file), "--tracking-uri", store, "--metric", "train/length_incorrect_mean",
-                 "--metric", "train/accuracy", "--out", str(out), "--format", "md,html,json,latex"])
+    code = main(
+        [
+            "report",
+            str(sweep_file),
+            "--tracking-uri",
+            store,
+            "--metric",
+            "train/length_incorrect_mean",
+            "--metric",
+            "train/accuracy",
+            "--out",
+            str(out),
+            "--format",
+            "md,html,json,latex",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "objective.aggregation: seq_mean_token_mean → constant changes train/length_incorrect_mean" in printed
@@ -161,32 +227,46 @@ def test_cli_writes_every_format(store, sweep_file, tmp_path, capsys):
     assert tex.count("{") == tex.count("}")
     doc = json.loads((out / "report.json").read_text())
     assert {"header", "per_arm", "comparisons", "main_effects", "interactions"} <= set(doc)
-    assert main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path / "by-name"),
-                 "--format", "json"]) == 0
+    assert (
+        main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path / "by-name"), "--format", "json"])
+        == 0
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nope_sweep"], "nope_sweep: no sweep named or with id 'nope_sweep'"),
-    (["bias_report", "--at", "middle"], "--at: 'middle' is not one of"),
-    (["bias_report", "--format", "md,pdf"], "--format: pdf is not one of"),
-    (["bias_report", "--baseline", "zzz"], "--baseline: 'zzz' is not an arm"),
-    (["bias_report", "--test", "anova"], "--test: 'anova' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope_sweep"], "nope_sweep: no sweep named or with id 'nope_sweep'"),
+        (["bias_report", "--at", "middle"], "--at: 'middle' is not one of"),
+        (["bias_report", "--format", "md,pdf"], "--format: pdf is not one of"),
+        (["bias_report", "--baseline", "zzz"], "--baseline: 'zzz' is not an arm"),
+        (["bias_report", "--test", "anova"], "--test: 'anova' is not one of"),
+    ],
+)
 def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
     assert main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="needs pdflatex (Debian texlive-latex-base and "
-                    "texlive-latex-recommended; .ci/run installs them)")
+@pytest.mark.skipif(
+    shutil.which("pdflatex") is None,
+    reason="needs pdflatex (Debian texlive-latex-base and texlive-latex-recommended; .ci/run installs them)",
+)
 def test_latex_tables_compile(store, tmp_path):
     assert main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path), "--format", "latex"]) == 0
-    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n"
-                                      "\\usepackage{booktabs,graphicx}\n\\begin{document}\n\\input{report.tex}\n"
-                                      "\\end{document}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n"
+        "\\usepackage{booktabs,graphicx}\n\\begin{document}\n\\input{report.tex}\n"
+        "\\end{document}\n"
+    )
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 10_000
 
@@ -229,9 +309,12 @@ def test_two_finished_runs_of_one_job_count_once(tmp_path):
 def test_resumed_sweep_counts_the_finished_retry_draws_only_counted_runs_and_starts_with_the_sweep(tmp_path):
     # invocation 1 (parent started at 0) was interrupted while B-1 ran; invocation 2 (at 120) finished everything
     runs = [FakeRun("A", s, values=_curve(float(s)), start=10 + s) for s in (0, 1, 2)]
-    runs += [FakeRun("B", 0, values=_curve(5.0), start=10),
-             FakeRun("B", 1, status="FAILED", values={LEN: [50.0, 50.0]}, start=11, reason="interrupted"),
-             FakeRun("B", 1, values=_curve(6.0), start=120), FakeRun("B", 2, values=_curve(7.0), start=121)]
+    runs += [
+        FakeRun("B", 0, values=_curve(5.0), start=10),
+        FakeRun("B", 1, status="FAILED", values={LEN: [50.0, 50.0]}, start=11, reason="interrupted"),
+        FakeRun("B", 1, values=_curve(6.0), start=120),
+        FakeRun("B", 2, values=_curve(7.0), start=121),
+    ]
     uri, data, ids = _fake(tmp_path, runs, parent_start=0)
     assert data.runs.set_index("run_id").loc[ids["4"], "state"] == "retried"
     r = build(data, metrics=[LEN])
@@ -242,8 +325,10 @@ def test_resumed_sweep_counts_the_finished_retry_draws_only_counted_runs_and_sta
     assert list(r.curves[LEN]["B"].columns) == ["seed 0", "seed 1", "seed 2"]
     assert r.curves[LEN]["B"].max().max() < 50
     from datetime import datetime, timezone
+
     assert r.header["started"] == f"{datetime.fromtimestamp(T0 / 1000, timezone.utc):%Y-%m-%d %H:%M} UTC"
     from report.render import to_markdown
+
     md = to_markdown(r)
     assert "1 failed attempt of a job that later finished" in md and "- failed:" not in md
 
@@ -262,6 +347,7 @@ def test_partial_sweep_says_how_many_jobs_never_ran_and_prints_no_nan(tmp_path):
     assert any(f.startswith("D vs A") and "no comparison" in f and "0 finished runs" in f for f in r.findings), text
     assert any(f.startswith("B vs A") and "+10" in f for f in r.findings), text
     from report.render import to_markdown
+
     md = to_markdown(r)
     assert "13 of 20 planned jobs have no finished run" in md
 
@@ -277,10 +363,13 @@ def test_all_failed_sweep_writes_a_report_listing_the_failures(tmp_path, capsys)
     assert json.loads((out / "report.json").read_text())["header"]["failed"] == 4
     # an unreadable store or a crash must leave no half-written folder: render first, then write
     from report import render
+
     def boom(r):
         raise RuntimeError("render failed")
+
     out2 = tmp_path / "rep2"
     import unittest.mock
+
     with unittest.mock.patch.object(render, "to_json", boom), pytest.raises(RuntimeError):
         render.write(build(data), out2, ["md", "json"])
     assert not out2.exists()
@@ -305,6 +394,7 @@ def test_sweep_name_cannot_escape_the_reports_folder(tmp_path, monkeypatch):
     (written,) = (cwd / "results" / "reports").iterdir()
     assert (written / "report.md").is_file() and "ESCAPED_REPORT" in written.name and ".." not in written.name
     from report.render import safe_name
+
     assert safe_name("a/b\\c\x00d\ne") == safe_name("a/b\\c\x00d\ne") and "/" not in safe_name("a/b")
     assert safe_name("..") not in ("", ".", "..") and safe_name("dr_grpo_bias") == "dr_grpo_bias"
     assert safe_name("a/b") != safe_name("a_b")  # two names never share a folder
@@ -324,8 +414,13 @@ def test_non_finite_value_is_refused_naming_run_and_metric(tmp_path, capsys):
 
 def test_empty_cell_is_reported_with_its_reason(tmp_path):
     # 2×2 grid, the cell (x=1, y=1) never finished: no main effect, and the report says why
-    runs = [FakeRun(f"x={x} y={y}", s, values=_curve(1.0 * x + 3.0 * y + 0.1 * s), params={"x": str(x), "y": str(y)})
-            for x in (0, 1) for y in (0, 1) for s in (0, 1, 2) if (x, y) != (1, 1)]
+    runs = [
+        FakeRun(f"x={x} y={y}", s, values=_curve(1.0 * x + 3.0 * y + 0.1 * s), params={"x": str(x), "y": str(y)})
+        for x in (0, 1)
+        for y in (0, 1)
+        for s in (0, 1, 2)
+        if (x, y) != (1, 1)
+    ]
     uri, data, ids = _fake(tmp_path, runs)
     assert data.varying == ["x", "y"]
     r = build(data, metrics=[LEN])

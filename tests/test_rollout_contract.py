@@ -36,23 +36,34 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
     backend.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, vocab[BOS])])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-                                   unk_token=UNK, padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
+    )
 
 
 def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "llama", seed: int = 0) -> PreTrainedModel:
     """A random tiny causal LM: Llama (rotary positions) or GPT-2 (learned absolute positions, where a
     wrong position id changes the output; rotary attention only sees position differences)."""
     torch.manual_seed(seed)
-    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                   pad_token_id=tokenizer.pad_token_id)
+    special = dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     if arch == "gpt2":
-        config = GPT2Config(vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=128,
-                            initializer_range=0.1, **special)  # wider init: varied, peaked outputs
+        config = GPT2Config(
+            vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=128, initializer_range=0.1, **special
+        )  # wider init: varied, peaked outputs
         return GPT2LMHeadModel(config).eval()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
-                         tie_word_embeddings=False, **special)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        **special,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)  # peaked distributions: no greedy near-ties
@@ -81,8 +92,9 @@ def _vllm(model, tokenizer, tmp_path) -> RolloutBackend:
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     # float32 as the reference model (TOL is 1e-5); eager: no CUDA-graph capture for a few tiny batches
-    backend = VLLMBackend(str(tmp_path), tokenizer, dtype="float32", gpu_memory_utilization=0.2,
-                          enforce_eager=True, seed=0)
+    backend = VLLMBackend(
+        str(tmp_path), tokenizer, dtype="float32", gpu_memory_utilization=0.2, enforce_eager=True, seed=0
+    )
     _VLLM_ENGINES[key] = backend
     return backend
 
@@ -129,7 +141,7 @@ def teacher_forced(model, batch: RolloutBatch, temperature: float = 1.0) -> tupl
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
     width = batch.prompt_ids.shape[1]
-    logits = logits[:, width - 1:-1]
+    logits = logits[:, width - 1 : -1]
     logp = torch.log_softmax(logits / temperature, -1)
     chosen = logp.gather(-1, batch.response_ids.to(model.device)[..., None])[..., 0]
     return chosen * batch.response_mask.to(model.device), logits.argmax(-1)
@@ -173,7 +185,7 @@ def test_eos_ends_a_response_and_truncation_flag(setup):
     eos = tokenizer.eos_token_id
     assert batch.truncated.any() and (~batch.truncated).any(), "the fixture should give both kinds"
     for i in range(len(batch.texts)):
-        response = batch.response_ids[i, :batch.lengths[i]].tolist()
+        response = batch.response_ids[i, : batch.lengths[i]].tolist()
         if batch.truncated[i]:
             assert len(response) == max_new and eos not in response
         else:
@@ -212,7 +224,7 @@ def test_top_p_keeps_to_the_nucleus_and_renormalises(setup):
     mask = torch.cat([batch.prompt_mask, batch.response_mask], 1).to(model.device)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
-    probs = logits[:, batch.prompt_ids.shape[1] - 1:-1].float().softmax(-1)
+    probs = logits[:, batch.prompt_ids.shape[1] - 1 : -1].float().softmax(-1)
     for i, j in (batch.response_mask == 1).nonzero().tolist():
         p = probs[i, j]
         token = batch.response_ids[i, j]
@@ -258,7 +270,7 @@ def test_outputs_are_ordinary_tensors(setup):
         assert not getattr(batch, name).is_inference(), name
     ids = torch.cat([batch.prompt_ids, batch.response_ids], 1).to(model.device)
     mask = torch.cat([batch.prompt_mask, batch.response_mask], 1).to(model.device)
-    loss = (model(input_ids=ids, attention_mask=mask).logits.float().mean() - batch.logprobs.to(model.device).sum())
+    loss = model(input_ids=ids, attention_mask=mask).logits.float().mean() - batch.logprobs.to(model.device).sum()
     loss.backward()
 
 
@@ -289,11 +301,14 @@ def test_transformers_explicit_eos_ids_and_bad_params():
     backend = TransformersBackend(model, tokenizer, eos_token_ids=[stop, tokenizer.eos_token_id])
     batch = backend.generate(many(PROMPTS, 4), SamplingParams(max_new_tokens=30), seed=0)
     for i in range(len(batch.texts)):
-        response = batch.response_ids[i, :batch.lengths[i]].tolist()
+        response = batch.response_ids[i, : batch.lengths[i]].tolist()
         if not batch.truncated[i]:
             assert response[-1] in (stop, tokenizer.eos_token_id)
             assert stop not in response[:-1] and tokenizer.eos_token_id not in response[:-1]
-    for bad in (SamplingParams(max_new_tokens=0), SamplingParams(max_new_tokens=4, temperature=-1.0),
-                SamplingParams(max_new_tokens=4, top_p=0.0)):
+    for bad in (
+        SamplingParams(max_new_tokens=0),
+        SamplingParams(max_new_tokens=4, temperature=-1.0),
+        SamplingParams(max_new_tokens=4, top_p=0.0),
+    ):
         with pytest.raises(ValueError):
             backend.generate(PROMPTS, bad, seed=0)

@@ -57,7 +57,7 @@ def make_fake_vllm(respond, *, with_logprobs_mode: bool = True) -> types.ModuleT
             self.kwargs = kwargs
 
     class LLM:
-        instances: list["LLM"] = []
+        instances: list[LLM] = []
 
         def __init__(self, **kwargs):
             self.kwargs = kwargs
@@ -74,10 +74,18 @@ def make_fake_vllm(respond, *, with_logprobs_mode: bool = True) -> types.ModuleT
             for prompt, params in zip(prompts, sampling_params, strict=True):
                 token_ids, logprobs, finish = respond(prompt["prompt_token_ids"], params.kwargs)
                 # a real position holds the sampled token and (here) a more likely one listed first
-                positions = [{(t + 1) % 5: SimpleNamespace(logprob=-0.01), t: SimpleNamespace(logprob=lp)}
-                             for t, lp in zip(token_ids, logprobs)]
-                completion = SimpleNamespace(index=0, text="(vLLM's text: not used)", token_ids=tuple(token_ids),
-                                             logprobs=positions, finish_reason=finish, stop_reason=None)
+                positions = [
+                    {(t + 1) % 5: SimpleNamespace(logprob=-0.01), t: SimpleNamespace(logprob=lp)}
+                    for t, lp in zip(token_ids, logprobs)
+                ]
+                completion = SimpleNamespace(
+                    index=0,
+                    text="(vLLM's text: not used)",
+                    token_ids=tuple(token_ids),
+                    logprobs=positions,
+                    finish_reason=finish,
+                    stop_reason=None,
+                )
                 outputs.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=[completion]))
             return outputs
 
@@ -100,7 +108,8 @@ def make_fake_vllm(respond, *, with_logprobs_mode: bool = True) -> types.ModuleT
     if with_logprobs_mode:
         fields["logprobs_mode"] = str
     engine_args = dataclasses.make_dataclass(
-        "EngineArgs", [(name, kind, dataclasses.field(default=None)) for name, kind in fields.items()])
+        "EngineArgs", [(name, kind, dataclasses.field(default=None)) for name, kind in fields.items()]
+    )
 
     module = types.ModuleType("vllm")
     module.__version__ = "0.0.fake"
@@ -150,11 +159,27 @@ def test_missing_vllm_is_a_clear_import_error(monkeypatch, tokenizer, tmp_path):
 def test_engine_arguments(fake, tokenizer, tmp_path):
     import os
 
-    _, llm = backend_of(fake, tokenizer, tmp_path, dtype="float32", gpu_memory_utilization=0.25, max_model_len=64,
-                        seed=3, enforce_eager=True)
-    assert llm.kwargs == dict(model=str(tmp_path), dtype="float32", gpu_memory_utilization=0.25, max_model_len=64,
-                              enable_sleep_mode=False, enable_prefix_caching=True, seed=3,
-                              logprobs_mode="processed_logprobs", enforce_eager=True)
+    _, llm = backend_of(
+        fake,
+        tokenizer,
+        tmp_path,
+        dtype="float32",
+        gpu_memory_utilization=0.25,
+        max_model_len=64,
+        seed=3,
+        enforce_eager=True,
+    )
+    assert llm.kwargs == dict(
+        model=str(tmp_path),
+        dtype="float32",
+        gpu_memory_utilization=0.25,
+        max_model_len=64,
+        enable_sleep_mode=False,
+        enable_prefix_caching=True,
+        seed=3,
+        logprobs_mode="processed_logprobs",
+        enforce_eager=True,
+    )
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0", "the engine must live in this process"
 
 
@@ -187,8 +212,15 @@ def test_sampling_parameters_map_one_to_one(fake, tokenizer, tmp_path):
     assert len(params) == len(prompts)  # one request per prompt given, n=1
     seeds = [sp.kwargs.pop("seed") for sp in params]
     for sp in params:
-        assert sp.kwargs == dict(n=1, temperature=0.6, top_p=0.9, max_tokens=7, logprobs=0,
-                                 stop_token_ids=[tokenizer.eos_token_id], detokenize=False)
+        assert sp.kwargs == dict(
+            n=1,
+            temperature=0.6,
+            top_p=0.9,
+            max_tokens=7,
+            logprobs=0,
+            stop_token_ids=[tokenizer.eos_token_id],
+            detokenize=False,
+        )
     assert len(set(seeds)) == len(seeds), "every row, repeats included, draws with its own seed"
     assert all(isinstance(s, int) and 0 <= s < 2**63 for s in seeds)
 
@@ -200,8 +232,9 @@ def test_sampling_parameters_map_one_to_one(fake, tokenizer, tmp_path):
     assert [sp.kwargs["seed"] for sp in llm.generated[-1][1]] == seeds[:2], "a row's seed depends on (seed, row)"
 
     backend.generate(PROMPTS, SamplingParams(max_new_tokens=3, temperature=0.0), seed=5)  # greedy: vLLM's 0 too
-    assert {(sp.kwargs["temperature"], sp.kwargs["top_p"], sp.kwargs["max_tokens"])
-            for sp in llm.generated[-1][1]} == {(0.0, 1.0, 3)}
+    assert {(sp.kwargs["temperature"], sp.kwargs["top_p"], sp.kwargs["max_tokens"]) for sp in llm.generated[-1][1]} == {
+        (0.0, 1.0, 3)
+    }
 
 
 def test_eos_ids_include_the_checkpoints_and_extra_ones(fake, tokenizer, tmp_path):
@@ -219,8 +252,12 @@ def test_eos_ids_include_the_checkpoints_and_extra_ones(fake, tokenizer, tmp_pat
 
 def test_bad_parameters_are_refused_before_the_engine(fake, tokenizer, tmp_path):
     backend, llm = backend_of(fake, tokenizer, tmp_path)
-    for bad in (SamplingParams(max_new_tokens=0), SamplingParams(max_new_tokens=4, temperature=-1.0),
-                SamplingParams(max_new_tokens=4, top_p=0.0), SamplingParams(max_new_tokens=4, top_p=1.5)):
+    for bad in (
+        SamplingParams(max_new_tokens=0),
+        SamplingParams(max_new_tokens=4, temperature=-1.0),
+        SamplingParams(max_new_tokens=4, top_p=0.0),
+        SamplingParams(max_new_tokens=4, top_p=1.5),
+    ):
         with pytest.raises(ValueError):
             backend.generate(PROMPTS, bad, seed=0)
     with pytest.raises(ValueError, match="no prompts"):
@@ -234,12 +271,18 @@ def test_bad_parameters_are_refused_before_the_engine(fake, tokenizer, tmp_path)
 def test_batch_tensors_padding_masks_truncation_and_texts(fake, tokenizer, tmp_path):
     backend, _ = backend_of(fake, tokenizer, tmp_path)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    fake.script.update({
-        "12+34=": (tok(tokenizer, "46") + [eos], [-0.5, -0.25, -0.125], "stop"),  # ended: EOS counted
-        "7+8=": (tok(tokenizer, "1555"), [-1.0, -2.0, -3.0, -4.0], "length"),  # ran out: truncated
-        "4321+1234=": (tok(tokenizer, "555") + [eos], [-0.375, -0.625, -1.5, -2.5], "length"),  # EOS as the last
-        "9=": (tok(tokenizer, "9"), [-0.75], "length"),  # allowed token (older vLLM: "length"); cut by max_model_len
-    })
+    fake.script.update(
+        {
+            "12+34=": (tok(tokenizer, "46") + [eos], [-0.5, -0.25, -0.125], "stop"),  # ended: EOS counted
+            "7+8=": (tok(tokenizer, "1555"), [-1.0, -2.0, -3.0, -4.0], "length"),  # ran out: truncated
+            "4321+1234=": (tok(tokenizer, "555") + [eos], [-0.375, -0.625, -1.5, -2.5], "length"),  # EOS as the last
+            "9=": (
+                tok(tokenizer, "9"),
+                [-0.75],
+                "length",
+            ),  # allowed token (older vLLM: "length"); cut by max_model_len
+        }
+    )
     batch = backend.generate(PROMPTS, SamplingParams(max_new_tokens=4), seed=0)
 
     for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "lengths"):
@@ -253,11 +296,19 @@ def test_batch_tensors_padding_masks_truncation_and_texts(fake, tokenizer, tmp_p
         assert batch.prompt_ids[i].tolist() == [pad] * (width - len(ids)) + ids
         assert batch.prompt_mask[i].tolist() == [0] * (width - len(ids)) + [1] * len(ids)
     # responses: right-padded to the longest, EOS inside the mask, logprobs of the sampled tokens, 0 on padding
-    assert batch.response_ids.tolist() == [tok(tokenizer, "46") + [eos, pad], tok(tokenizer, "1555"),
-                                           tok(tokenizer, "555") + [eos], tok(tokenizer, "9") + [pad] * 3]
+    assert batch.response_ids.tolist() == [
+        tok(tokenizer, "46") + [eos, pad],
+        tok(tokenizer, "1555"),
+        tok(tokenizer, "555") + [eos],
+        tok(tokenizer, "9") + [pad] * 3,
+    ]
     assert batch.response_mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 0, 0]]
-    assert batch.logprobs.tolist() == [[-0.5, -0.25, -0.125, 0.0], [-1.0, -2.0, -3.0, -4.0],
-                                       [-0.375, -0.625, -1.5, -2.5], [-0.75, 0.0, 0.0, 0.0]]
+    assert batch.logprobs.tolist() == [
+        [-0.5, -0.25, -0.125, 0.0],
+        [-1.0, -2.0, -3.0, -4.0],
+        [-0.375, -0.625, -1.5, -2.5],
+        [-0.75, 0.0, 0.0, 0.0],
+    ]
     assert batch.lengths.tolist() == [3, 4, 4, 1]
     assert batch.truncated.tolist() == [False, True, False, True]
     assert batch.texts == ["46", "1555", "555", "9"]  # decoded here, special tokens removed
@@ -272,12 +323,15 @@ def test_the_batch_is_as_wide_as_its_longest_response(fake, tokenizer, tmp_path)
     assert not batch.truncated.any()
 
 
-@pytest.mark.parametrize("reply", [
-    (["1"], [-0.1], "abort"),  # an aborted request
-    (["1", "2"], [-0.1], "length"),  # a logprob missing
-    (["1", "2", "3", "4", "5"], [-0.1] * 5, "length"),  # more than max_new_tokens
-    (["1"], [-0.1], "stop"),  # stopped on a token that is no EOS
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        (["1"], [-0.1], "abort"),  # an aborted request
+        (["1", "2"], [-0.1], "length"),  # a logprob missing
+        (["1", "2", "3", "4", "5"], [-0.1] * 5, "length"),  # more than max_new_tokens
+        (["1"], [-0.1], "stop"),  # stopped on a token that is no EOS
+    ],
+)
 def test_outputs_that_break_the_contract_raise(fake, tokenizer, tmp_path, reply):
     backend, _ = backend_of(fake, tokenizer, tmp_path)
     chars, logprobs, finish = reply
@@ -321,17 +375,26 @@ def test_sleep_mode_sleeps_after_generate_and_wakes_for_the_next_call(fake, toke
     backend.generate(["9="], SamplingParams(max_new_tokens=4), seed=0)
     backend.sync_weights(torch.nn.Linear(2, 2))
     backend.generate(["9="], SamplingParams(max_new_tokens=4), seed=0)
-    assert fake.calls == [("reset_prefix_cache",), ("generate", 1), ("sleep", 1),
-                          ("wake_up",), ("apply_model",), ("reset_prefix_cache",),
-                          ("reset_prefix_cache",), ("generate", 1), ("sleep", 1)]
+    assert fake.calls == [
+        ("reset_prefix_cache",),
+        ("generate", 1),
+        ("sleep", 1),
+        ("wake_up",),
+        ("apply_model",),
+        ("reset_prefix_cache",),
+        ("reset_prefix_cache",),
+        ("generate", 1),
+        ("sleep", 1),
+    ]
 
 
 # ---- the real engine (GPU hosts with vLLM only) -------------------------------------------------
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                    reason="vllm is not installed: the vLLM backend is not checked")  # the reason shown first
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vllm is not installed: the vLLM backend is not checked"
+)  # the reason shown first
 def test_real_engine_follows_the_synced_weights(tmp_path):
     """sync_weights changes what the real engine samples, and syncing the old weights back restores it."""
     from test_rollout_contract import PROMPTS as CONTRACT_PROMPTS
@@ -345,8 +408,7 @@ def test_real_engine_follows_the_synced_weights(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a vLLM without logprobs_mode fails here
-        backend = VLLMBackend(str(tmp_path), tokenizer, dtype="float32", gpu_memory_utilization=0.2,
-                              enforce_eager=True)
+        backend = VLLMBackend(str(tmp_path), tokenizer, dtype="float32", gpu_memory_utilization=0.2, enforce_eager=True)
     params = SamplingParams(max_new_tokens=8, temperature=0.0)
     before = backend.generate(CONTRACT_PROMPTS, params, seed=0)
     original = {k: v.clone() for k, v in model.state_dict().items()}

@@ -25,9 +25,11 @@ def _run(tmp_path, overrides, *extra):
 
 
 def _histories(client, run):
-    return {key: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key),
-                                                     key=lambda m: m.step)]
-            for key in run.data.metrics if key not in NOT_DETERMINISTIC}
+    return {
+        key: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+        for key in run.data.metrics
+        if key not in NOT_DETERMINISTIC
+    }
 
 
 def test_run_logs_everything(tmp_path, tiny_run_overrides):
@@ -107,17 +109,20 @@ def test_huge_lr_fails_the_run_as_diverged(tmp_path, tiny_run_overrides):
     assert "lr 1e+38" in run.data.tags["failure_reason"]
 
 
-@pytest.mark.parametrize("content, overrides, needle", [
-    ("objective: {preset: grpo}\ntrian: {steps: 3}\n", [], "trian: unknown key"),
-    ("objective: {preset: grpo}\ntrain: {steps: three}\n", [], "train.steps"),
-    ("objective: {preset: grpo, clip_high: -0.28}\n", [], "objective.clip_high"),
-    ("objective: {preset: grpo}\n", ["rollout.group_size=1"], "rollout.group_size"),
-    ("objective: {preset: reinforce}\n", [], "unknown preset 'reinforce'"),
-    ("objective: {preset: grpo}\nmodel: {source: hf, name_or_path: ./no/such/model}\n", [], "no model directory"),
-    ("objective: {preset: dapo, max_len: 64, overlong_cache_len: 65}\n", [], "must not exceed max_len (64)"),
-    ("objective: [grpo\n", [], "invalid YAML"),
-    (None, [], "file not found"),
-])
+@pytest.mark.parametrize(
+    "content, overrides, needle",
+    [
+        ("objective: {preset: grpo}\ntrian: {steps: 3}\n", [], "trian: unknown key"),
+        ("objective: {preset: grpo}\ntrain: {steps: three}\n", [], "train.steps"),
+        ("objective: {preset: grpo, clip_high: -0.28}\n", [], "objective.clip_high"),
+        ("objective: {preset: grpo}\n", ["rollout.group_size=1"], "rollout.group_size"),
+        ("objective: {preset: reinforce}\n", [], "unknown preset 'reinforce'"),
+        ("objective: {preset: grpo}\nmodel: {source: hf, name_or_path: ./no/such/model}\n", [], "no model directory"),
+        ("objective: {preset: dapo, max_len: 64, overlong_cache_len: 65}\n", [], "must not exceed max_len (64)"),
+        ("objective: [grpo\n", [], "invalid YAML"),
+        (None, [], "file not found"),
+    ],
+)
 def test_bad_config_is_one_line_and_logs_nothing(tmp_path, capsys, content, overrides, needle):
     path = tmp_path / "bad.yaml"
     if content is not None:

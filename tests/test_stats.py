@@ -58,8 +58,12 @@ def test_ema():
 
 def test_main_effects_balanced_2x2():
     # value = 10·[agg=constant] + 1·[adv=group_mean] + seed noise that cancels within levels
-    rows = [{"agg": a, "adv": d, "value": 10 * (a == "constant") + (d == "group_mean") + e}
-            for a in ("seq", "constant") for d in ("group_std", "group_mean") for e in (-0.5, 0.5)]
+    rows = [
+        {"agg": a, "adv": d, "value": 10 * (a == "constant") + (d == "group_mean") + e}
+        for a in ("seq", "constant")
+        for d in ("group_std", "group_mean")
+        for e in (-0.5, 0.5)
+    ]
     eff = main_effects(pd.DataFrame(rows), ["agg", "adv"]).set_index(["factor", "level"])
     assert eff.loc[("agg", "constant"), "effect"] == pytest.approx(10.0)
     assert eff.loc[("adv", "group_mean"), "effect"] == pytest.approx(1.0)
@@ -71,6 +75,7 @@ def test_main_effects_balanced_2x2():
 # ---------------------------------------------------------------------------------------------
 # describe / stratified bootstrap
 # ---------------------------------------------------------------------------------------------
+
 
 def test_describe_hand_computed():
     d = describe([1.0, 2.0, 3.0, 4.0, np.nan, 100.0])
@@ -111,6 +116,7 @@ def test_stratified_mean_ci():
 # compare
 # ---------------------------------------------------------------------------------------------
 
+
 def test_compare_hand_computed():
     arm, base = [3.0, 4.0, 5.0], [1.0, 2.0, 3.0]
     c = compare(arm, base)
@@ -147,8 +153,9 @@ def test_compare_against_scipy():
     mwu = stats.mannwhitneyu(arm, base, alternative="two-sided", method="exact")
     assert (c["mwu_u"], c["mwu_p"]) == pytest.approx((mwu.statistic, mwu.pvalue))
     assert c["p_improve"] == pytest.approx(mwu.statistic / 48)
-    perm = stats.permutation_test((arm, base), lambda x, y, axis: x.mean(axis) - y.mean(axis),
-                                  vectorized=True, n_resamples=np.inf)  # C(14, 6) = 3003 splits
+    perm = stats.permutation_test(
+        (arm, base), lambda x, y, axis: x.mean(axis) - y.mean(axis), vectorized=True, n_resamples=np.inf
+    )  # C(14, 6) = 3003 splits
     assert c["perm_p"] == pytest.approx(perm.pvalue)
 
 
@@ -179,8 +186,16 @@ def test_compare_bootstrap_is_seeded():
     assert bootstrap_diff_ci(arm, base, seed=0) == (a["boot_low"], a["boot_high"])
 
 
-@pytest.mark.parametrize("arm, base", [([1.0, 1.0], [1.0, 1.0]), ([5.0, 5.0, 5.0], [1.0, 1.0, 1.0]),
-                                       ([1.0], [2.0, 3.0]), ([], [1.0, 2.0]), ([np.nan, 1.0], [2.0, 3.0])])
+@pytest.mark.parametrize(
+    "arm, base",
+    [
+        ([1.0, 1.0], [1.0, 1.0]),
+        ([5.0, 5.0, 5.0], [1.0, 1.0, 1.0]),
+        ([1.0], [2.0, 3.0]),
+        ([], [1.0, 2.0]),
+        ([np.nan, 1.0], [2.0, 3.0]),
+    ],
+)
 def test_compare_degenerate_is_nan_not_error(arm, base):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no scipy warnings leak either
@@ -200,6 +215,7 @@ def test_compare_zero_variance_both_groups():
 # power and multiplicity
 # ---------------------------------------------------------------------------------------------
 
+
 def test_min_p_value_literals():
     assert min_p_value("welch", 3, 3) == 0.0
     for test in ("mannwhitney", "permutation"):
@@ -212,8 +228,9 @@ def test_min_p_value_literals():
 
 
 def test_min_detectable_effect():
-    d5 = TTestIndPower().solve_power(effect_size=None, nobs1=5, ratio=1.0, alpha=0.05, power=0.8,
-                                     alternative="two-sided")
+    d5 = TTestIndPower().solve_power(
+        effect_size=None, nobs1=5, ratio=1.0, alpha=0.05, power=0.8, alternative="two-sided"
+    )
     assert TTestIndPower().power(d5, nobs1=5, alpha=0.05, ratio=1.0) == pytest.approx(0.8)
     # Welch's own power (checked by simulation below) is what the welch MDE solves
     assert welch_power(min_detectable_effect(5, 5, 2.0) / 2.0, 5, 5) == pytest.approx(0.8)
@@ -249,9 +266,9 @@ def test_holm_nan_safe():
 # factorial sweeps
 # ---------------------------------------------------------------------------------------------
 
+
 def test_main_effects_welch_columns():
-    rows = [{"agg": a, "value": v} for a, vs in (("seq", [1.0, 2.0, 3.0]), ("constant", [4.0, 6.0, 9.0]))
-            for v in vs]
+    rows = [{"agg": a, "value": v} for a, vs in (("seq", [1.0, 2.0, 3.0]), ("constant", [4.0, 6.0, 9.0])) for v in vs]
     eff = main_effects(pd.DataFrame(rows), ["agg"]).set_index("level")
     assert list(eff.columns[:6]) == ["factor", "n", "mean", "effect", "low", "high"]
     ref = stats.ttest_ind([4.0, 6.0, 9.0], [1.0, 2.0, 3.0], equal_var=False)
@@ -297,8 +314,7 @@ def test_interactions_only_two_level_pairs_in_order():
     df2 = _grid(lambda c: 0.0, factors=("a", "b")).assign(d=lambda d: np.tile(["p", "q"], len(d) // 2))
     out2 = interactions(df2, ["a", "b", "d"])
     assert list(zip(out2["factor_a"], out2["factor_b"])) == [("a", "b"), ("a", "d"), ("b", "d")]
-    assert list(out2.columns) == ["factor_a", "factor_b", "level_a", "level_b", "estimate", "low", "high",
-                                  "p", "n_min"]
+    assert list(out2.columns) == ["factor_a", "factor_b", "level_a", "level_b", "estimate", "low", "high", "p", "n_min"]
 
 
 def test_interactions_thin_cells():
@@ -364,7 +380,9 @@ def test_cell_means_effects_against_hand_computed_anova_contrast():
     assert out.loc["A", "effect"] == pytest.approx(5.0) and out.loc["A", "df"] == 4
     t = sps.t(4)
     assert out.loc["A", "p"] == pytest.approx(2 * t.sf(5.0))
-    assert out.loc["A", "low"] == pytest.approx(5.0 - t.ppf(0.975)) and out.loc["A", "high"] == pytest.approx(5.0 + t.ppf(0.975))
+    assert out.loc["A", "low"] == pytest.approx(5.0 - t.ppf(0.975)) and out.loc["A", "high"] == pytest.approx(
+        5.0 + t.ppf(0.975)
+    )
     assert out.loc["B", "effect"] == pytest.approx(3.0)  # mean(3, 9) - mean(1, 5)
     # one run per cell leaves no residual df: estimate only
     single = cell_means_effects(pd.DataFrame([{"A": a, "B": b, "value": m} for (a, b), m in cells.items()]), ["A", "B"])
@@ -383,6 +401,7 @@ def test_cell_means_effects_ignores_runs_without_settings():
 # ---------------------------------------------------------------------------------------------
 # edge cases (issue 13, item 3)
 # ---------------------------------------------------------------------------------------------
+
 
 def test_cell_means_effects_with_an_empty_cell_is_nan_and_names_the_cell():
     from harness.analysis.stats import StatsWarning, cell_means_effects
@@ -406,10 +425,15 @@ def test_cell_means_effects_with_an_empty_cell_is_nan_and_names_the_cell():
 
 def test_non_finite_values_are_rejected():
     inf = math.inf
-    for call in (lambda: compare([1.0, 2.0, inf], [1.0, 2.0, 3.0]), lambda: compare([1.0, 2.0], [-inf, 2.0]),
-                 lambda: describe([1.0, inf]), lambda: mean_ci([1.0, inf]),
-                 lambda: welch_diff_ci([1.0, inf], [1.0, 2.0]),
-                 lambda: bootstrap_diff_ci([1.0, 2.0], [inf, 2.0]), lambda: stratified_mean_ci({"a": [1.0, inf]})):
+    for call in (
+        lambda: compare([1.0, 2.0, inf], [1.0, 2.0, 3.0]),
+        lambda: compare([1.0, 2.0], [-inf, 2.0]),
+        lambda: describe([1.0, inf]),
+        lambda: mean_ci([1.0, inf]),
+        lambda: welch_diff_ci([1.0, inf], [1.0, 2.0]),
+        lambda: bootstrap_diff_ci([1.0, 2.0], [inf, 2.0]),
+        lambda: stratified_mean_ci({"a": [1.0, inf]}),
+    ):
         with pytest.raises(ValueError, match="not finite"):
             call()
     df = _grid(lambda c: 0.0)

@@ -14,8 +14,9 @@ def _smoke(tmp_path, tiny_run_overrides) -> Path:
     values = {**dict(item.split("=", 1) for item in tiny_run_overrides), "train.steps": "2"}  # a key once
     sets = "\n".join(f"  {key}: {value}" for key, value in values.items())
     path = tmp_path / "smoke.yaml"
-    path.write_text(f"name: smoke\nbase: toy_run.yaml\nset:\n{sets}\n"
-                    f"grid:\n  objective.preset: [grpo, dr_grpo]\nseeds: [0, 1]\n")
+    path.write_text(
+        f"name: smoke\nbase: toy_run.yaml\nset:\n{sets}\ngrid:\n  objective.preset: [grpo, dr_grpo]\nseeds: [0, 1]\n"
+    )
     return path
 
 
@@ -54,14 +55,18 @@ def test_sweep_runs_then_resumes_without_training(tmp_path, capsys, tiny_run_ove
 def test_failing_job_makes_exit_code_1(tmp_path, capsys, tiny_run_overrides):
     path, uri = _smoke(tmp_path, tiny_run_overrides), f"sqlite:///{tmp_path}/mlflow.db"
     # dr_grpo jobs fail at run time (no vLLM here; the sweep cannot know before); grpo jobs must still finish
-    text = path.read_text().replace("grid:\n  objective.preset: [grpo, dr_grpo]",
-                                    "zip:\n  - objective.preset: [grpo, dr_grpo]\n    rollout.backend: [transformers, vllm]")
+    text = path.read_text().replace(
+        "grid:\n  objective.preset: [grpo, dr_grpo]",
+        "zip:\n  - objective.preset: [grpo, dr_grpo]\n    rollout.backend: [transformers, vllm]",
+    )
     path.write_text(text)
     assert main(["sweep", str(path), "--workers", "2", "--tracking-uri", uri]) == 1
     err = capsys.readouterr().err
     assert err.count("FAILED") >= 2 and "vllm" in err
     client = MlflowClient(uri)
-    runs = [r for r in client.search_runs([client.get_experiment_by_name("smoke").experiment_id]) if "job_id" in r.data.tags]
+    runs = [
+        r for r in client.search_runs([client.get_experiment_by_name("smoke").experiment_id]) if "job_id" in r.data.tags
+    ]
     assert sorted(r.info.status for r in runs) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
 
 
@@ -80,8 +85,11 @@ def test_ray_executor_gives_the_local_result(tmp_path, capsys, tiny_run_override
         runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id])
         children = {r.data.tags["job_id"]: r for r in runs if "job_id" in r.data.tags}
         assert len(runs) == 3 and {r.info.status for r in children.values()} == {"FINISHED"}
-        results[executor] = {job: {k: [m.value for m in sorted(client.get_metric_history(r.info.run_id, k),
-                                                              key=lambda m: m.step)]
-                                   for k in ("policy/loss", "train/accuracy", "train/length_mean", "policy/entropy")}
-                             for job, r in children.items()}
+        results[executor] = {
+            job: {
+                k: [m.value for m in sorted(client.get_metric_history(r.info.run_id, k), key=lambda m: m.step)]
+                for k in ("policy/loss", "train/accuracy", "train/length_mean", "policy/entropy")
+            }
+            for job, r in children.items()
+        }
     assert results["ray"] == results["local"]

@@ -38,10 +38,19 @@ def toy_set(tiny_run_overrides) -> dict[str, str]:
     return dict(item.split("=", 1) for item in [*tiny_run_overrides, f"train.steps={STEPS}"])
 
 
-def _sweep_file(tmp_path: Path, name: str, toy_set: dict[str, str], grid: str = "[grpo, dr_grpo]",
-                seeds: str = "[0]") -> Path:
-    lines = [f"name: {name}", f"experiment: {EXPERIMENT}", f"base: {TOY_RUN}", "set:",
-             *[f"  {k}: {v}" for k, v in toy_set.items()], "grid:", f"  objective.preset: {grid}", f"seeds: {seeds}"]
+def _sweep_file(
+    tmp_path: Path, name: str, toy_set: dict[str, str], grid: str = "[grpo, dr_grpo]", seeds: str = "[0]"
+) -> Path:
+    lines = [
+        f"name: {name}",
+        f"experiment: {EXPERIMENT}",
+        f"base: {TOY_RUN}",
+        "set:",
+        *[f"  {k}: {v}" for k, v in toy_set.items()],
+        "grid:",
+        f"  objective.preset: {grid}",
+        f"seeds: {seeds}",
+    ]
     path = tmp_path / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -49,9 +58,14 @@ def _sweep_file(tmp_path: Path, name: str, toy_set: dict[str, str], grid: str = 
 
 def _start(path: Path, uri: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(path), "--workers", "2",
-                             "--tracking-uri", uri], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "sweep", str(path), "--workers", "2", "--tracking-uri", uri],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
 
 
 def _statuses(uri: str, sweep_id: str) -> dict[str, list[str]]:
@@ -70,8 +84,11 @@ def _wait_training(proc: subprocess.Popen, uri: str, sweep_id: str, since_ms: in
     while True:
         assert proc.poll() is None and time.monotonic() < deadline, f"the sweep never had {count} jobs training"
         try:
-            runs = client.search_runs([experiment_id], f"tags.sweep_id = '{sweep_id}' AND "
-                                      f"attributes.status = 'RUNNING' AND attributes.start_time >= {since_ms}")
+            runs = client.search_runs(
+                [experiment_id],
+                f"tags.sweep_id = '{sweep_id}' AND "
+                f"attributes.status = 'RUNNING' AND attributes.start_time >= {since_ms}",
+            )
         except Exception:  # noqa: BLE001
             runs = []
         if sum(1 for r in runs if r.data.tags.get("job_id")) >= count:
@@ -161,9 +178,14 @@ def test_killed_sweep_leaves_no_worker_and_reruns_without_duplicates(scenario, t
             # one job is enough: a job that finished in the second before the kill is not rerun
             _wait_training(rerun, uri, sweep_id, since_ms, count=1)
             # STEPS keeps the rerun's jobs training for well longer than this invocation takes to start
-            second = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", str(path), "--tracking-uri",
-                                     uri], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                    capture_output=True, text=True, timeout=300)
+            second = subprocess.run(
+                [sys.executable, "-m", "harness.cli", "sweep", str(path), "--tracking-uri", uri],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         assert rerun.wait(timeout=1200) == 0, rerun_log.read_text()
     finally:  # never leave this test's processes training
         for p in (proc, rerun):
@@ -176,9 +198,13 @@ def test_killed_sweep_leaves_no_worker_and_reruns_without_duplicates(scenario, t
     print(f"\n| {scenario} | {duplicated} | {lost} | {len(alive)} | {seeds} |")
     assert (duplicated, lost, alive) == (0, 0, [])
     assert seeds == {"preset=grpo": [0], "preset=dr_grpo": [0]}
-    reasons = {run.data.tags.get("failure_reason") for run in MlflowClient(uri).search_runs(
-        [MlflowClient(uri).get_experiment_by_name(EXPERIMENT).experiment_id],
-        f"tags.sweep_id = '{sweep_id}' AND attributes.status = 'FAILED'")}
+    reasons = {
+        run.data.tags.get("failure_reason")
+        for run in MlflowClient(uri).search_runs(
+            [MlflowClient(uri).get_experiment_by_name(EXPERIMENT).experiment_id],
+            f"tags.sweep_id = '{sweep_id}' AND attributes.status = 'FAILED'",
+        )
+    }
     assert reasons == {REASONS[sig]}  # the killed invocation's jobs (and parent), each with why
     assert exit_code == code
     err = log.read_text()
@@ -189,11 +215,13 @@ def test_killed_sweep_leaves_no_worker_and_reruns_without_duplicates(scenario, t
         assert "harness: terminated" in err.splitlines(), err
     if second is not None:
         assert second.returncode == 1
-        assert second.stderr.strip().splitlines() == [f"harness: sweep {path.stem} is already running "
-                                                      f"(pid {rerun.pid})"], second.stderr
+        assert second.stderr.strip().splitlines() == [
+            f"harness: sweep {path.stem} is already running (pid {rerun.pid})"
+        ], second.stderr
     last = rerun_log.read_text().splitlines()[-1]  # the status line, whole, as the last line of a log
-    assert re.fullmatch(rf"sweep {path.stem}: (\d)/\1 done, 0 running, 0 failed, \d skipped \| .* elapsed, done",
-                        last), last
+    assert re.fullmatch(
+        rf"sweep {path.stem}: (\d)/\1 done, 0 running, 0 failed, \d skipped \| .* elapsed, done", last
+    ), last
 
 
 def test_three_sweeps_starting_together_on_a_fresh_store_all_succeed(tmp_path, toy_set):

@@ -50,8 +50,16 @@ def _runs(uri, sweep_id):
 
 
 def _sweep(uri, jobs, executor, sweep_id="s1"):
-    return run_sweep("test", sweep_id, EXPERIMENT, {"grid": {"seed": [j.seed for j in jobs]}}, jobs,
-                     executor=executor, tracking_uri=uri, console=False)
+    return run_sweep(
+        "test",
+        sweep_id,
+        EXPERIMENT,
+        {"grid": {"seed": [j.seed for j in jobs]}},
+        jobs,
+        executor=executor,
+        tracking_uri=uri,
+        console=False,
+    )
 
 
 def test_sweep_runs_all_jobs_under_parent_and_rerun_trains_nothing(tmp_path, overrides, capsys):
@@ -84,8 +92,13 @@ def test_failing_job_is_retried_recorded_and_does_not_stop_the_others(tmp_path, 
     good, bad = _job(overrides, 0), _job(overrides, 1, "train.device=cuda")  # no CUDA here: raises at run time
     events = []
     executor = LocalExecutor(workers=2, retries=1)
-    outcomes = executor.run([bad, good], tracking_uri=uri, sweep_id="s2", parent_run_id=None,
-                            on_event=lambda kind, job, _: events.append((kind, job.seed)))
+    outcomes = executor.run(
+        [bad, good],
+        tracking_uri=uri,
+        sweep_id="s2",
+        parent_run_id=None,
+        on_event=lambda kind, job, _: events.append((kind, job.seed)),
+    )
     assert [o.status for o in outcomes] == ["FAILED", "FINISHED"]
     assert outcomes[0].attempts == 2 and "cuda" in outcomes[0].reason
     assert ("retrying", 1) in events and ("failed", 1) in events and ("finished", 0) in events
@@ -96,7 +109,9 @@ def test_failing_job_is_retried_recorded_and_does_not_stop_the_others(tmp_path, 
     # named by arm and seed, both the worker's run and the FAILED ones recorded for it
     assert sorted(r.info.run_name for r in _runs(uri, "s2")) == ["a-s0", "a-s1", "a-s1"]
 
-    result = _sweep(uri, [good, bad], LocalExecutor(workers=1), sweep_id="s2")  # the sweep view: it is listed, parent FAILED
+    result = _sweep(
+        uri, [good, bad], LocalExecutor(workers=1), sweep_id="s2"
+    )  # the sweep view: it is listed, parent FAILED
     assert [o.job_id for o in result.failed] == [bad.job_id] and [j.job_id for j in result.skipped] == [good.job_id]
     assert MlflowClient(uri).get_run(result.parent_run_id).info.status == "FAILED"
 
@@ -104,8 +119,7 @@ def test_failing_job_is_retried_recorded_and_does_not_stop_the_others(tmp_path, 
 def test_timeout_kills_the_job_and_fails_its_run(tmp_path, overrides):
     uri = _uri(tmp_path)
     job = _job(overrides, 0, "train.steps=100000")
-    (outcome,) = LocalExecutor(workers=1, timeout_s=2).run([job], tracking_uri=uri, sweep_id="s3",
-                                                          parent_run_id=None)
+    (outcome,) = LocalExecutor(workers=1, timeout_s=2).run([job], tracking_uri=uri, sweep_id="s3", parent_run_id=None)
     assert outcome.status == "FAILED" and outcome.reason == "timeout after 2 s" and outcome.seconds < 15
     (run,) = _runs(uri, "s3")
     assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == "timeout after 2 s"
@@ -137,8 +151,7 @@ def test_killed_worker_fails_its_running_run(tmp_path, overrides):
     killer = threading.Thread(target=kill_once_running, daemon=True)
     prepare_store(uri, EXPERIMENT)
     killer.start()
-    (outcome,) = LocalExecutor(workers=1, timeout_s=150).run([job], tracking_uri=uri, sweep_id="s4",
-                                                            parent_run_id=None)
+    (outcome,) = LocalExecutor(workers=1, timeout_s=150).run([job], tracking_uri=uri, sweep_id="s4", parent_run_id=None)
     killer.join()
     assert outcome.reason == f"worker died (exit code {-signal.SIGKILL})"
     (run,) = _runs(uri, "s4")
@@ -163,8 +176,10 @@ def test_ctrl_c_fails_running_runs_and_reraises(tmp_path, overrides):
     except KeyboardInterrupt:
         pass
     else:  # say what ended the sweep instead
-        pytest.fail(f"the sweep ended without the interrupt: failed {result.failed}; runs "
-                    f"{[(r.info.status, r.data.tags.get('failure_reason')) for r in _runs(uri, 's6')]}")
+        pytest.fail(
+            f"the sweep ended without the interrupt: failed {result.failed}; runs "
+            f"{[(r.info.status, r.data.tags.get('failure_reason')) for r in _runs(uri, 's6')]}"
+        )
     runs = _runs(uri, "s6")
     assert len(runs) == 2  # the job's run and the parent
     for run in runs:

@@ -64,8 +64,11 @@ def test_same_config_gives_identical_weights_and_seed_changes_them(built, tmp_pa
 
 def test_build_below_the_quality_bar_fails_loudly_and_caches_nothing(tmp_path):
     weak = TINY.model_copy(update={"min_clean_accuracy": 0.9})  # 4 SFT steps: accuracy ~0
-    with pytest.raises(toy.ToyBuildTooWeak, match=r"sampled accuracy on clean prompts is 0\.\d{3} .*"
-                                                   r"below model\.toy\.min_clean_accuracy = 0\.9"):
+    with pytest.raises(
+        toy.ToyBuildTooWeak,
+        match=r"sampled accuracy on clean prompts is 0\.\d{3} .*"
+        r"below model\.toy\.min_clean_accuracy = 0\.9",
+    ):
         toy.ensure_toy_model(weak, tmp_path)
     assert list(tmp_path.glob("toy-*/" + toy.COMPLETE_MARKER)) == []
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp dir left
@@ -73,8 +76,15 @@ def test_build_below_the_quality_bar_fails_loudly_and_caches_nothing(tmp_path):
 
 @pytest.mark.parametrize(("accuracy", "fails"), [(0.899, True), (0.9, False), (0.97, False), (float("nan"), True)])
 def test_quality_bar_is_clean_accuracy_at_least_the_bar(accuracy, fails):
-    evaluation = toy.ToyEval(accuracy_clean=accuracy, accuracy_hidden=0.1, accuracy=0.5, length_mean=40.0,
-                             truncated_frac=0.0, filler_blocks={}, n=256)
+    evaluation = toy.ToyEval(
+        accuracy_clean=accuracy,
+        accuracy_hidden=0.1,
+        accuracy=0.5,
+        length_mean=40.0,
+        truncated_frac=0.0,
+        filler_blocks={},
+        n=256,
+    )
     config = TINY.model_copy(update={"min_clean_accuracy": 0.9})
     if fails:
         with pytest.raises(toy.ToyBuildTooWeak, match="n=256"):
@@ -127,8 +137,9 @@ def test_incomplete_build_is_rebuilt_and_concurrent_callers_build_once(tmp_path,
 
     monkeypatch.setattr(toy, "_train", counted)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(toy.ensure_toy_model(config, tmp_path)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(toy.ensure_toy_model(config, tmp_path))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -182,9 +193,11 @@ def test_sampled_accuracy_counts_by_hand():
     eos = tokenizer.eos_token_id
     wrong = trace[1].replace(">", ">9")  # an extra leading 9: a wrong answer
     filler = tokenizer.convert_tokens_to_ids(list("abcdefghijklmnop"))
-    responses = [ids[0] + filler + [eos],
-                 tokenizer.convert_tokens_to_ids(list(wrong)) + [eos],
-                 (ids[2] + filler * 4)[:64]]  # right answer but no EOS within the budget: wrong
+    responses = [
+        ids[0] + filler + [eos],
+        tokenizer.convert_tokens_to_ids(list(wrong)) + [eos],
+        (ids[2] + filler * 4)[:64],
+    ]  # right answer but no EOS within the budget: wrong
     result = toy.sampled_accuracy(_ScriptedModel(responses), tokenizer, task, n=3, seed=3, max_new_tokens=64)
     assert result.accuracy == pytest.approx(1 / 3) and result.accuracy_clean == pytest.approx(1 / 3)
     assert np.isnan(result.accuracy_hidden)

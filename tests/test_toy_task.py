@@ -103,9 +103,15 @@ def test_every_clean_trace_grades_correct():
 
 
 def test_trace_format_example():
-    group = Group(problem_id="457+68", answer="525", prompts=("457+68=", "4?7+68="),
-                  meta=({"hidden_digit": False, "hidden_operand": None, "hidden_place": None},
-                        {"hidden_digit": True, "hidden_operand": 0, "hidden_place": 1}))
+    group = Group(
+        problem_id="457+68",
+        answer="525",
+        prompts=("457+68=", "4?7+68="),
+        meta=(
+            {"hidden_digit": False, "hidden_operand": None, "hidden_place": None},
+            {"hidden_digit": True, "hidden_operand": 0, "hidden_place": 1},
+        ),
+    )
     config = ToyAdditionConfig(max_filler_blocks=0)
     assert target_trace(config, group, 0, np.random.default_rng(0)) == "7+8=15,5+6=12,4+0=05,>525;"
     hidden = target_trace(config, group, 1, np.random.default_rng(0))
@@ -114,8 +120,12 @@ def test_trace_format_example():
 
 
 def test_guessed_answer_closes_with_a_mark_the_grader_accepts():
-    group = Group(problem_id="457+68", answer="525", prompts=("4?7+68=",),
-                  meta=({"hidden_digit": True, "hidden_operand": 0, "hidden_place": 1},))
+    group = Group(
+        problem_id="457+68",
+        answer="525",
+        prompts=("4?7+68=",),
+        meta=({"hidden_digit": True, "hidden_operand": 0, "hidden_place": 1},),
+    )
     task = ToyAdditionTask(DEFAULT)
     lucky = task.grade(group, 0, "7+8=15,5+6=12?4+0=05,>525!abcdefghijklmnop")
     assert lucky.correct and lucky.info["filler_tokens"] == 16  # a right guess counts
@@ -156,8 +166,12 @@ def test_filler_is_uniform_and_independent_of_correctness():
 
 
 def test_longest_trace_fits_the_budget():
-    group = Group(problem_id="9999+9999", answer="19998", prompts=("9999+9999=",),
-                  meta=({"hidden_digit": False, "hidden_operand": None, "hidden_place": None},))
+    group = Group(
+        problem_id="9999+9999",
+        answer="19998",
+        prompts=("9999+9999=",),
+        meta=({"hidden_digit": False, "hidden_operand": None, "hidden_place": None},),
+    )
     config = ToyAdditionConfig(max_filler_blocks=2)
     longest = max(len(target_trace(config, group, 0, np.random.default_rng(s))) for s in range(30))
     assert longest + 1 == 68  # with EOS; well inside 128 new tokens
@@ -175,9 +189,25 @@ def test_grader_ignores_filler():
     assert not task.grade(group, 0, "2+1=03,1+0=01,>14;abcdefghijklmnop").correct
 
 
-@pytest.mark.parametrize("completion", [
-    "", ">", ";", "13", ">13", "13;", ">;", "> 13;", ">0013;", ">13a;", ">-13;", ">１３;", ";>13", "2+1=03,1+0=01,",
-])
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "",
+        ">",
+        ";",
+        "13",
+        ">13",
+        "13;",
+        ">;",
+        "> 13;",
+        ">0013;",
+        ">13a;",
+        ">-13;",
+        ">１３;",
+        ";>13",
+        "2+1=03,1+0=01,",
+    ],
+)
 def test_malformed_completions_grade_wrong(completion):
     task = ToyAdditionTask(DEFAULT)
     group = Group(problem_id="12+1", answer="13", prompts=("12+1=",), meta=({"hidden_digit": False},))
@@ -204,8 +234,7 @@ def _grade(correct: bool, filler: int, hidden: bool) -> Grade:
 def test_step_metrics_by_hand():
     task = ToyAdditionTask(DEFAULT)
     groups = [Group("1+1", "2", ("1+1=", "?+1=")), Group("5+5", "10", ("5+5=", "5+?="))]
-    grades = [[_grade(True, 0, False), _grade(False, 32, True)],
-              [_grade(True, 16, False), _grade(False, 16, True)]]
+    grades = [[_grade(True, 0, False), _grade(False, 32, True)], [_grade(True, 16, False), _grade(False, 16, True)]]
     lengths = [[20, 60], [40, 44]]
     assert task.step_metrics(groups, grades, lengths) == {
         "task/hidden_digit_frac": 0.5,
@@ -221,8 +250,11 @@ def test_step_metrics_leave_out_undefined_keys():
     task = ToyAdditionTask(DEFAULT)
     groups = [Group("1+1", "2", ("1+1=", "1+1="))]
     all_correct = task.step_metrics(groups, [[_grade(True, 0, False), _grade(True, 16, False)]], [[10, 26]])
-    assert all_correct == {"task/hidden_digit_frac": 0.0, "task/filler_tokens_correct_mean": 8.0,
-                           "task/accuracy_clean": 1.0}
+    assert all_correct == {
+        "task/hidden_digit_frac": 0.0,
+        "task/filler_tokens_correct_mean": 8.0,
+        "task/accuracy_clean": 1.0,
+    }
     assert task.step_metrics([], [], []) == {}
 
 
@@ -239,7 +271,7 @@ def test_peaked_choices_follow_their_probabilities():
         blocks[(len(trace) - max(trace.find(";"), trace.find("!")) - 1) // 16] += 1
         meta = group.meta[i]
         if meta["hidden_digit"]:
-            columns = trace[:trace.index(">")]
+            columns = trace[: trace.index(">")]
             guessed = (columns.index("?") + 1) // 7 - 1  # the column the `?` closes (as above)
             guesses[columns[7 * guessed + 2 * meta["hidden_operand"]]] += 1
     n, m = sum(blocks.values()), sum(guesses.values())
@@ -254,19 +286,27 @@ def test_unset_peaks_leave_the_default_toy_as_it_was():
     from trainer.models.toy import config_hash
     from trainer.models.toy_config import ToyModelConfig
 
-    assert set(DEFAULT.model_dump()) == {"min_digits", "max_digits", "hide_prob", "filler_block_len",
-                                         "max_filler_blocks"}
+    assert set(DEFAULT.model_dump()) == {
+        "min_digits",
+        "max_digits",
+        "hide_prob",
+        "filler_block_len",
+        "max_filler_blocks",
+    }
     # the cache key hashes 64 SFT traces: unchanged means the default traces draw the same numbers as before
     assert config_hash(ToyModelConfig()) == "1844622a5cee7352"
     assert config_hash(ToyModelConfig(task=PEAKED)) != "1844622a5cee7352"
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"filler_probs": (0.5, 0.5)}, r"needs max_filler_blocks \+ 1 = 3"),
-    ({"filler_probs": (0.5, 0.3, 0.1)}, "must sum to 1"),
-    ({"filler_probs": (1.2, -0.1, -0.1)}, "greater than or equal to 0"),
-    ({"guess_peak": 1.0}, "less than 1"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"filler_probs": (0.5, 0.5)}, r"needs max_filler_blocks \+ 1 = 3"),
+        ({"filler_probs": (0.5, 0.3, 0.1)}, "must sum to 1"),
+        ({"filler_probs": (1.2, -0.1, -0.1)}, "greater than or equal to 0"),
+        ({"guess_peak": 1.0}, "less than 1"),
+    ],
+)
 def test_bad_peaks_are_refused(fields, message):
     with pytest.raises(ValidationError, match=message):
         ToyAdditionConfig(**fields)

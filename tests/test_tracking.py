@@ -165,19 +165,6 @@ def test_exception_ends_run_failed_and_propagates(store):
     assert "failure.txt" in artifacts
 
 
-def test_fail_ends_run_failed_without_exception(store):
-    uri, experiment_id = store
-    with RunTracker(uri, experiment_id) as run:
-        run.log_metrics(0, {"policy/loss": math.nan})
-        run.fail("loss is NaN at step 0")
-        with pytest.raises(RuntimeError):
-            run.log_metrics(1, {"policy/loss": 1.0})
-    got = MlflowClient(uri).get_run(run.run_id)
-    assert got.info.status == "FAILED"
-    assert got.data.tags["status"] == "FAILED"
-    assert got.data.tags["failure_reason"] == "loss is NaN at step 0"
-
-
 def test_nan_and_inf_are_stored(store):
     uri, experiment_id = store
     with RunTracker(uri, experiment_id) as run:

@@ -21,14 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
-def _tune_file(tmp_path: Path, trials: int = 4, pruner: str = "{name: median, startup_trials: 1, warmup_steps: 1}"
-               ) -> Path:
+def _tune_file(
+    tmp_path: Path, trials: int = 4, pruner: str = "{name: median, startup_trials: 1, warmup_steps: 1}"
+) -> Path:
     path = tmp_path / "tune.yaml"
-    path.write_text(f"name: tiny_tune\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\nset: {{objective.preset: dr_grpo}}\n"
-                    "space:\n  train.lr: {type: log_float, low: 1.0e-4, high: 2.0e-3}\n"
-                    "  objective.clip_high: {type: float, low: 0.2, high: 0.3}\n"
-                    "objective: {metric: train/accuracy, at: last-2, direction: maximize}\n"
-                    f"pruner: {pruner}\ntrials: {trials}\n")
+    path.write_text(
+        f"name: tiny_tune\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\nset: {{objective.preset: dr_grpo}}\n"
+        "space:\n  train.lr: {type: log_float, low: 1.0e-4, high: 2.0e-3}\n"
+        "  objective.clip_high: {type: float, low: 0.2, high: 0.3}\n"
+        "objective: {metric: train/accuracy, at: last-2, direction: maximize}\n"
+        f"pruner: {pruner}\ntrials: {trials}\n"
+    )
     return path
 
 
@@ -43,20 +46,27 @@ def _trial_runs(uri: str) -> list:
 
 
 def test_score_and_spec_errors(tmp_path):
-    assert score([1.0, 3.0, 2.0], "final", "maximize") == 2.0
-    assert score([1.0, 3.0, 2.0], "last-2", "maximize") == 2.5
-    assert score([1.0, 3.0, 2.0], "best", "minimize") == 1.0
+    assert score([0, 1, 2], [1.0, 3.0, 2.0], "final", "maximize") == 2.0
+    assert score([0, 1, 2], [1.0, 3.0, 2.0], "last-2", "maximize") == 2.5
+    assert score([0, 1, 2], [1.0, 3.0, 2.0], "best", "minimize") == 1.0
+    assert score([0, 1, 2], [1.0, 3.0, 2.0], "best", "maximize") == 3.0
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
-                   "space:\n  train.lr: {type: log_float, low: 0.0, high: 1.0}\n")
+    bad.write_text(
+        f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
+        "space:\n  train.lr: {type: log_float, low: 0.0, high: 1.0}\n"
+    )
     with pytest.raises(ConfigError, match=r"bad.yaml: space.train.lr: .*log_float needs low > 0"):
         load_tune(bad)
-    bad.write_text(f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
-                   "space:\n  rollout.group_size: {type: int, low: 1, high: 8}\n")
+    bad.write_text(
+        f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\n"
+        "space:\n  rollout.group_size: {type: int, low: 1, high: 8}\n"
+    )
     with pytest.raises(ConfigError, match=r"space.rollout.group_size: 1 is not a valid value"):
         load_tune(bad)  # group_size must be >= 2: caught before any trial runs
-    bad.write_text(f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\nsampler: {{name: grid}}\ntrials: 5\n"
-                   "space:\n  objective.aggregation: {type: categorical, choices: [constant, token_mean]}\n")
+    bad.write_text(
+        f"name: x\nbase: {ROOT / 'ablations' / 'toy_run.yaml'}\nsampler: {{name: grid}}\ntrials: 5\n"
+        "space:\n  objective.aggregation: {type: categorical, choices: [constant, token_mean]}\n"
+    )
     with pytest.raises(ConfigError, match="trials: 5 exceeds the grid's 2 points"):
         load_tune(bad)
 
@@ -65,10 +75,15 @@ def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_o
     """The median pruner is on; besides, trial 1 is told to prune at step 2 (forced, so that a pruned trial is
     sure to happen). Every trial, complete or pruned, is one MLflow run whose state matches."""
     should_prune = optuna.trial.Trial.should_prune
-    monkeypatch.setattr(optuna.trial.Trial, "should_prune",
-                        lambda self: True if self.number == 1 and len(self.storage.get_trial(self._trial_id)
-                                                                      .intermediate_values) == 2
-                        else should_prune(self))
+    monkeypatch.setattr(
+        optuna.trial.Trial,
+        "should_prune",
+        lambda self: (
+            True
+            if self.number == 1 and len(self.storage.get_trial(self._trial_id).intermediate_values) == 2
+            else should_prune(self)
+        ),
+    )
     uri, url = _stores(tmp_path)
     result = run_tune(_tune_file(tmp_path), overrides=tiny_run_overrides, tracking_uri=uri, storage_url=url)
     assert result.finished == 4
@@ -88,8 +103,13 @@ def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_o
         pruned = state == TrialState.PRUNED
         assert runs[str(n)].info.status == ("KILLED" if pruned else "FINISHED")
         assert runs[str(n)].data.tags["status"] == ("PRUNED" if pruned else "FINISHED")
-    assert study.trials[0].value == pytest.approx((runs["0"].data.metrics["train/accuracy"] +
-        MlflowClient(uri).get_metric_history(runs["0"].info.run_id, "train/accuracy")[-2].value) / 2)
+    assert study.trials[0].value == pytest.approx(
+        (
+            runs["0"].data.metrics["train/accuracy"]
+            + MlflowClient(uri).get_metric_history(runs["0"].info.run_id, "train/accuracy")[-2].value
+        )
+        / 2
+    )
     client = MlflowClient(uri)
     parent = client.get_run(runs["0"].data.tags["mlflow.parentRunId"])
     assert parent.info.status == "FINISHED" and parent.data.tags["sweep_parent"] == "1"
@@ -101,16 +121,29 @@ def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_o
     data = load_sweep(reader_for(uri), sweeps(reader_for(uri).runs())[0])
     n_pruned = sum(state == TrialState.PRUNED for state in states.values())
     assert data.sweep.name == "tiny_tune"
-    assert data.runs["state"].value_counts().to_dict() == {k: v for k, v in (("done", 4 - n_pruned),
-                                                                             ("pruned", n_pruned)) if v}
+    assert data.runs["state"].value_counts().to_dict() == {
+        k: v for k, v in (("done", 4 - n_pruned), ("pruned", n_pruned)) if v
+    }
     assert len(data.arms) == 4 and all(a.startswith("trial ") for a in data.arms)
 
 
 def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_run_overrides):
     uri, url = _stores(tmp_path)
     path = _tune_file(tmp_path, trials=3, pruner="{name: none}")  # trials long enough to be caught running
-    cmd = [sys.executable, "-m", "harness.cli", "tune", str(path), "--tracking-uri", uri, "--storage", url,
-           *[x for o in tiny_run_overrides for x in ("--set", o)], "--set", "train.steps=12"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "tune",
+        str(path),
+        "--tracking-uri",
+        uri,
+        "--storage",
+        url,
+        *[x for o in tiny_run_overrides for x in ("--set", o)],
+        "--set",
+        "train.steps=12",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -121,7 +154,8 @@ def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_r
             except KeyError:
                 trials = []
             if [t.state for t in trials][:2] == [TrialState.COMPLETE, TrialState.RUNNING] and any(
-                    r.data.tags["trial"] == "1" and r.info.status == "RUNNING" for r in _trial_runs(uri)):
+                r.data.tags["trial"] == "1" and r.info.status == "RUNNING" for r in _trial_runs(uri)
+            ):
                 break  # the second trial's run exists: killing now leaves it for the resume to close
             assert proc.poll() is None and time.monotonic() < deadline, [t.state for t in trials]
         os.killpg(proc.pid, signal.SIGKILL)
@@ -130,8 +164,22 @@ def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_r
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     first = optuna.load_study(study_name="tiny_tune", storage=url).trials[0]
-    assert main(["tune", str(path), "--tracking-uri", uri, "--storage", url,
-                 *[x for o in tiny_run_overrides for x in ("--set", o)], "--set", "train.steps=12"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                str(path),
+                "--tracking-uri",
+                uri,
+                "--storage",
+                url,
+                *[x for o in tiny_run_overrides for x in ("--set", o)],
+                "--set",
+                "train.steps=12",
+            ]
+        )
+        == 0
+    )
     study = optuna.load_study(study_name="tiny_tune", storage=url)
     assert study.trials[0].value == first.value and study.trials[0].params == first.params  # not redone
     assert study.trials[1].state == TrialState.FAIL  # the killed one
@@ -140,7 +188,9 @@ def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_r
     by_trial = {}
     for r in runs:
         by_trial.setdefault(r.data.tags["trial"], []).append(r)
-    assert [r.info.status for r in by_trial["1"]] == ["FAILED"] and "orphaned" in by_trial["1"][0].data.tags["failure_reason"]
+    assert [r.info.status for r in by_trial["1"]] == ["FAILED"] and "orphaned" in by_trial["1"][0].data.tags[
+        "failure_reason"
+    ]
     done = [t.number for t in study.get_trials(states=DONE)]
     # one run per finished trial: FINISHED, or KILLED when the pruner stopped it
     assert {n: len(by_trial[str(n)]) for n in done} == {n: 1 for n in done}
@@ -150,8 +200,9 @@ def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_r
 
 def test_two_workers_share_the_storage_without_lost_or_duplicated_trials(tmp_path, tiny_run_overrides):
     uri, url = _stores(tmp_path)
-    result = run_tune(_tune_file(tmp_path, trials=4), overrides=tiny_run_overrides, tracking_uri=uri,
-                      storage_url=url, workers=2)
+    result = run_tune(
+        _tune_file(tmp_path, trials=4), overrides=tiny_run_overrides, tracking_uri=uri, storage_url=url, workers=2
+    )
     study = optuna.load_study(study_name="tiny_tune", storage=url)
     done = sorted(t.number for t in study.get_trials(states=DONE))
     assert result.finished == 4 and len(done) == 4
@@ -165,9 +216,16 @@ def test_two_workers_share_the_storage_without_lost_or_duplicated_trials(tmp_pat
 def test_ray_workers(tmp_path, tiny_run_overrides):
     pytest.importorskip("ray")
     uri, url = _stores(tmp_path)
-    result = run_tune(_tune_file(tmp_path, trials=2), overrides=tiny_run_overrides, tracking_uri=uri,
-                      storage_url=url, workers=2, executor="ray")
+    result = run_tune(
+        _tune_file(tmp_path, trials=2),
+        overrides=tiny_run_overrides,
+        tracking_uri=uri,
+        storage_url=url,
+        workers=2,
+        executor="ray",
+    )
     study = optuna.load_study(study_name="tiny_tune", storage=url)
     assert result.finished == 2 and len(study.get_trials(states=DONE)) == 2
     assert sorted(int(r.data.tags["trial"]) for r in _trial_runs(uri)) == sorted(
-        t.number for t in study.get_trials(states=DONE))
+        t.number for t in study.get_trials(states=DONE)
+    )

@@ -50,7 +50,8 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     """AdamW decoupled weight decay."""
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
-        (0.9, 0.999), strict=False)
+        (0.9, 0.999), strict=False
+    )
     """AdamW betas, each in [0, 1) (a YAML list is read as the pair)."""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (null = no clipping; the norm is logged either way)."""
@@ -75,7 +76,7 @@ class TrainConfig(BaseModel):
     """torch CPU threads (null = torch's default)."""
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         if self.warmup_steps > self.steps * self.mini_batches * self.epochs:
             raise ValueError("warmup_steps exceeds the number of optimiser steps")
         return self

@@ -4,8 +4,8 @@ length of correct vs incorrect responses (GUIDE §3 `eval/<benchmark>/...`)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -64,36 +64,48 @@ def _norm(answer: str) -> str:
 def metrics(benchmark: str, s: Scored) -> dict[str, float]:
     """eval/<benchmark>/{accuracy (= avg@k), pass_at_k, maj_at_k, length_correct_mean, length_incorrect_mean,
     length_mean, problems, k}; the length splits only when defined."""
-    out = {M.eval_metric(benchmark, "accuracy"): avg_at_k(s.correct),
-           M.eval_metric(benchmark, "pass_at_k"): pass_at_k(s.correct),
-           M.eval_metric(benchmark, "maj_at_k"): maj_at_k(s.correct, s.answers),
-           M.eval_metric(benchmark, "length_mean"): float(s.lengths.mean()),
-           M.eval_metric(benchmark, "problems"): float(s.correct.shape[0]),
-           M.eval_metric(benchmark, "k"): float(s.correct.shape[1])}
+    out = {
+        M.eval_metric(benchmark, "accuracy"): avg_at_k(s.correct),
+        M.eval_metric(benchmark, "pass_at_k"): pass_at_k(s.correct),
+        M.eval_metric(benchmark, "maj_at_k"): maj_at_k(s.correct, s.answers),
+        M.eval_metric(benchmark, "length_mean"): float(s.lengths.mean()),
+        M.eval_metric(benchmark, "problems"): float(s.correct.shape[0]),
+        M.eval_metric(benchmark, "k"): float(s.correct.shape[1]),
+    }
     for name, sel in (("length_correct_mean", s.correct), ("length_incorrect_mean", ~s.correct)):
         if sel.any():
             out[M.eval_metric(benchmark, name)] = float(s.lengths[sel].mean())
     return out
 
 
-def evaluate(backend: RolloutBackend, benchmarks: dict[str, list[Problem]], *, template: str, k: int,
-             params: SamplingParams, seed: int, batch_problems: int = 32) -> dict[str, float]:
+def evaluate(
+    backend: RolloutBackend,
+    benchmarks: dict[str, list[Problem]],
+    *,
+    template: str,
+    k: int,
+    params: SamplingParams,
+    seed: int,
+    batch_problems: int = 32,
+) -> dict[str, float]:
     """Sample k responses per problem of every benchmark and score them; plus eval/mean/* over benchmarks."""
     out: dict[str, float] = {}
     for b, (name, problems) in enumerate(benchmarks.items()):
         task = MathTask(problems, template=template, name=name)
         correct, lengths, answers = [], [], []
         for start in range(0, len(problems), batch_problems):
-            chunk = problems[start:start + batch_problems]
+            chunk = problems[start : start + batch_problems]
             prompts = [render_prompt(template, p.question) for p in chunk for _ in range(k)]
             batch = backend.generate(prompts, params, seed=seed + 1_000_003 * b + start)
             for i, p in enumerate(chunk):
-                group = Group(problem_id=p.id, answer=p.answer, prompts=tuple(prompts[i * k:(i + 1) * k]))
-                texts = batch.texts[i * k:(i + 1) * k]
-                grades = [task.grade(group, j, t) if not bool(batch.truncated[i * k + j]) else None
-                          for j, t in enumerate(texts)]
+                group = Group(problem_id=p.id, answer=p.answer, prompts=tuple(prompts[i * k : (i + 1) * k]))
+                texts = batch.texts[i * k : (i + 1) * k]
+                grades = [
+                    task.grade(group, j, t) if not bool(batch.truncated[i * k + j]) else None
+                    for j, t in enumerate(texts)
+                ]
                 correct.append([g is not None and g.correct for g in grades])
-                lengths.append(batch.lengths[i * k:(i + 1) * k].tolist())
+                lengths.append(batch.lengths[i * k : (i + 1) * k].tolist())
                 answers.append([extract_answer(t) for t in texts])
         out.update(metrics(name, Scored(np.array(correct, bool), np.array(lengths, float), answers)))
     for what in ("accuracy", "pass_at_k", "maj_at_k"):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -58,26 +59,48 @@ class Samples:
     texts: list[str]
     rounds: list[int]
 
-    def select_groups(self, keep: list[int], group_size: int) -> "Samples":
+    def select_groups(self, keep: list[int], group_size: int) -> Samples:
         rows = [g * group_size + j for g in keep for j in range(group_size)]
         pick = lambda xs: [xs[i] for i in rows]  # noqa: E731
-        return Samples([self.groups[g] for g in keep], pick(self.prompt_ids), pick(self.response_ids),
-                       self.truncated[rows], self.lengths[rows], pick(self.grades), pick(self.texts),
-                       pick(self.rounds))
+        return Samples(
+            [self.groups[g] for g in keep],
+            pick(self.prompt_ids),
+            pick(self.response_ids),
+            self.truncated[rows],
+            self.lengths[rows],
+            pick(self.grades),
+            pick(self.texts),
+            pick(self.rounds),
+        )
 
     @staticmethod
-    def concat(parts: list["Samples"]) -> "Samples":
-        return Samples(sum((p.groups for p in parts), []), sum((p.prompt_ids for p in parts), []),
-                       sum((p.response_ids for p in parts), []), torch.cat([p.truncated for p in parts]),
-                       torch.cat([p.lengths for p in parts]), sum((p.grades for p in parts), []),
-                       sum((p.texts for p in parts), []), sum((p.rounds for p in parts), []))
+    def concat(parts: list[Samples]) -> Samples:
+        return Samples(
+            sum((p.groups for p in parts), []),
+            sum((p.prompt_ids for p in parts), []),
+            sum((p.response_ids for p in parts), []),
+            torch.cat([p.truncated for p in parts]),
+            torch.cat([p.lengths for p in parts]),
+            sum((p.grades for p in parts), []),
+            sum((p.texts for p in parts), []),
+            sum((p.rounds for p in parts), []),
+        )
 
 
 class Trainer:
     """Owns the policy, the optimiser and the step counter; `run` drives the whole training."""
 
-    def __init__(self, policy: torch.nn.Module, task: Task, backend: RolloutBackend, pad_id: int,
-                 objective: ObjectiveSettings, rollout: RolloutConfig, train: TrainConfig, seed: int):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        task: Task,
+        backend: RolloutBackend,
+        pad_id: int,
+        objective: ObjectiveSettings,
+        rollout: RolloutConfig,
+        train: TrainConfig,
+        seed: int,
+    ):
         self.policy, self.task, self.backend, self.pad_id = policy, task, backend, pad_id
         self.obj, self.roll, self.cfg, self.seed = objective, rollout, train, seed
         self.device = next(policy.parameters()).device
@@ -86,10 +109,13 @@ class Trainer:
         self.ref = None
         if train.reference_kl or objective.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
-        self.optimiser = torch.optim.AdamW(policy.parameters(), lr=train.lr, betas=train.betas,
-                                           weight_decay=train.weight_decay)
+        self.optimiser = torch.optim.AdamW(
+            policy.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
+        )
         warm = train.warmup_steps
-        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimiser, lambda k: min(1.0, (k + 1) / warm) if warm else 1.0)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.optimiser, lambda k: min(1.0, (k + 1) / warm) if warm else 1.0
+        )
         self.rows: list[dict[str, Any]] = []
         self.tokens_generated = 0  # the run explorer's "tokens seen" axis
         self.micro_size = train.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
@@ -115,8 +141,9 @@ class Trainer:
             grades.append(grade)
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(out.prompt_ids.cpu(), out.prompt_mask.cpu())]
         response_ids = [row[:n].tolist() for row, n in zip(out.response_ids.cpu(), lengths.tolist())]
-        return Samples(groups, prompt_ids, response_ids, truncated, lengths, grades, list(out.texts),
-                       [round_] * len(prompts))
+        return Samples(
+            groups, prompt_ids, response_ids, truncated, lengths, grades, list(out.texts), [round_] * len(prompts)
+        )
 
     def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         G = self.roll.group_size
@@ -142,8 +169,10 @@ class Trainer:
                 break
         else:
             have = sum(len(p.groups) for p in kept_parts)
-            raise RuntimeError(f"dynamic sampling kept {have} of {want} groups after {self.cfg.max_gen_rounds} "
-                               "generation rounds (train.max_gen_rounds); every other group had equal rewards")
+            raise RuntimeError(
+                f"dynamic sampling kept {have} of {want} groups after {self.cfg.max_gen_rounds} "
+                "generation rounds (train.max_gen_rounds); every other group had equal rewards"
+            )
         everything, kept = Samples.concat(parts), Samples.concat(kept_parts)
         kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.roll.group_size)
         return everything, kept, {M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)}
@@ -156,11 +185,15 @@ class Trainer:
         ids = torch.full((n, P + L), self.pad_id, dtype=torch.long)
         attn = torch.zeros((n, P + L), dtype=torch.long)
         for i, (p, r) in enumerate(zip(s.prompt_ids, s.response_ids)):
-            ids[i, P - len(p):P + len(r)] = torch.tensor(p + r, dtype=torch.long)
-            attn[i, P - len(p):P + len(r)] = 1
+            ids[i, P - len(p) : P + len(r)] = torch.tensor(p + r, dtype=torch.long)
+            attn[i, P - len(p) : P + len(r)] = 1
         resp_mask = attn[:, P:].clone()
-        return {"ids": ids.to(self.device), "attn": attn.to(self.device), "resp_mask": resp_mask.to(self.device),
-                "prompt_len": torch.tensor(P)}
+        return {
+            "ids": ids.to(self.device),
+            "attn": attn.to(self.device),
+            "resp_mask": resp_mask.to(self.device),
+            "prompt_len": torch.tensor(P),
+        }
 
     def _logits(self, model: torch.nn.Module, t: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
         """Logits ([n, L, V], temperature applied) predicting each response token of `rows`."""
@@ -174,8 +207,15 @@ class Trainer:
         P = int(t["prompt_len"])
         everything = torch.arange(t["ids"].shape[0], device=self.device)
         with torch.no_grad():
-            return self._fitting(everything, lambda: torch.cat(
-                [token_logprobs(self._logits(model, t, rows), t["ids"][rows, P:]) for rows in self._micro(everything)]))
+            return self._fitting(
+                everything,
+                lambda: torch.cat(
+                    [
+                        token_logprobs(self._logits(model, t, rows), t["ids"][rows, P:])
+                        for rows in self._micro(everything)
+                    ]
+                ),
+            )
 
     def _micro(self, rows: torch.Tensor) -> list[torch.Tensor]:
         size = self.micro_size or rows.numel()
@@ -196,8 +236,9 @@ class Trainer:
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
 
-    def update(self, step: int, t: dict[str, torch.Tensor], advantages: torch.Tensor,
-               mask: torch.Tensor) -> dict[str, float]:
+    def update(
+        self, step: int, t: dict[str, torch.Tensor], advantages: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, float]:
         """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them."""
         P, n = int(t["prompt_len"]), mask.shape[0]
         several = self.cfg.mini_batches * self.cfg.epochs > 1
@@ -216,9 +257,16 @@ class Trainer:
                     for rows in self._micro(mini):
                         logits = self._logits(self.policy, t, rows)
                         logp = token_logprobs(logits, t["ids"][rows, P:])
-                        out = policy_loss(logp, old[rows] if several else logp.detach(), advantages[rows],
-                                          mask[rows], self.obj, ref_logp=None if ref is None else ref[rows],
-                                          entropy=token_entropy(logits.detach()), norm=norm)
+                        out = policy_loss(
+                            logp,
+                            old[rows] if several else logp.detach(),
+                            advantages[rows],
+                            mask[rows],
+                            self.obj,
+                            ref_logp=None if ref is None else ref[rows],
+                            entropy=token_entropy(logits.detach()),
+                            norm=norm,
+                        )
                         if not torch.isfinite(out.loss):
                             raise self._diverged(step, f"loss is {out.loss.item()}")
                         out.loss.backward()
@@ -231,8 +279,13 @@ class Trainer:
                 if not math.isfinite(grad_norm):
                     raise self._diverged(step, f"gradient norm is {grad_norm}")
                 metrics = merge_metrics(parts)
-                metrics.update({M.GRAD_NORM: grad_norm, M.LR: self.optimiser.param_groups[0]["lr"],
-                                M.MICRO_BATCH: float(self.micro_size or mini.numel())})
+                metrics.update(
+                    {
+                        M.GRAD_NORM: grad_norm,
+                        M.LR: self.optimiser.param_groups[0]["lr"],
+                        M.MICRO_BATCH: float(self.micro_size or mini.numel()),
+                    }
+                )
                 self._optimiser_step(step)
                 self.optimiser.zero_grad(set_to_none=True)
                 self.schedule.step()
@@ -285,13 +338,23 @@ class Trainer:
         metrics.update(rollout_metrics(everything, shaped_all))
         metrics.update(advantage_metrics(advantages))
         G = self.roll.group_size
-        metrics.update(self.task.step_metrics(
-            everything.groups, [everything.grades[i:i + G] for i in range(0, len(everything.grades), G)],
-            [everything.lengths[i:i + G].tolist() for i in range(0, len(everything.grades), G)]))
+        metrics.update(
+            self.task.step_metrics(
+                everything.groups,
+                [everything.grades[i : i + G] for i in range(0, len(everything.grades), G)],
+                [everything.lengths[i : i + G].tolist() for i in range(0, len(everything.grades), G)],
+            )
+        )
         self.tokens_generated += int(everything.lengths.sum())
-        metrics.update({M.GENERATE_S: generated - start, M.UPDATE_S: done - generated, M.STEP_S: done - start,
-                        M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start),
-                        M.TOKENS_GENERATED: float(self.tokens_generated)})
+        metrics.update(
+            {
+                M.GENERATE_S: generated - start,
+                M.UPDATE_S: done - generated,
+                M.STEP_S: done - start,
+                M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start),
+                M.TOKENS_GENERATED: float(self.tokens_generated),
+            }
+        )
         self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text))
         return metrics
 
@@ -310,9 +373,13 @@ def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
     """train/* metrics of the generated samples; the length splits only when defined (GUIDE §3)."""
     lengths = s.lengths.double()
     correct = torch.tensor([g.correct for g in s.grades])
-    out = {M.REWARD_MEAN: rewards.mean().item(), M.ACCURACY: correct.double().mean().item(),
-           M.LENGTH_MEAN: lengths.mean().item(), M.TRUNCATED_FRAC: s.truncated.double().mean().item(),
-           M.GRADE_TIMEOUTS: float(sum(g.timed_out for g in s.grades))}
+    out = {
+        M.REWARD_MEAN: rewards.mean().item(),
+        M.ACCURACY: correct.double().mean().item(),
+        M.LENGTH_MEAN: lengths.mean().item(),
+        M.TRUNCATED_FRAC: s.truncated.double().mean().item(),
+        M.GRADE_TIMEOUTS: float(sum(g.timed_out for g in s.grades)),
+    }
     if correct.any():
         out[M.LENGTH_CORRECT_MEAN] = lengths[correct].mean().item()
     if (~correct).any():
@@ -320,20 +387,38 @@ def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
     return out
 
 
-def rollout_rows(step: int, everything: Samples, kept: Samples, advantages: torch.Tensor, shaped: torch.Tensor,
-                 group_size: int, with_text: bool) -> list[dict[str, Any]]:
+def rollout_rows(
+    step: int,
+    everything: Samples,
+    kept: Samples,
+    advantages: torch.Tensor,
+    shaped: torch.Tensor,
+    group_size: int,
+    with_text: bool,
+) -> list[dict[str, Any]]:
     """One row per generated sample (reward = the task's, shaped_reward = what the advantage saw);
     samples of dropped groups have kept=False and no advantage."""
-    adv_of = {(id(g), j): advantages[k * group_size + j].item()
-              for k, g in enumerate(kept.groups) for j in range(group_size)}
+    adv_of = {
+        (id(g), j): advantages[k * group_size + j].item() for k, g in enumerate(kept.groups) for j in range(group_size)
+    }
     rows = []
     for k, grade in enumerate(everything.grades):
         group, j = everything.groups[k // group_size], k % group_size
         adv = adv_of.get((id(group), j))
-        row = {"step": step, "prompt_id": group.problem_id, "sample_index": j, "round": everything.rounds[k],
-               "reward": grade.reward, "shaped_reward": shaped[k].item(), "correct": grade.correct, "length": int(everything.lengths[k]),
-               "truncated": bool(everything.truncated[k]), "advantage": math.nan if adv is None else adv,
-               "kept": adv is not None, **{f"info_{key}": v for key, v in grade.info.items()}}
+        row = {
+            "step": step,
+            "prompt_id": group.problem_id,
+            "sample_index": j,
+            "round": everything.rounds[k],
+            "reward": grade.reward,
+            "shaped_reward": shaped[k].item(),
+            "correct": grade.correct,
+            "length": int(everything.lengths[k]),
+            "truncated": bool(everything.truncated[k]),
+            "advantage": math.nan if adv is None else adv,
+            "kept": adv is not None,
+            **{f"info_{key}": v for key, v in grade.info.items()},
+        }
         if with_text:
             row["prompt"], row["response"] = group.prompts[j], everything.texts[k]
         rows.append(row)

@@ -59,12 +59,34 @@ def task_metric(what: str) -> str:
 
 # Logged at every training step (the length splits only when defined).
 TRAINING = (
-    REWARD_MEAN, ACCURACY, LENGTH_MEAN, LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN, TRUNCATED_FRAC, TOKENS_GENERATED,
+    REWARD_MEAN,
+    ACCURACY,
+    LENGTH_MEAN,
+    LENGTH_CORRECT_MEAN,
+    LENGTH_INCORRECT_MEAN,
+    TRUNCATED_FRAC,
+    TOKENS_GENERATED,
     GRADE_TIMEOUTS,
-    GROUPS_ALL_CORRECT_FRAC, GROUPS_ALL_WRONG_FRAC, GROUPS_MIXED_FRAC, GEN_ROUNDS, GROUPS_DROPPED,
-    ENTROPY, CLIP_FRAC_LOW, CLIP_FRAC_HIGH, CLIP_FRAC, KL, LOSS, GRAD_NORM, LR,
-    ADV_MEAN, ADV_ABS_MEAN, ADV_ZERO_FRAC,
-    GENERATE_S, UPDATE_S, STEP_S, TOKENS_PER_S,
+    GROUPS_ALL_CORRECT_FRAC,
+    GROUPS_ALL_WRONG_FRAC,
+    GROUPS_MIXED_FRAC,
+    GEN_ROUNDS,
+    GROUPS_DROPPED,
+    ENTROPY,
+    CLIP_FRAC_LOW,
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC,
+    KL,
+    LOSS,
+    GRAD_NORM,
+    LR,
+    ADV_MEAN,
+    ADV_ABS_MEAN,
+    ADV_ZERO_FRAC,
+    GENERATE_S,
+    UPDATE_S,
+    STEP_S,
+    TOKENS_PER_S,
 )
 
 # Every fixed name above (the training loop logs each of them; a few only in some runs).
@@ -74,5 +96,8 @@ ALL = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinsta
 def is_known(name: str) -> bool:
     """A metric some run may log: a fixed name above, eval/<benchmark>/<what> or task/<what>."""
     parts = name.split("/")
-    return name in ALL or (parts[0] == "eval" and len(parts) == 3 and all(parts)) or \
-        (parts[0] == "task" and len(parts) == 2 and bool(parts[1]))
+    return (
+        name in ALL
+        or (parts[0] == "eval" and len(parts) == 3 and all(parts))
+        or (parts[0] == "task" and len(parts) == 2 and bool(parts[1]))
+    )

@@ -1,20 +1,13 @@
 """Final metrics per arm with 95% CIs over seeds: DAPO's progressive table (arXiv 2503.14476, Table 1)
 for cumulative sweeps, and the main effect of each switch for factorial ones."""
 
-import warnings
-
 import pandas as pd
 import streamlit as st
 
 from dashboard import context, verdicts
 from dashboard.labels import with_settings
 from harness.analysis import figures
-from harness.analysis.stats import (
-    StatsWarning,
-    cell_means_effects,
-    main_effects,
-    mean_ci,
-)
+from harness.analysis.stats import factorial_effects, mean_ci
 from harness.runs.sweep_data import non_finite
 from trainer import metric_names as M
 
@@ -28,8 +21,9 @@ keys = data.keys
 if not keys:
     st.warning("No metrics logged yet in this sweep.")
     st.stop()
-default = [k for k in (M.ACCURACY, M.REWARD_MEAN, M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ENTROPY)
-           if k in keys]
+default = [
+    k for k in (M.ACCURACY, M.REWARD_MEAN, M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ENTROPY) if k in keys
+]
 c1, c2 = st.columns([3, 1])
 chosen = c1.multiselect("Metrics", keys, default=default or keys[:1], key="abl_metrics")
 last = c2.number_input("Final window (last N steps)", 1, 1000, 10, key="abl_last")
@@ -61,35 +55,59 @@ if data.cumulative and chosen:  # progressive layout: what each added technique 
         prev = numbers.get((data.arms[i - 1], chosen[0])) if i else None
         cur = numbers[(data.arms[i], chosen[0])][0][0]
         row[f"Δ {chosen[0]} vs previous"] = f"{cur - prev[0][0]:+.4g}" if prev and pd.notna(cur) else ""
-st.caption(f"Mean over seeds of each run's last {last} steps [95% bootstrap CI over seeds]"
-           + (" — arms in order, each adding one technique to the one above." if data.cumulative else "."))
+st.caption(
+    f"Mean over seeds of each run's last {last} steps [95% bootstrap CI over seeds]"
+    + (" — arms in order, each adding one technique to the one above." if data.cumulative else ".")
+)
 st.dataframe(with_settings(pd.DataFrame(table), labels), hide_index=True, width="stretch")
 
 if chosen:
     metric = st.selectbox("Per-seed view of", chosen, key="abl_bar")
-    bars = pd.DataFrame([{"arm": a, "mean": numbers[(a, metric)][0][0], "low": numbers[(a, metric)][0][1],
-                          "high": numbers[(a, metric)][0][2], "seeds": numbers[(a, metric)][1]} for a in data.arms])
+    bars = pd.DataFrame(
+        [
+            {
+                "arm": a,
+                "mean": numbers[(a, metric)][0][0],
+                "low": numbers[(a, metric)][0][1],
+                "high": numbers[(a, metric)][0][2],
+                "seeds": numbers[(a, metric)][1],
+            }
+            for a in data.arms
+        ]
+    )
     st.plotly_chart(figures.final_bars(bars, metric, labels), key="abl_bars")
 
     if data.varying and not data.cumulative:
         st.subheader("Main effects")
         final = data.final(metric, int(last))
         final = final[final["run_id"].isin(runs_ok)]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", StatsWarning)
-            model = cell_means_effects(final, data.varying)
-        for w in caught:
-            if issubclass(w.category, StatsWarning):
-                st.warning(f"{metric}: {w.message}")
-        model = model[["factor", "level", "effect", "low", "high", "p", "note"]].rename(
-            columns={"effect": "model effect"})
-        effects = main_effects(final, data.varying)[["factor", "level", "n", "mean", "effect", "low", "high"]].merge(
-            model, on=["factor", "level"], how="left", suffixes=(" (bootstrap)", " (model)"))
-        st.caption(f"{metric}: mean over the grid's cells at each level minus at the first level (model effect), with "
-                   "its 95% CI and p from the factorial cell-means model (as `harness report`); beside it the "
-                   "two-group difference with a bootstrap CI. Where a cell of the grid has no run, the model gives no "
-                   "estimate (note): the two levels would average over different cells and mix in the other "
-                   "switches' effects, and the two-group difference is biased the same way.")
-        st.dataframe(effects.style.format({c: "{:.4g}" for c in effects.columns
-                                           if c not in ("factor", "level", "n", "note")}, na_rep=""),
-                     hide_index=True, width="stretch")
+        effects, caught = factorial_effects(final, data.varying)
+        for note in caught:
+            st.warning(f"{metric}: {note}")
+        effects = effects[
+            ["factor", "level", "n", "mean", "effect", "low", "high", "model_effect", "model_low", "model_high"]
+            + ["model_p", "note"]
+        ].rename(
+            columns={
+                "low": "low (bootstrap)",
+                "high": "high (bootstrap)",
+                "model_effect": "model effect",
+                "model_low": "low (model)",
+                "model_high": "high (model)",
+                "model_p": "p",
+            }
+        )
+        st.caption(
+            f"{metric}: mean over the grid's cells at each level minus at the first level (model effect), with "
+            "its 95% CI and p from the factorial cell-means model (as `harness report`); beside it the "
+            "two-group difference with a bootstrap CI. Where a cell of the grid has no run, the model gives no "
+            "estimate (note): the two levels would average over different cells and mix in the other "
+            "switches' effects, and the two-group difference is biased the same way."
+        )
+        st.dataframe(
+            effects.style.format(
+                {c: "{:.4g}" for c in effects.columns if c not in ("factor", "level", "n", "note")}, na_rep=""
+            ),
+            hide_index=True,
+            width="stretch",
+        )

@@ -11,8 +11,11 @@ from trainer import metric_names as M
 data, kw, x = page.curve_page("Dynamic sampling", "ds", "dynamic_sampling")
 
 shares: dict[str, dict[str, pd.Series]] = {}
-for label, key in (("all correct", M.GROUPS_ALL_CORRECT_FRAC), ("mixed", M.GROUPS_MIXED_FRAC),
-                   ("all wrong", M.GROUPS_ALL_WRONG_FRAC)):
+for label, key in (
+    ("all correct", M.GROUPS_ALL_CORRECT_FRAC),
+    ("mixed", M.GROUPS_MIXED_FRAC),
+    ("all wrong", M.GROUPS_ALL_WRONG_FRAC),
+):
     for arm, curves in data.by_arm(key, x).items():
         shares.setdefault(arm, {})[label] = curves.mean(axis=1)
 if shares:
@@ -20,11 +23,27 @@ if shares:
 else:
     st.warning("No group metrics logged yet in this sweep.")
 st.subheader("Groups with no learning signal")
-st.plotly_chart(figures.curves_by_arm([("all correct", data.by_arm(M.GROUPS_ALL_CORRECT_FRAC, x)),
-                                       ("all wrong", data.by_arm(M.GROUPS_ALL_WRONG_FRAC, x)),
-                                       ("zero-advantage samples", data.by_arm(M.ADV_ZERO_FRAC, x))],
-                                      data.arms, **kw), key="ds_solve")
+st.plotly_chart(
+    figures.curves_by_arm(
+        [
+            ("all correct", data.by_arm(M.GROUPS_ALL_CORRECT_FRAC, x)),
+            ("all wrong", data.by_arm(M.GROUPS_ALL_WRONG_FRAC, x)),
+            ("zero-advantage samples", data.by_arm(M.ADV_ZERO_FRAC, x)),
+        ],
+        data.arms,
+        **kw,
+    ),
+    key="ds_solve",
+)
 st.subheader("Cost of the filter")
-st.plotly_chart(figures.curves_by_arm([("generation rounds per step", data.by_arm(M.GEN_ROUNDS, x)),
-                                       ("groups dropped per step", data.by_arm(M.GROUPS_DROPPED, x))],
-                                      data.arms, **kw), key="ds_cost")
+st.plotly_chart(
+    figures.curves_by_arm(
+        [
+            ("generation rounds per step", data.by_arm(M.GEN_ROUNDS, x)),
+            ("groups dropped per step", data.by_arm(M.GROUPS_DROPPED, x)),
+        ],
+        data.arms,
+        **kw,
+    ),
+    key="ds_cost",
+)

@@ -11,15 +11,28 @@ from trainer import metric_names as M
 data, kw, x = page.curve_page("Entropy & clipping (DAPO, GSPO)", "ent", "entropy_clipping")
 
 lo, hi = arm_setting(data, "objective.clip_low"), arm_setting(data, "objective.clip_high")
-st.caption("Clip range per arm: " + "; ".join(f"{kw['labels'](a)}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]"
-                                              for a in data.arms))
-st.plotly_chart(figures.curves_by_arm([("policy entropy (token mean)", data.by_arm(M.ENTROPY, x))],
-                                      data.arms, **kw), key="ent_entropy")
+st.caption(
+    "Clip range per arm: "
+    + "; ".join(f"{kw['labels'](a)}: [1-{lo.get(a, '?')}, 1+{hi.get(a, '?')}]" for a in data.arms)
+)
+st.plotly_chart(
+    figures.curves_by_arm([("policy entropy (token mean)", data.by_arm(M.ENTROPY, x))], data.arms, **kw),
+    key="ent_entropy",
+)
 st.subheader("Clip fractions")
-st.plotly_chart(figures.curves_by_arm([("low (r < 1-ε_low, A<0)", data.by_arm(M.CLIP_FRAC_LOW, x)),
-                                       ("high (r > 1+ε_high, A>0)", data.by_arm(M.CLIP_FRAC_HIGH, x)),
-                                       ("total", data.by_arm(M.CLIP_FRAC, x))], data.arms, fit_y=True, **kw),
-                key="ent_clip")
+st.plotly_chart(
+    figures.curves_by_arm(
+        [
+            ("low (r < 1-ε_low, A<0)", data.by_arm(M.CLIP_FRAC_LOW, x)),
+            ("high (r > 1+ε_high, A>0)", data.by_arm(M.CLIP_FRAC_HIGH, x)),
+            ("total", data.by_arm(M.CLIP_FRAC, x)),
+        ],
+        data.arms,
+        fit_y=True,
+        **kw,
+    ),
+    key="ent_clip",
+)
 
 st.subheader("Token- vs sequence-level clipping")
 level = arm_setting(data, "objective.ratio")
@@ -27,9 +40,14 @@ groups = {}
 for arm in data.arms:
     groups.setdefault(level.get(arm, "unknown"), []).append(arm)
 clip = data.by_arm(M.CLIP_FRAC, x)
-panels = [(f"ratio = {lvl}" + (" (share of clipped sequences)" if lvl.startswith("sequence") else
-                               " (share of clipped tokens)"), {a: clip[a] for a in arms if a in clip})
-          for lvl, arms in groups.items()]
+panels = [
+    (
+        f"ratio = {lvl}"
+        + (" (share of clipped sequences)" if lvl.startswith("sequence") else " (share of clipped tokens)"),
+        {a: clip[a] for a in arms if a in clip},
+    )
+    for lvl, arms in groups.items()
+]
 st.plotly_chart(figures.curves_by_arm(panels, data.arms, fit_y=True, **kw), key="ent_levels")
 if len(groups) < 2:
     st.caption("Every arm of this sweep uses the same ratio level; `ablations/gspo_vs_grpo.yaml` compares them.")

@@ -20,10 +20,16 @@ if not keys:
     st.warning("No metrics logged yet in this sweep.")
     st.stop()
 c1, c2, c3 = st.columns([2, 1, 1])
-metric = c1.selectbox("Metric", keys, index=keys.index("train/accuracy") if "train/accuracy" in keys else 0,
-                      key="ex_metric")
-x = c2.radio("x axis", ["step", "tokens"], horizontal=True, key="ex_x",
-             format_func={"step": "RL step", "tokens": "tokens generated"}.get)
+metric = c1.selectbox(
+    "Metric", keys, index=keys.index("train/accuracy") if "train/accuracy" in keys else 0, key="ex_metric"
+)
+x = c2.radio(
+    "x axis",
+    ["step", "tokens"],
+    horizontal=True,
+    key="ex_x",
+    format_func={"step": "RL step", "tokens": "tokens generated"}.get,
+)
 smooth = c3.radio("Smoothing", ["off", "EMA"], horizontal=True, key="ex_smooth")
 alpha = st.slider("EMA α", 0.01, 1.0, 0.1, key="ex_alpha") if smooth == "EMA" else 1.0
 
@@ -35,11 +41,22 @@ for run_id in chosen:
         continue
     r = runs.set_index("run_id").loc[run_id]
     y = ema(wide[run_id].dropna(), alpha)
-    fig.add_trace(go.Scatter(x=y.index, y=y.values, mode="lines", name=labels[run_id],
-                             line={"color": colour.get(r["arm"], "#444")},
-                             hovertemplate=f"%{{y:.4g}}<br>{arm_labels.hover(r['arm'])}"))
-fig.update_layout(height=440, xaxis_title="tokens generated" if x == "tokens" else "RL step", yaxis_title=metric,
-                  margin={"t": 30, "b": 40, "l": 50, "r": 10})
+    fig.add_trace(
+        go.Scatter(
+            x=y.index,
+            y=y.values,
+            mode="lines",
+            name=labels[run_id],
+            line={"color": colour.get(r["arm"], "#444")},
+            hovertemplate=f"%{{y:.4g}}<br>{arm_labels.hover(r['arm'])}",
+        )
+    )
+fig.update_layout(
+    height=440,
+    xaxis_title="tokens generated" if x == "tokens" else "RL step",
+    yaxis_title=metric,
+    margin={"t": 30, "b": 40, "l": 50, "r": 10},
+)
 st.plotly_chart(fig, key="ex_curves")
 
 st.subheader("Rollouts")
@@ -54,8 +71,23 @@ outcome = c2.radio("Show", ["all", "correct", "incorrect"], horizontal=True, key
 rows = table[table["step"] == step]
 if outcome != "all":
     rows = rows[rows["correct"] == (outcome == "correct")]
-cols = [c for c in ("prompt_id", "sample_index", "round", "reward", "correct", "length", "truncated", "advantage",
-                    "kept", "prompt", "response") if c in rows]
+cols = [
+    c
+    for c in (
+        "prompt_id",
+        "sample_index",
+        "round",
+        "reward",
+        "correct",
+        "length",
+        "truncated",
+        "advantage",
+        "kept",
+        "prompt",
+        "response",
+    )
+    if c in rows
+]
 st.dataframe(rows[cols], hide_index=True, width="stretch")
 if "response" not in rows:
     st.caption("Texts are logged when `train.log_text` is on.")

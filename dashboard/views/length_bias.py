@@ -20,27 +20,37 @@ if not correct and not incorrect:
     st.warning("No length metrics logged yet in this sweep.")
 else:
     st.plotly_chart(figures.length_by_correctness(correct, incorrect, data.arms, **kw), key="len_curves")
-    st.caption("Mean over seeds, 95% bootstrap band over seeds. GRPO's 1/|o_i| normaliser lets incorrect "
-               "responses grow long; Dr. GRPO's constant normaliser does not (arXiv 2503.20783, Fig. 1).")
+    st.caption(
+        "Mean over seeds, 95% bootstrap band over seeds. GRPO's 1/|o_i| normaliser lets incorrect "
+        "responses grow long; Dr. GRPO's constant normaliser does not (arXiv 2503.20783, Fig. 1)."
+    )
     last = st.slider("Final window (last N logged steps)", 1, 50, 10, key="len_last")
     done = set(data.runs.loc[data.runs["state"] == "done", "run_id"])
     rows = []
     for arm in data.arms:
         row = {"arm": arm}
-        for name, key in (("incorrect length", M.LENGTH_INCORRECT_MEAN), ("correct length", M.LENGTH_CORRECT_MEAN),
-                          ("accuracy", M.ACCURACY)):
+        for name, key in (
+            ("incorrect length", M.LENGTH_INCORRECT_MEAN),
+            ("correct length", M.LENGTH_CORRECT_MEAN),
+            ("accuracy", M.ACCURACY),
+        ):
             final = data.final(key, last)
             m, lo, hi = mean_ci(final.loc[(final["arm"] == arm) & final["run_id"].isin(done), "value"])
             row[name] = f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if pd.notna(lo) else f"{m:.3g}"
         rows.append(row)
-    st.caption(f"Finished runs: mean over seeds of each run's last {last} logged steps (all of them in a shorter "
-               "run), with a 95% bootstrap CI over seeds.")
+    st.caption(
+        f"Finished runs: mean over seeds of each run's last {last} logged steps (all of them in a shorter "
+        "run), with a 95% bootstrap CI over seeds."
+    )
     st.dataframe(with_settings(pd.DataFrame(rows), kw["labels"]), hide_index=True, width="stretch")
 
 st.subheader("Reward and accuracy")
-st.plotly_chart(figures.curves_by_arm([("reward", data.by_arm(M.REWARD_MEAN, x)),
-                                       ("accuracy", data.by_arm(M.ACCURACY, x))], data.arms, **kw),
-                key="len_reward")
+st.plotly_chart(
+    figures.curves_by_arm(
+        [("reward", data.by_arm(M.REWARD_MEAN, x)), ("accuracy", data.by_arm(M.ACCURACY, x))], data.arms, **kw
+    ),
+    key="len_reward",
+)
 
 benches = sorted({k.split("/")[1] for k in data.keys if k.startswith("eval/") and k.count("/") == 2})
 for bench in benches:
@@ -48,10 +58,19 @@ for bench in benches:
     ec = data.by_arm(M.eval_metric(bench, "length_correct_mean"))
     ei = data.by_arm(M.eval_metric(bench, "length_incorrect_mean"))
     if ec or ei:
-        st.plotly_chart(figures.length_by_correctness(ec, ei, data.arms, per_seed=kw["per_seed"],
-                                                      labels=kw["labels"]), key=f"eval_len_{bench}")
-    st.plotly_chart(figures.curves_by_arm([("accuracy", data.by_arm(M.eval_metric(bench, "accuracy")))], data.arms,
-                                          per_seed=kw["per_seed"], labels=kw["labels"]), key=f"eval_acc_{bench}")
+        st.plotly_chart(
+            figures.length_by_correctness(ec, ei, data.arms, per_seed=kw["per_seed"], labels=kw["labels"]),
+            key=f"eval_len_{bench}",
+        )
+    st.plotly_chart(
+        figures.curves_by_arm(
+            [("accuracy", data.by_arm(M.eval_metric(bench, "accuracy")))],
+            data.arms,
+            per_seed=kw["per_seed"],
+            labels=kw["labels"],
+        ),
+        key=f"eval_acc_{bench}",
+    )
 
 st.subheader("Length distribution by correctness")
 max_step = int(data.runs["last_step"].max())
@@ -72,7 +91,9 @@ for r in data.runs.itertuples():
 if pooled:
     rows = pd.concat(pooled, ignore_index=True)
     st.plotly_chart(figures.length_distribution(rows, data.arms, kw["labels"]), key="len_dist")
-    st.caption(f"Every sampled response of steps {max(1, step - window)}–{min(max_step, step + window)}, all seeds pooled "
-               f"({len(rows)} responses).")
+    st.caption(
+        f"Every sampled response of steps {max(1, step - window)}–{min(max_step, step + window)}, all seeds pooled "
+        f"({len(rows)} responses)."
+    )
 else:
     st.info("No rollout tables yet: a run writes its table when it ends.")

@@ -11,8 +11,12 @@ def fmt(v) -> str:
 
 
 st.title("Studies (Optuna)")
-st.text_input("Optuna storage", value=context.optuna_storage(), key="optuna_storage",
-              help="Any Optuna RDB URL, or a SQLite file's path; `harness tune` writes results/optuna.db by default.")
+st.text_input(
+    "Optuna storage",
+    value=context.optuna_storage(),
+    key="optuna_storage",
+    help="Any Optuna RDB URL, or a SQLite file's path; `harness tune` writes results/optuna.db by default.",
+)
 storage = context.optuna_storage()
 try:
     found = context.optuna_studies(storage)
@@ -24,8 +28,10 @@ if found is not None and not found:
 if not found:
     st.stop()
 
-labels = {s["name"]: f"{s['name']} · {s['n_trials']} trial{'' if s['n_trials'] == 1 else 's'} · "
-                    f"{'/'.join(s['directions'])}" for s in found}
+labels = {
+    s["name"]: f"{s['name']} · {s['n_trials']} trial{'' if s['n_trials'] == 1 else 's'} · {'/'.join(s['directions'])}"
+    for s in found
+}
 name = st.selectbox("Study", list(labels), format_func=labels.get, key="study")
 study = context.optuna_study(storage, name)
 if study is None:
@@ -35,8 +41,11 @@ if study is None:
 attrs, objective, states = study["user_attrs"], study["objective"], study["states"]
 at = attrs.get("objective_at")
 goal = " / ".join(study["directions"])
-st.caption(f"Objective: `{objective}`" + (f" at {at}" if at else "") + f", to {goal}." if "objective_metric" in attrs
-           else f"Direction: {goal} (the study records no `objective_metric`).")
+st.caption(
+    f"Objective: `{objective}`" + (f" at {at}" if at else "") + f", to {goal}."
+    if "objective_metric" in attrs
+    else f"Direction: {goal} (the study records no `objective_metric`)."
+)
 cols = st.columns(5)
 for col, state in zip(cols, ("COMPLETE", "PRUNED", "FAIL", "RUNNING")):
     col.metric(state.lower(), states[state])
@@ -57,24 +66,35 @@ else:
     left, right = st.columns(2)
     with left:
         st.plotly_chart(figs["history"], key="optuna_history")
-        st.caption(f"`{objective}` of each completed trial ({n}) in trial order, and the best so far "
-                   "(Optuna's plot_optimization_history); pruned and failed trials are not drawn.")
+        st.caption(
+            f"`{objective}` of each completed trial ({n}) in trial order, and the best so far "
+            "(Optuna's plot_optimization_history); pruned and failed trials are not drawn."
+        )
     with right:
         if "importances" in figs:
             st.plotly_chart(figs["importances"], key="optuna_importances")
-            st.caption(f"fANOVA importance (seeded) of each parameter for `{objective}` over the completed "
-                       f"trials ({n}; Optuna's plot_param_importances): a random-forest estimate, rough with few "
-                       "trials.")
+            st.caption(
+                f"fANOVA importance (seeded) of each parameter for `{objective}` over the completed "
+                f"trials ({n}; Optuna's plot_param_importances): a random-forest estimate, rough with few "
+                "trials."
+            )
         else:
             st.caption(study["notes"].get("importances", "No parameter importances."))
     st.plotly_chart(figs["parallel"], key="optuna_parallel")
-    st.caption(f"One line per completed trial through its parameter values, coloured by `{objective}` "
-               "(Optuna's plot_parallel_coordinate).")
+    st.caption(
+        f"One line per completed trial through its parameter values, coloured by `{objective}` "
+        "(Optuna's plot_parallel_coordinate)."
+    )
 
 st.subheader("Trials")
 trials = study["trials"]
-formats = {c: st.column_config.NumberColumn(format="%d" if c == "last reported step" else "%.4g")
-           for c in trials.columns if trials[c].dtype.kind == "f"}  # log-scale parameters such as lr stay legible
+formats = {
+    c: st.column_config.NumberColumn(format="%d" if c == "last reported step" else "%.4g")
+    for c in trials.columns
+    if trials[c].dtype.kind == "f"
+}  # log-scale parameters such as lr stay legible
 st.dataframe(trials, hide_index=True, width="stretch", column_config=formats)
-st.caption("Every trial of the study; `mlflow_run_id` is the MLflow run a `harness tune` trial logged to, and a "
-           "pruned trial's value is its last reported one.")
+st.caption(
+    "Every trial of the study; `mlflow_run_id` is the MLflow run a `harness tune` trial logged to, and a "
+    "pruned trial's value is its last reported one."
+)

@@ -15,13 +15,22 @@ if not found:
 summary = []
 for s in found:
     status = s.runs["status"].value_counts()
-    summary.append({"sweep": s.name, "experiment": s.experiment, "sweep id": s.sweep_id or "—",
-                    "status": s.parent["status"] if s.parent is not None else "—",
-                    "finished": int(status.get("FINISHED", 0)), "running": int(status.get("RUNNING", 0)),
-                    "failed": int(status.get("FAILED", 0) + status.get("KILLED", 0)),
-                    "planned": max(int(s.parent["n_jobs"]) if s.parent is not None and pd.notna(s.parent.get("n_jobs"))
-                                   else 0, s.runs["job_id"].nunique() if "job_id" in s.runs else len(s.runs)),
-                    "started": pd.to_datetime(s.runs["start_time"].min(), unit="ms") if not s.runs.empty else None})
+    summary.append(
+        {
+            "sweep": s.name,
+            "experiment": s.experiment,
+            "sweep id": s.sweep_id or "—",
+            "status": s.parent["status"] if s.parent is not None else "—",
+            "finished": int(status.get("FINISHED", 0)),
+            "running": int(status.get("RUNNING", 0)),
+            "failed": int(status.get("FAILED", 0) + status.get("KILLED", 0)),
+            "planned": max(
+                int(s.parent["n_jobs"]) if s.parent is not None and pd.notna(s.parent.get("n_jobs")) else 0,
+                s.runs["job_id"].nunique() if "job_id" in s.runs else len(s.runs),
+            ),
+            "started": pd.to_datetime(s.runs["start_time"].min(), unit="ms") if not s.runs.empty else None,
+        }
+    )
 st.dataframe(pd.DataFrame(summary), hide_index=True, width="stretch")
 
 data = context.current()
@@ -46,18 +55,20 @@ st.progress(min(1.0, done / planned) if planned else 0.0, text=f"{done} of {plan
 if data.sweep.parent is not None:
     spec = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])
     with st.expander("Grid (the sweep file as run)", expanded=True):
-        st.dataframe(spec.drop(columns="run_id").rename(columns={"key": "setting"}), hide_index=True,
-                     width="stretch")
+        st.dataframe(spec.drop(columns="run_id").rename(columns={"key": "setting"}), hide_index=True, width="stretch")
 
 total = runs["steps"].map(lambda n: "?" if pd.isna(n) else str(int(n)))
-jobs = runs.assign(progress=runs["last_step"].astype(str) + " / " + total,
-                   started=pd.to_datetime(runs["start_time"], unit="ms"),
-                   failure_reason=runs["failure_reason"].fillna(""))
+jobs = runs.assign(
+    progress=runs["last_step"].astype(str) + " / " + total,
+    started=pd.to_datetime(runs["start_time"], unit="ms"),
+    failure_reason=runs["failure_reason"].fillna(""),
+)
 show = ["arm", "seed", "state", "progress", "failure_reason", "run_name", "started", "run_id"]
 if data.planned:
     seen = set(runs.get("job_id", pd.Series(dtype=str)))
-    pending = pd.DataFrame([{"arm": j["arm"], "seed": j["seed"], "state": "pending"}
-                            for j in data.planned if j["job_id"] not in seen])
+    pending = pd.DataFrame(
+        [{"arm": j["arm"], "seed": j["seed"], "state": "pending"} for j in data.planned if j["job_id"] not in seen]
+    )
     jobs = pd.concat([jobs, pending], ignore_index=True) if not pending.empty else jobs
 st.subheader("Jobs")
 st.dataframe(jobs[show], hide_index=True, width="stretch")

@@ -70,18 +70,25 @@ class Verdict:
         head = f"{c.id}: {self.verdict.upper()}"
         if np.isnan(self.effect):
             return f"{head} (no test: {self.note or 'no runs'})"
-        fold = "" if c.contrast.fold == 1 or np.isnan(self.mean2) or self.mean2 == 0 else \
-            f"; ratio {self.mean1 / self.mean2:.3g}×"
+        fold = (
+            ""
+            if c.contrast.fold == 1 or np.isnan(self.mean2) or self.mean2 == 0
+            else f"; ratio {self.mean1 / self.mean2:.3g}×"
+        )
         ci = f", 95% CI {self.low:+.4g} to {self.high:+.4g}" if not np.isnan(self.low) else ""
         p = f"; p = {self.p:.3g}, Holm p = {self.p_holm:.3g}" if not np.isnan(self.p) else ""
-        out = (f"{head}: {c.metric_text()} {c.contrast.describe()} = {self.effect:+.4g}{ci}{fold} (claimed "
-               f"{c.expectation()}){p}; n = {self.n1} vs {self.n2}")
+        out = (
+            f"{head}: {c.metric_text()} {c.contrast.describe()} = {self.effect:+.4g}{ci}{fold} (claimed "
+            f"{c.expectation()}){p}; n = {self.n1} vs {self.n2}"
+        )
         if self.reason == "small effect":
             out += f"; the CI lies within {c.threshold:g} ± {c.min_effect:g}: a small effect"
         elif self.reason == "underpowered":
             need = f"{self.seeds_needed}" if self.seeds_needed else "more than 1000"
-            out += (f"; underpowered: detectable at {self.seeds} seeds: ±{self.mde:.3g}; seeds for "
-                    f"{abs(self.target):.3g}: {need}")
+            out += (
+                f"; underpowered: detectable at {self.seeds} seeds: ±{self.mde:.3g}; seeds for "
+                f"{abs(self.target):.3g}: {need}"
+            )
         elif self.reason == "no test":
             out += f" (no test: {self.note})"
         return out
@@ -100,8 +107,9 @@ def claim_values(data: SweepData, claim: Claim) -> pd.DataFrame:
     return values.reset_index(drop=True)
 
 
-def evidence(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings: dict[str, dict],
-             alpha: float = 0.05) -> dict:
+def evidence(
+    claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings: dict[str, dict], alpha: float = 0.05
+) -> dict:
     """The claim's effect, CI, p (against its threshold), sizes and runs, from one value per run.
 
     `arm_settings`: each arm's label → its dotted settings (as text), for arm/vs references."""
@@ -111,8 +119,10 @@ def evidence(claim: Claim, values: pd.DataFrame, varying: list[str], arm_setting
             return {"note": f"{c.effect} does not vary among the finished runs", "rows": values.iloc[:0]}
         level, base = (_level(values[c.effect], v) for v in (c.to, c.from_))
         if level is None or base is None:
-            return {"note": f"no finished run has {c.effect} = {c.to if level is None else c.from_}",
-                    "rows": values.iloc[:0]}
+            return {
+                "note": f"no finished run has {c.effect} = {c.to if level is None else c.from_}",
+                "rows": values.iloc[:0],
+            }
         res = stats.main_effect(values, varying, c.effect, level, base, null=claim.threshold, alpha=alpha)
         at, ref = values[c.effect].astype(str) == level, values[c.effect].astype(str) == base
         res.update(n1=res.pop("n"), n2=res.pop("n_base"))
@@ -121,8 +131,10 @@ def evidence(claim: Claim, values: pd.DataFrame, varying: list[str], arm_setting
         res["seeds"] = int(cells.min()) if len(cells) else 0
         res["mean1"], res["mean2"] = values.loc[at, "value"].mean(), values.loc[ref, "value"].mean()
     else:
-        arms = {name: {lab for lab, s in arm_settings.items() if picks(ref, lab, s)}
-                for name, ref in (("arm", c.arm), ("vs", c.vs))}
+        arms = {
+            name: {lab for lab, s in arm_settings.items() if picks(ref, lab, s)}
+            for name, ref in (("arm", c.arm), ("vs", c.vs))
+        }
         a, b = (values[values["arm"].isin(arms[n])] for n in ("arm", "vs"))
         res = stats.contrast(a["value"], b["value"], fold=c.fold, null=claim.threshold, alpha=alpha)
         counts = pd.concat([a, b]).groupby("arm").size()
@@ -147,8 +159,11 @@ def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power
     m = max(1, int(np.sum(~np.isnan(p_holm))))
     out = []
     for claim, e, ph in zip(claims, found, p_holm):
-        v = Verdict(claim, "inconclusive", **{k: e[k] for k in ("effect", "low", "high", "p", "n1", "n2", "mean1",
-                                                                   "mean2", "seeds") if k in e})
+        v = Verdict(
+            claim,
+            "inconclusive",
+            **{k: e[k] for k in ("effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds") if k in e},
+        )
         v.p_holm, v.note = float(ph), e.get("note", "")
         names = e["rows"]["run_name"] if "run_name" in e["rows"] else e["rows"]["run_id"]
         v.runs = [f"{n} ({r})" for n, r in zip(names, e["rows"]["run_id"])]
@@ -159,8 +174,11 @@ def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power
             v.verdict = "reproduced"
         elif ph < alpha and side < 0:
             v.verdict = "contradicted"
-        elif claim.min_effect is not None and claim.threshold - claim.min_effect <= v.low \
-                and v.high <= claim.threshold + claim.min_effect:
+        elif (
+            claim.min_effect is not None
+            and claim.threshold - claim.min_effect <= v.low
+            and v.high <= claim.threshold + claim.min_effect
+        ):
             v.reason = "small effect"
         else:
             v.reason = "underpowered"
@@ -187,8 +205,9 @@ def judge(data: SweepData, claims: list[Claim], *, alpha: float = 0.05, power: f
 def _arm_settings(data: SweepData) -> dict[str, dict]:
     """Each arm's label → the dotted settings of its first run (params as logged)."""
     first = data.runs.drop_duplicates("arm").set_index("arm")["run_id"]
-    return {arm: (data.params.loc[rid].dropna().to_dict() if rid in data.params.index else {})
-            for arm, rid in first.items()}
+    return {
+        arm: (data.params.loc[rid].dropna().to_dict() if rid in data.params.index else {}) for arm, rid in first.items()
+    }
 
 
 def stored_claims(sweep: Sweep) -> tuple[list[Claim], str]:

@@ -29,8 +29,10 @@ def _clean(values) -> np.ndarray:
 
 def _require_finite(x: np.ndarray) -> None:
     if np.isinf(x).any():
-        raise ValueError(f"values not finite: {np.unique(x[np.isinf(x)]).tolist()} among {x.size} values "
-                         "(NaN means no value and is dropped; ±inf is refused)")
+        raise ValueError(
+            f"values not finite: {np.unique(x[np.isinf(x)]).tolist()} among {x.size} values "
+            "(NaN means no value and is dropped; ±inf is refused)"
+        )
 
 
 def mean_ci(values: np.ndarray | list[float], *, seed: int = 0) -> tuple[float, float, float]:
@@ -41,8 +43,9 @@ def mean_ci(values: np.ndarray | list[float], *, seed: int = 0) -> tuple[float, 
         return (np.nan, np.nan, np.nan)
     if x.size < 2 or np.all(x == x[0]):
         return (float(x.mean()), np.nan, np.nan) if x.size < 2 else (float(x[0]),) * 3
-    res = stats.bootstrap((x,), np.mean, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
-                          method="percentile", random_state=seed)
+    res = stats.bootstrap(
+        (x,), np.mean, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE, method="percentile", random_state=seed
+    )
     return float(x.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -110,12 +113,52 @@ def main_effects(final: pd.DataFrame, factors: list[str], *, seed: int = 0) -> p
                 res = _welch(g, base)
                 p = np.nan if res is None else float(res.pvalue)
                 wlow, whigh = welch_diff_ci(g, base)
-                diffs = (rng.choice(g, (N_RESAMPLES, g.size)).mean(1) - rng.choice(base, (N_RESAMPLES, base.size)).mean(1))
+                diffs = rng.choice(g, (N_RESAMPLES, g.size)).mean(1) - rng.choice(base, (N_RESAMPLES, base.size)).mean(
+                    1
+                )
                 low, high = np.quantile(diffs, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
-            rows.append({"factor": f, "level": lv, "n": g.size, "mean": g.mean(), "effect": effect,
-                         "low": low, "high": high, "p": p, "welch_low": wlow, "welch_high": whigh})
-    return pd.DataFrame(rows, columns=["factor", "level", "n", "mean", "effect", "low", "high", "p",
-                                       "welch_low", "welch_high"])
+            rows.append(
+                {
+                    "factor": f,
+                    "level": lv,
+                    "n": g.size,
+                    "mean": g.mean(),
+                    "effect": effect,
+                    "low": low,
+                    "high": high,
+                    "p": p,
+                    "welch_low": wlow,
+                    "welch_high": whigh,
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["factor", "level", "n", "mean", "effect", "low", "high", "p", "welch_low", "welch_high"]
+    )
+
+
+def factorial_effects(
+    final: pd.DataFrame, factors: list[str], *, alpha: float = 1 - CONFIDENCE, seed: int = 0
+) -> tuple[pd.DataFrame, list[str]]:
+    """Each factor's main effect both ways, and the test a reader should use: `main_effects` (two-group
+    difference, bootstrap CI, Welch p) merged with the factorial cell-means model (`model_*` columns, its `note`),
+    then test_p / test_low / test_high: the model's where it has a test, Welch's where the model has an estimate
+    but no residual df or variance, nothing where the model has no estimate (empty cells: Welch's groups would be
+    just as unbalanced). Also the model's warnings (empty cells), one line each. The report and the dashboard's
+    ablation page both show this."""
+    effects = main_effects(final, factors, seed=seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StatsWarning)
+        model = cell_means_effects(final, factors, alpha=alpha)
+    notes = [str(w.message) for w in caught if issubclass(w.category, StatsWarning)]
+    model = model.rename(
+        columns={"effect": "model_effect", "low": "model_low", "high": "model_high", "p": "model_p", "df": "model_df"}
+    )
+    e = effects.merge(model, on=["factor", "level"], how="left")
+    welch = e["model_p"].isna() & e["model_effect"].notna()
+    e["test_p"] = e["model_p"].where(~welch, e["p"])
+    e["test_low"] = e["model_low"].where(~welch, e["welch_low"])
+    e["test_high"] = e["model_high"].where(~welch, e["welch_high"])
+    return e, notes
 
 
 def cell_means_effects(final: pd.DataFrame, factors: list[str], *, alpha: float = 1 - CONFIDENCE) -> pd.DataFrame:
@@ -149,13 +192,24 @@ def cell_means_effects(final: pd.DataFrame, factors: list[str], *, alpha: float 
             all_empty += [c for c in row.pop("empty") if c not in all_empty]
             rows.append({"factor": f, "level": lv, **{k: row[k] for k in cols[2:]}})
     if all_empty:
-        warnings.warn(f"empty cells of the factorial grid: {'; '.join(all_empty)}: the main effects that need them "
-                      "are NaN", StatsWarning, stacklevel=2)
+        warnings.warn(
+            f"empty cells of the factorial grid: {'; '.join(all_empty)}: the main effects that need them are NaN",
+            StatsWarning,
+            stacklevel=2,
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
-def main_effect(final: pd.DataFrame, factors: list[str], factor: str, level: str, base_level: str, *,
-                null: float = 0.0, alpha: float = 1 - CONFIDENCE) -> dict:
+def main_effect(
+    final: pd.DataFrame,
+    factors: list[str],
+    factor: str,
+    level: str,
+    base_level: str,
+    *,
+    null: float = 0.0,
+    alpha: float = 1 - CONFIDENCE,
+) -> dict:
     """One main effect of the cell-means model (see `cell_means_effects`): `factor` at `level` minus at
     `base_level` (levels as text), its t CI, and the two-sided p of the test that it equals `null`.
 
@@ -167,9 +221,18 @@ def main_effect(final: pd.DataFrame, factors: list[str], factor: str, level: str
     y = data["value"].to_numpy(float)
     _require_finite(y)
     keys = data[factors].astype(str)
-    out = {"effect": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "se": np.nan, "df": np.nan,
-           "n": int((keys[factor] == level).sum()), "n_base": int((keys[factor] == base_level).sum()), "note": "",
-           "empty": []}
+    out = {
+        "effect": np.nan,
+        "low": np.nan,
+        "high": np.nan,
+        "p": np.nan,
+        "se": np.nan,
+        "df": np.nan,
+        "n": int((keys[factor] == level).sum()),
+        "n_base": int((keys[factor] == base_level).sum()),
+        "note": "",
+        "empty": [],
+    }
     if data.empty:
         out["note"] = "no runs with a value"
         return out
@@ -181,8 +244,10 @@ def main_effect(final: pd.DataFrame, factors: list[str], factor: str, level: str
             levels[factor].append(wanted)  # a level with no run: every cell it needs is empty
     out["empty"] = _empty_cells(levels, factor, (base_level, level), set(names))
     if out["empty"]:
-        out["note"] = ("no estimate: empty cells " + "; ".join(out["empty"]) + " (the marginal means would "
-                       "average over different cells, mixing in the other switches' effects)")
+        out["note"] = (
+            "no estimate: empty cells " + "; ".join(out["empty"]) + " (the marginal means would "
+            "average over different cells, mixing in the other switches' effects)"
+        )
         return out
     means = np.array([y[cell == n].mean() for n in names])
     at = np.array([n.split("\x1f")[factors.index(factor)] == level for n in names], float)
@@ -235,15 +300,19 @@ def describe(values, *, seed: int = 0) -> dict:
     x = _clean(values)
     n = x.size
     _, low, high = mean_ci(x, seed=seed) if n >= 2 else (np.nan, np.nan, np.nan)
-    return {"n": n, "mean": float(x.mean()) if n else np.nan,
-            "sd": float(x.std(ddof=1)) if n >= 2 else np.nan,
-            "median": float(np.median(x)) if n else np.nan,
-            "iqm": float(stats.trim_mean(x, 0.25)) if n else np.nan,
-            "ci_low": low, "ci_high": high, "values": x.tolist()}
+    return {
+        "n": n,
+        "mean": float(x.mean()) if n else np.nan,
+        "sd": float(x.std(ddof=1)) if n >= 2 else np.nan,
+        "median": float(np.median(x)) if n else np.nan,
+        "iqm": float(stats.trim_mean(x, 0.25)) if n else np.nan,
+        "ci_low": low,
+        "ci_high": high,
+        "values": x.tolist(),
+    }
 
 
-def stratified_mean_ci(strata: dict, *, seed: int = 0,
-                       alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
+def stratified_mean_ci(strata: dict, *, seed: int = 0, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
     """Estimate = mean over strata (e.g. benchmarks) of each stratum's mean over seeds, with a
     percentile CI from a stratified bootstrap (seeds resampled within each stratum independently,
     as in rliable). Empty strata are dropped; the CI is NaN if a stratum has fewer than 2 values."""
@@ -319,8 +388,11 @@ def _mannwhitney(arm: np.ndarray, base: np.ndarray):
     ties = np.unique(np.concatenate([arm, base])).size < arm.size + base.size
     method = "auto"
     if ties:
-        method = (stats.PermutationMethod(n_resamples=np.inf) if _n_splits(arm.size, base.size) <= EXACT_LIMIT
-                  else "asymptotic")
+        method = (
+            stats.PermutationMethod(n_resamples=np.inf)
+            if _n_splits(arm.size, base.size) <= EXACT_LIMIT
+            else "asymptotic"
+        )
     return stats.mannwhitneyu(arm, base, alternative="two-sided", method=method)
 
 
@@ -328,9 +400,14 @@ def _permutation_p(arm: np.ndarray, base: np.ndarray, seed: int) -> float:
     """Two-sided permutation p of mean(arm) − mean(base): exact over all C(n1+n2, n1) splits up to
     EXACT_LIMIT, else PERM_RESAMPLES seeded random splits."""
     exact = _n_splits(arm.size, base.size) <= EXACT_LIMIT
-    res = stats.permutation_test((arm, base), lambda x, y, axis: x.mean(axis) - y.mean(axis),
-                                 vectorized=True, n_resamples=np.inf if exact else PERM_RESAMPLES,
-                                 alternative="two-sided", rng=seed)
+    res = stats.permutation_test(
+        (arm, base),
+        lambda x, y, axis: x.mean(axis) - y.mean(axis),
+        vectorized=True,
+        n_resamples=np.inf if exact else PERM_RESAMPLES,
+        alternative="two-sided",
+        rng=seed,
+    )
     return float(res.pvalue)
 
 
@@ -358,9 +435,28 @@ def compare(arm, base, *, seed: int = 0, alpha: float = 1 - CONFIDENCE) -> dict:
     Tests and CIs need n>=2 in each group, Welch and g some variance: otherwise NaN, nothing raises, and
     `note` says why ('' when nothing is missing). ±inf raises ValueError."""
     a, b = _clean(arm), _clean(base)
-    out = dict.fromkeys(["diff", "welch_low", "welch_high", "welch_t", "welch_df", "welch_p", "boot_low",
-                         "boot_high", "mwu_u", "mwu_p", "perm_p", "p_improve", "p_improve_low",
-                         "p_improve_high", "hedges_g", "g_low", "g_high"], np.nan)
+    out = dict.fromkeys(
+        [
+            "diff",
+            "welch_low",
+            "welch_high",
+            "welch_t",
+            "welch_df",
+            "welch_p",
+            "boot_low",
+            "boot_high",
+            "mwu_u",
+            "mwu_p",
+            "perm_p",
+            "p_improve",
+            "p_improve_low",
+            "p_improve_high",
+            "hedges_g",
+            "g_low",
+            "g_high",
+        ],
+        np.nan,
+    )
     out.update(n1=a.size, n2=b.size, note="no value in a group" if not (a.size and b.size) else _no_test(a, b))
     if not (a.size and b.size):
         return out
@@ -398,8 +494,9 @@ def min_p_value(test: str, n1: int, n2: int) -> float:
     raise ValueError(f"unknown test {test!r}: expected 'welch', 'mannwhitney' or 'permutation'")
 
 
-def min_detectable_effect(n1: int, n2: int, sd: float, *, alpha: float = 0.05, power: float = 0.8,
-                          test: str = "welch") -> float:
+def min_detectable_effect(
+    n1: int, n2: int, sd: float, *, alpha: float = 0.05, power: float = 0.8, test: str = "welch"
+) -> float:
     """Smallest true difference (metric units) detected with probability `power` at level `alpha`, with the
     same SD `sd` in both arms: d·sd, where d solves the power equation of the test itself.
 
@@ -417,8 +514,9 @@ def min_detectable_effect(n1: int, n2: int, sd: float, *, alpha: float = 0.05, p
         return math.inf
     if test == "welch":
         return _welch_mde(int(n1), int(n2), float(alpha), float(power)) * float(sd)
-    d = TTestIndPower().solve_power(effect_size=None, nobs1=n1, ratio=n2 / n1, alpha=alpha, power=power,
-                                    alternative="two-sided")
+    d = TTestIndPower().solve_power(
+        effect_size=None, nobs1=n1, ratio=n2 / n1, alpha=alpha, power=power, alternative="two-sided"
+    )
     return float(np.asarray(d).item()) / math.sqrt(RANK_ARE) * float(sd)
 
 
@@ -457,8 +555,17 @@ def contrast(arm, base, *, fold: float = 1.0, null: float = 0.0, alpha: float = 
     null 0 it is `scipy.stats.ttest_ind(equal_var=False)`. NaN (with `note`) below 2 values a side or
     with no variance. Returns effect, low, high, p, se, df, n1, n2, note."""
     a, b = _clean(arm), _clean(base)
-    out = {"effect": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "se": np.nan, "df": np.nan,
-           "n1": a.size, "n2": b.size, "note": ""}
+    out = {
+        "effect": np.nan,
+        "low": np.nan,
+        "high": np.nan,
+        "p": np.nan,
+        "se": np.nan,
+        "df": np.nan,
+        "n1": a.size,
+        "n2": b.size,
+        "note": "",
+    }
     if not (a.size and b.size):
         out["note"] = "no value in a group"
         return out
@@ -473,8 +580,13 @@ def contrast(arm, base, *, fold: float = 1.0, null: float = 0.0, alpha: float = 
     se = math.sqrt(v1 + v2)
     df = (v1 + v2) ** 2 / (v1**2 / (a.size - 1) + v2**2 / (b.size - 1))
     half = stats.t.ppf(1 - alpha / 2, df) * se
-    out.update(se=se, df=float(df), low=out["effect"] - half, high=out["effect"] + half,
-               p=float(2 * stats.t.sf(abs(out["effect"] - null) / se, df)))
+    out.update(
+        se=se,
+        df=float(df),
+        low=out["effect"] - half,
+        high=out["effect"] + half,
+        p=float(2 * stats.t.sf(abs(out["effect"] - null) / se, df)),
+    )
     return out
 
 
@@ -495,8 +607,9 @@ def t_mde(se: float, df: float, *, alpha: float = 0.05, power: float = 0.8) -> f
     return float(optimize.brentq(lambda d: t_power(d, se, df, alpha=alpha) - power, 0.0, 100 * se + 1e-12))
 
 
-def seeds_needed(delta: float, se: float, df: float, seeds: int, *, alpha: float = 0.05, power: float = 0.8,
-                 limit: int = 1000) -> int | None:
+def seeds_needed(
+    delta: float, se: float, df: float, seeds: int, *, alpha: float = 0.05, power: float = 0.8, limit: int = 1000
+) -> int | None:
     """Seeds per arm (or per cell) to detect a true `delta` with probability `power`, from the standard error
     `se` and `df` measured at `seeds` seeds: SE scales as √(seeds/m) and df as m/seeds (every run adds
     information alike). None when more than `limit` seeds would be needed or nothing can be said."""
@@ -537,6 +650,7 @@ def holm(pvalues) -> np.ndarray:
 # Two-way interactions of a factorial sweep
 # ---------------------------------------------------------------------------------------------
 
+
 def _levels(final: pd.DataFrame, factor: str) -> list[str]:
     return list(dict.fromkeys(final[factor].astype(str)))
 
@@ -558,17 +672,17 @@ def _interaction(cells: list[np.ndarray], alpha: float) -> dict:
         return out
     df = se**4 / np.sum(w**2 / (ns - 1))
     half = stats.t.ppf(1 - alpha / 2, df) * se
-    out.update(low=out["estimate"] - half, high=out["estimate"] + half,
-               p=float(2 * stats.t.sf(abs(out["estimate"]) / se, df)))
+    out.update(
+        low=out["estimate"] - half, high=out["estimate"] + half, p=float(2 * stats.t.sf(abs(out["estimate"]) / se, df))
+    )
     return out
 
 
-def interactions(final: pd.DataFrame, factors: list[str], *, seed: int = 0,
-                 alpha: float = 1 - CONFIDENCE) -> pd.DataFrame:
+def interactions(final: pd.DataFrame, factors: list[str], *, alpha: float = 1 - CONFIDENCE) -> pd.DataFrame:
     """Two-way interaction of every pair of two-level factors (levels in order of first appearance,
     the first is the baseline) on `final['value']`, one row per run: the difference-in-differences of
     cell means (m₁₁ − m₀₁) − (m₁₀ − m₀₀) with a Welch t CI and two-sided p (NaN where a cell has
-    fewer than 2 runs; estimate NaN too where a cell is empty). `seed` is unused (analytic CI).
+    fewer than 2 runs; estimate NaN too where a cell is empty).
 
     Rows: factor_a, factor_b, level_a, level_b (the non-baseline levels), estimate, low, high, p, n_min.
     """
@@ -579,8 +693,8 @@ def interactions(final: pd.DataFrame, factors: list[str], *, seed: int = 0,
     for fa, fb in itertools.combinations(two, 2):
         la, lb = _levels(final, fa), _levels(final, fb)
         a, b = final[fa].astype(str), final[fb].astype(str)
-        cells = [final.loc[(a == la[i]) & (b == lb[j]), "value"].dropna().to_numpy(float)
-                 for j in (0, 1) for i in (0, 1)]  # a0b0, a1b0, a0b1, a1b1
-        rows.append({"factor_a": fa, "factor_b": fb, "level_a": la[1], "level_b": lb[1],
-                     **_interaction(cells, alpha)})
+        cells = [
+            final.loc[(a == la[i]) & (b == lb[j]), "value"].dropna().to_numpy(float) for j in (0, 1) for i in (0, 1)
+        ]  # a0b0, a1b0, a0b1, a1b1
+        rows.append({"factor_a": fa, "factor_b": fb, "level_a": la[1], "level_b": lb[1], **_interaction(cells, alpha)})
     return pd.DataFrame(rows, columns=cols)

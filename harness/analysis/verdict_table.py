@@ -16,8 +16,7 @@ def num(x: float, signed: bool = False) -> str:
 
 
 def ci(low: float, high: float, signed: bool = False) -> str:
-    return "—" if any(v is None or math.isnan(v) for v in (low, high)) else \
-        f"[{num(low, signed)}, {num(high, signed)}]"
+    return "—" if any(v is None or math.isnan(v) for v in (low, high)) else f"[{num(low, signed)}, {num(high, signed)}]"
 
 
 def pval(p: float) -> str:
@@ -29,8 +28,10 @@ def why(v: Verdict) -> str:
     a small effect, or no test (with its note)."""
     c = v.claim
     if v.reason == "underpowered":
-        return (f"underpowered: MDE {num(v.mde)} at {v.seeds} seeds; {v.seeds_needed or '>1000'} seeds for "
-                f"{num(abs(v.target))}")
+        return (
+            f"underpowered: MDE {num(v.mde)} at {v.seeds} seeds; {v.seeds_needed or '>1000'} seeds for "
+            f"{num(abs(v.target))}"
+        )
     if v.reason == "small effect":
         return f"small effect: CI within {c.threshold:g} ± {c.min_effect:g}"
     if v.reason == "no test":
@@ -43,9 +44,20 @@ def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
     rows = []
     for v in verdicts:
         c, reason = v.claim, why(v)
-        rows.append({"claim": c.id, "verdict": v.verdict + (f" ({reason})" if reason else ""),
-                     "paper": f"arXiv {c.paper}", "statement": c.statement,
-                     "metric @ at": f"{c.metric_text()} @ {c.at}", "contrast": c.contrast.describe(),
-                     "claimed": c.expectation(), "effect": num(v.effect, True), "95% CI": ci(v.low, v.high, True),
-                     "p": pval(v.p), "p (Holm)": pval(v.p_holm), "n": f"{v.n1} vs {v.n2}"})
+        rows.append(
+            {
+                "claim": c.id,
+                "verdict": v.verdict + (f" ({reason})" if reason else ""),
+                "paper": f"arXiv {c.paper}",
+                "statement": c.statement,
+                "metric @ at": f"{c.metric_text()} @ {c.at}",
+                "contrast": c.contrast.describe(),
+                "claimed": c.expectation(),
+                "effect": num(v.effect, True),
+                "95% CI": ci(v.low, v.high, True),
+                "p": pval(v.p),
+                "p (Holm)": pval(v.p_holm),
+                "n": f"{v.n1} vs {v.n2}",
+            }
+        )
     return rows

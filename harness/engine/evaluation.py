@@ -53,9 +53,13 @@ def run_eval(s: EvalSettings, *, tracking_uri: str | None = None, experiment: st
     params = SamplingParams(s.max_new_tokens, s.temperature, s.top_p)  # temperature 0: greedy
     result = evaluate(backend, benchmarks, template=s.template, k=s.k, params=params, seed=s.seed)
     uri = default_tracking_uri("results", tracking_uri)
-    with RunTracker(uri, prepare_store(uri, experiment), run_name=f"eval-{s.model.rstrip('/').split('/')[-1]}",
-                    tags={"kind": "eval", "model": s.model, "template": s.template},
-                    config={k: list(v) if isinstance(v, tuple) else v for k, v in s.__dict__.items()}) as tracker:
+    with RunTracker(
+        uri,
+        prepare_store(uri, experiment),
+        run_name=f"eval-{s.model.rstrip('/').split('/')[-1]}",
+        tags={"kind": "eval", "model": s.model, "template": s.template},
+        config={k: list(v) if isinstance(v, tuple) else v for k, v in s.__dict__.items()},
+    ) as tracker:
         tracker.log_metrics(0, result)
     return result
 
@@ -66,10 +70,17 @@ def print_table(result: dict[str, float], benchmarks, k: int) -> None:
         table.add_column(col, justify="left" if col == "benchmark" else "right")
     fmt = lambda v: "—" if v is None else f"{v:.3f}" if v <= 1 else f"{v:.1f}"  # noqa: E731
     for b in [*benchmarks, "mean"]:
-        get = lambda what: result.get(M.eval_metric(b, what))  # noqa: E731
+        get = lambda what, b=b: result.get(M.eval_metric(b, what))  # noqa: E731
         if get("accuracy") is None:
             continue
         n = get("problems")
-        table.add_row(b, "" if n is None else str(int(n)), fmt(get("accuracy")), fmt(get("pass_at_k")),
-                      fmt(get("maj_at_k")), fmt(get("length_correct_mean")), fmt(get("length_incorrect_mean")))
+        table.add_row(
+            b,
+            "" if n is None else str(int(n)),
+            fmt(get("accuracy")),
+            fmt(get("pass_at_k")),
+            fmt(get("maj_at_k")),
+            fmt(get("length_correct_mean")),
+            fmt(get("length_incorrect_mean")),
+        )
     Console().print(table)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG
 from harness.spec.job import Job
@@ -32,8 +32,15 @@ EventHook = Callable[[str, Job, "JobOutcome | None"], None]
 
 
 class Executor(Protocol):
-    def run(self, jobs: Sequence[Job], *, tracking_uri: str, sweep_id: str, parent_run_id: str | None,
-            on_event: EventHook | None = None) -> list[JobOutcome]:
+    def run(
+        self,
+        jobs: Sequence[Job],
+        *,
+        tracking_uri: str,
+        sweep_id: str,
+        parent_run_id: str | None,
+        on_event: EventHook | None = None,
+    ) -> list[JobOutcome]:
         """Run every job (each in its own worker, via `harness.engine.executor.run_job`) and return one outcome per job,
         in the order given. A job that crashes, hangs past the time limit or diverges is FAILED, its MLflow
         run ended FAILED with the reason, and the others go on."""
@@ -80,5 +87,6 @@ def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | Non
     tags = {ARM_LABEL_TAG: job.arm}
     if parent_run_id:
         tags[PARENT_RUN_TAG] = parent_run_id
-    return run_training(job.config, tracking_uri=tracking_uri, sweep_id=sweep_id, extra_tags=tags,
-                        progress=False).run_id
+    return run_training(
+        job.config, tracking_uri=tracking_uri, sweep_id=sweep_id, extra_tags=tags, progress=False
+    ).run_id

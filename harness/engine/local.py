@@ -20,9 +20,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Sequence
 
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
@@ -79,8 +79,9 @@ def worker_setup(parent_pid: int) -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def _child(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None, conn: Connection,
-           parent_pid: int) -> None:
+def _child(
+    job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None, conn: Connection, parent_pid: int
+) -> None:
     """Worker entry point: train the job, send ("ok", run id) or ("error", one-line reason)."""
     worker_setup(parent_pid)
     try:
@@ -116,8 +117,15 @@ class LocalExecutor:
         self.retries = retries
         """Extra attempts for a FAILED job; each is a new MLflow run, the failed ones stay as history."""
 
-    def run(self, jobs: Sequence[Job], *, tracking_uri: str, sweep_id: str, parent_run_id: str | None,
-            on_event: EventHook | None = None) -> list[JobOutcome]:
+    def run(
+        self,
+        jobs: Sequence[Job],
+        *,
+        tracking_uri: str,
+        sweep_id: str,
+        parent_run_id: str | None,
+        on_event: EventHook | None = None,
+    ) -> list[JobOutcome]:
         ctx = mp.get_context("spawn")
         emit = on_event or (lambda *_: None)
         client = MlflowClient(tracking_uri)
@@ -128,9 +136,12 @@ class LocalExecutor:
 
         def start(index: int, number: int) -> None:
             reader, writer = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child, args=(jobs[index], tracking_uri, sweep_id, parent_run_id, writer,
-                                                       os.getpid()),
-                                  name=f"harness-job-{jobs[index].job_id}", daemon=False)
+            process = ctx.Process(
+                target=_child,
+                args=(jobs[index], tracking_uri, sweep_id, parent_run_id, writer, os.getpid()),
+                name=f"harness-job-{jobs[index].job_id}",
+                daemon=False,
+            )
             started_ms = int(time.time() * 1000)
             process.start()
             writer.close()  # the child holds the only writer: EOF then means it is gone
@@ -142,10 +153,15 @@ class LocalExecutor:
             """Record how an attempt ended, then retry it or report its outcome."""
             job = jobs[attempt.index]
             if reason is not None:
-                run_id = record_failure(client, tracking_uri, job, sweep_id, parent_run_id, reason,
-                                         attempt.started_ms)
-            outcome = JobOutcome(job.job_id, "FAILED" if reason else "FINISHED", run_id, reason, attempt.number,
-                                 time.monotonic() - first_start[attempt.index])
+                run_id = record_failure(client, tracking_uri, job, sweep_id, parent_run_id, reason, attempt.started_ms)
+            outcome = JobOutcome(
+                job.job_id,
+                "FAILED" if reason else "FINISHED",
+                run_id,
+                reason,
+                attempt.number,
+                time.monotonic() - first_start[attempt.index],
+            )
             if reason is not None and attempt.number <= self.retries:
                 emit("retrying", job, outcome)
                 pending.appendleft((attempt.index, attempt.number + 1))
@@ -170,8 +186,9 @@ class LocalExecutor:
                 attempt.process.terminate()
             for attempt in active:
                 _stop(attempt.process)
-                record_failure(client, tracking_uri, jobs[attempt.index], sweep_id, parent_run_id, reason,
-                                attempt.started_ms)
+                record_failure(
+                    client, tracking_uri, jobs[attempt.index], sweep_id, parent_run_id, reason, attempt.started_ms
+                )
             raise
         return outcomes  # type: ignore[return-value]  # every slot is filled once the loop ends
 
@@ -204,8 +221,15 @@ def _stop(process: mp.process.BaseProcess) -> None:
         process.join()
 
 
-def record_failure(client: MlflowClient, tracking_uri: str, job: Job, sweep_id: str,
-                    parent_run_id: str | None, reason: str, since_ms: int) -> str | None:
+def record_failure(
+    client: MlflowClient,
+    tracking_uri: str,
+    job: Job,
+    sweep_id: str,
+    parent_run_id: str | None,
+    reason: str,
+    since_ms: int,
+) -> str | None:
     """Make the store say this attempt FAILED with `reason`; return its run id.
 
     A worker killed mid-run leaves its run RUNNING: found by its tags (sweep, job, started since
@@ -215,16 +239,22 @@ def record_failure(client: MlflowClient, tracking_uri: str, job: Job, sweep_id: 
     """
     try:
         experiment_id = prepare_store(tracking_uri, job.config.tracking.experiment)
-        query = (f"tags.{SWEEP_ID_TAG} = {quote_value(sweep_id)} AND tags.{JOB_ID_TAG} = {quote_value(job.job_id)}"
-                 f" AND attributes.start_time >= {since_ms}")
+        query = (
+            f"tags.{SWEEP_ID_TAG} = {quote_value(sweep_id)} AND tags.{JOB_ID_TAG} = {quote_value(job.job_id)}"
+            f" AND attributes.start_time >= {since_ms}"
+        )
         runs = client.search_runs([experiment_id], query)  # newest first
         for run in runs:
             if run.info.status == "RUNNING":
                 end_failed(client, run.info.run_id, reason)
         if runs:
             return runs[0].info.run_id
-        tags = {**run_tags(job.config, sweep_id), ARM_LABEL_TAG: job.arm, STATUS_TAG: "FAILED",
-                FAILURE_REASON_TAG: reason}
+        tags = {
+            **run_tags(job.config, sweep_id),
+            ARM_LABEL_TAG: job.arm,
+            STATUS_TAG: "FAILED",
+            FAILURE_REASON_TAG: reason,
+        }
         if parent_run_id:
             tags[PARENT_RUN_TAG] = parent_run_id
         run = client.create_run(experiment_id, run_name=run_name(job.config, job.arm), tags=tags)

@@ -77,8 +77,10 @@ def _positions(cfg: RunConfig, config_json: Path) -> str | None:
         return None  # the loader reports a missing or broken config.json with its own words
     budget = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens or 0)
     if isinstance(positions, int) and budget >= positions:
-        return (f"rollout.max_new_tokens: {budget} new tokens do not fit the model's {positions} positions "
-                f"(max_position_embeddings in {config_json})")
+        return (
+            f"rollout.max_new_tokens: {budget} new tokens do not fit the model's {positions} positions "
+            f"(max_position_embeddings in {config_json})"
+        )
     return None
 
 
@@ -94,13 +96,16 @@ def _hub_problem(model_id: str) -> str | None:
     try:
         socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
     except OSError as exc:
-        return (f"model.name_or_path: {model_id} is not in the local Hugging Face cache and the hub at {host} "
-                f"cannot be reached ({' '.join(str(exc).split()) or type(exc).__name__})")
+        return (
+            f"model.name_or_path: {model_id} is not in the local Hugging Face cache and the hub at {host} "
+            f"cannot be reached ({' '.join(str(exc).split()) or type(exc).__name__})"
+        )
     return None
 
 
 def _in_hf_cache(model_id: str) -> bool:
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub"
+    )
     snapshots = Path(hub) / f"models--{model_id.replace('/', '--')}" / "snapshots"
     return snapshots.is_dir() and any(snapshots.iterdir())

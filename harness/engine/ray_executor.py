@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mlflow.tracking import MlflowClient
 
@@ -70,8 +71,14 @@ class RayExecutor:
     (`cpus_per_job`, `gpus_per_job`), so that a job's time limit counts from about when it starts.
     """
 
-    def __init__(self, address: str | None = None, cpus_per_job: float = 1.0, gpus_per_job: float = 0.0,
-                 timeout_s: float | None = None, retries: int = 0):
+    def __init__(
+        self,
+        address: str | None = None,
+        cpus_per_job: float = 1.0,
+        gpus_per_job: float = 0.0,
+        timeout_s: float | None = None,
+        retries: int = 0,
+    ):
         if cpus_per_job <= 0 and gpus_per_job <= 0:
             raise ValueError("a job needs cpus_per_job > 0 or gpus_per_job > 0")
         if timeout_s is not None and timeout_s <= 0:
@@ -91,8 +98,15 @@ class RayExecutor:
         """Extra attempts after a failure; each attempt is a new MLflow run (failed ones stay FAILED)."""
 
     # -- public --------------------------------------------------------------------------------
-    def run(self, jobs: Sequence[Job], *, tracking_uri: str, sweep_id: str, parent_run_id: str | None,
-            on_event: EventHook | None = None) -> list[JobOutcome]:
+    def run(
+        self,
+        jobs: Sequence[Job],
+        *,
+        tracking_uri: str,
+        sweep_id: str,
+        parent_run_id: str | None,
+        on_event: EventHook | None = None,
+    ) -> list[JobOutcome]:
         ray = _import_ray()
         tracking_uri = self._usable_uri(tracking_uri)
         started_here = self._connect(ray)
@@ -111,12 +125,15 @@ class RayExecutor:
         """Make a SQLite path absolute (workers do not share the driver's cwd); warn when a cluster
         is given a store that only this machine can see."""
         if uri.startswith(_SQLITE_PREFIX):
-            path = uri[len(_SQLITE_PREFIX):]
+            path = uri[len(_SQLITE_PREFIX) :]
             if path and path != ":memory:" and not Path(path.split("?", 1)[0]).is_absolute():
                 uri = _SQLITE_PREFIX + str(Path(path).resolve())
         if self.address and "://" in uri and not uri.startswith(("http://", "https://", "databricks")):
-            _log.warning("tracking URI %s is local to this machine: workers on other nodes of the cluster "
-                         "cannot write to it; use an MLflow tracking server (http://...)", uri)
+            _log.warning(
+                "tracking URI %s is local to this machine: workers on other nodes of the cluster "
+                "cannot write to it; use an MLflow tracking server (http://...)",
+                uri,
+            )
         return uri
 
     # -- scheduling ----------------------------------------------------------------------------
@@ -129,14 +146,18 @@ class RayExecutor:
         if self.gpus_per_job > 0:
             slots.append(int(total.get("GPU", 0) // self.gpus_per_job))
         if min(slots) < 1:
-            raise RuntimeError(f"the Ray cluster ({total.get('CPU', 0):g} CPU, {total.get('GPU', 0):g} GPU) "
-                               f"cannot fit one job ({self.cpus_per_job:g} CPU, {self.gpus_per_job:g} GPU)")
+            raise RuntimeError(
+                f"the Ray cluster ({total.get('CPU', 0):g} CPU, {total.get('GPU', 0):g} GPU) "
+                f"cannot fit one job ({self.cpus_per_job:g} CPU, {self.gpus_per_job:g} GPU)"
+            )
         return min(slots)
 
-    def _run_all(self, ray, jobs: list[Job], uri: str, sweep_id: str, parent_run_id: str | None,
-                 on_event: EventHook | None) -> list[JobOutcome]:
-        task = ray.remote(num_cpus=self.cpus_per_job, num_gpus=self.gpus_per_job, max_retries=0,
-                          max_calls=1)(_worker_entry)  # max_calls=1: a fresh process (and GPU memory) per job
+    def _run_all(
+        self, ray, jobs: list[Job], uri: str, sweep_id: str, parent_run_id: str | None, on_event: EventHook | None
+    ) -> list[JobOutcome]:
+        task = ray.remote(num_cpus=self.cpus_per_job, num_gpus=self.gpus_per_job, max_retries=0, max_calls=1)(
+            _worker_entry
+        )  # max_calls=1: a fresh process (and GPU memory) per job
         emit = on_event or (lambda *_: None)
         client = MlflowClient(uri)
         slots = self._slots(ray)
@@ -157,8 +178,9 @@ class RayExecutor:
             job = jobs[attempt.index]
             if status == "FAILED":
                 run_id = record_failure(client, uri, job, sweep_id, parent_run_id, reason, attempt.started_ms)
-            outcome = JobOutcome(job.job_id, status, run_id, reason, attempt.number,
-                                 time.monotonic() - first_start[attempt.index])
+            outcome = JobOutcome(
+                job.job_id, status, run_id, reason, attempt.number, time.monotonic() - first_start[attempt.index]
+            )
             if status == "FAILED" and attempt.number <= self.retries:
                 emit("retrying", job, outcome)
                 queue.append((attempt.index, attempt.number + 1))
@@ -175,8 +197,9 @@ class RayExecutor:
                     attempt = running.pop(ref)
                     settle(attempt, *self._collect(ray, ref))
                 now = time.monotonic()
-                expired = [a for a in running.values()
-                           if self.timeout_s is not None and now - a.started >= self.timeout_s]
+                expired = [
+                    a for a in running.values() if self.timeout_s is not None and now - a.started >= self.timeout_s
+                ]
                 if expired:
                     self._cancel(ray, [a.ref for a in expired])
                     for attempt in expired:
@@ -206,8 +229,12 @@ class RayExecutor:
             return "FAILED", None, _task_error_reason(ray, exc)
         except ray.exceptions.OutOfMemoryError:  # Ray's memory monitor killed the worker
             return "FAILED", None, f"{WORKER_DIED} (out of memory)"
-        except (ray.exceptions.WorkerCrashedError, ray.exceptions.TaskCancelledError,
-                ray.exceptions.NodeDiedError, ray.exceptions.LocalRayletDiedError):
+        except (
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.TaskCancelledError,
+            ray.exceptions.NodeDiedError,
+            ray.exceptions.LocalRayletDiedError,
+        ):
             return "FAILED", None, WORKER_DIED
         except ray.exceptions.RayError as exc:  # anything else Ray could not deliver
             return "FAILED", None, f"{WORKER_DIED} ({failure_reason(exc)})"
@@ -248,8 +275,9 @@ def connect(ray, address: str | None, **init_kwargs: Any) -> bool:
     multi_node = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
-                 **{"num_cpus": os.cpu_count() or 1, **init_kwargs})
+        ray.init(
+            _node_ip_address="127.0.0.1", include_dashboard=False, **{"num_cpus": os.cpu_count() or 1, **init_kwargs}
+        )
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = multi_node
     return True

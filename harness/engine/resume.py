@@ -50,8 +50,9 @@ def job_runs(tracking_uri: str, experiment_name: str, sweep_id: str) -> dict[str
 
 def finished_job_ids(tracking_uri: str, experiment_name: str, sweep_id: str) -> set[str]:
     """Job ids of the sweep that already have a FINISHED run: a rerun skips them."""
-    return {job for job, statuses in job_runs(tracking_uri, experiment_name, sweep_id).items()
-            if "FINISHED" in statuses}
+    return {
+        job for job, statuses in job_runs(tracking_uri, experiment_name, sweep_id).items() if "FINISHED" in statuses
+    }
 
 
 def end_failed(client: MlflowClient, run_id: str, reason: str) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from mlflow.entities import Param, RunStatus, RunTag
@@ -60,8 +60,17 @@ class SweepResult:
         return not self.failed
 
 
-def run_sweep(name: str, sweep_id: str, experiment: str, spec: dict[str, Any], jobs: Sequence[Job], *,
-              executor: Executor, tracking_uri: str, console: bool = True) -> SweepResult:
+def run_sweep(
+    name: str,
+    sweep_id: str,
+    experiment: str,
+    spec: dict[str, Any],
+    jobs: Sequence[Job],
+    *,
+    executor: Executor,
+    tracking_uri: str,
+    console: bool = True,
+) -> SweepResult:
     """Run the jobs of sweep `sweep_id` not yet FINISHED in `experiment`, under one parent run.
 
     The parent run is FAILED if any job failed (or the executor raised, e.g. on Ctrl-C), else FINISHED.
@@ -95,8 +104,17 @@ def sole_invocation(tracking_uri: str, sweep_id: str, label: str) -> Iterator[No
         yield
 
 
-def _run_locked(name: str, sweep_id: str, experiment: str, experiment_id: str, spec: dict[str, Any],
-                jobs: Sequence[Job], executor: Executor, tracking_uri: str, console: bool) -> SweepResult:
+def _run_locked(
+    name: str,
+    sweep_id: str,
+    experiment: str,
+    experiment_id: str,
+    spec: dict[str, Any],
+    jobs: Sequence[Job],
+    executor: Executor,
+    tracking_uri: str,
+    console: bool,
+) -> SweepResult:
     client = MlflowClient(tracking_uri)
     fail_orphans(tracking_uri, experiment, sweep_id, ORPHAN_REASON)  # safe: no other invocation is alive
     done = finished_job_ids(tracking_uri, experiment, sweep_id)
@@ -111,14 +129,23 @@ def _run_locked(name: str, sweep_id: str, experiment: str, experiment_id: str, s
         end_parent(client, parent, failed=False)
         return result
 
-    view = _Progress(name, len(todo), len(result.skipped), getattr(executor, "workers", 1),
-                     log=out if console and not out.is_terminal else None)
+    view = _Progress(
+        name,
+        len(todo),
+        len(result.skipped),
+        getattr(executor, "workers", 1),
+        log=out if console and not out.is_terminal else None,
+    )
     try:
         _build_models(name, todo, out if console else None)
-        with Live(view, console=out, refresh_per_second=2, transient=False, redirect_stdout=False,
-                  redirect_stderr=True) if console and out.is_terminal else nullcontext():
-            outcomes = executor.run(todo, tracking_uri=tracking_uri, sweep_id=sweep_id, parent_run_id=parent,
-                                    on_event=view.on_event)
+        with (
+            Live(view, console=out, refresh_per_second=2, transient=False, redirect_stdout=False, redirect_stderr=True)
+            if console and out.is_terminal
+            else nullcontext()
+        ):
+            outcomes = executor.run(
+                todo, tracking_uri=tracking_uri, sweep_id=sweep_id, parent_run_id=parent, on_event=view.on_event
+            )
     except BaseException as exc:
         end_failed(client, parent, stop_reason(exc) or failure_reason(exc))
         raise
@@ -131,8 +158,11 @@ def _run_locked(name: str, sweep_id: str, experiment: str, experiment_id: str, s
 def _build_models(name: str, jobs: Sequence[Job], out: Console | None) -> None:
     """Build the toy models the jobs need, once, before any job starts: a phase of its own, so that no job's
     time (nor the ETA drawn from it) includes a build, and parallel workers do not wait on one."""
-    toys = {(job.config.model.toy.model_dump_json(), job.config.model.cache_dir): job.config.model
-            for job in jobs if job.config.model.source == "toy"}
+    toys = {
+        (job.config.model.toy.model_dump_json(), job.config.model.cache_dir): job.config.model
+        for job in jobs
+        if job.config.model.source == "toy"
+    }
     if not toys:
         return
     from trainer.models.toy import COMPLETE_MARKER, ensure_toy_model, toy_model_dir
@@ -148,9 +178,18 @@ def _build_models(name: str, jobs: Sequence[Job], out: Console | None) -> None:
             out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}", soft_wrap=True)
 
 
-def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: str, sweep_id: str,
-               spec: dict[str, Any], *, tags: dict[str, str] | None = None, artifact: str = "sweep.yaml",
-               text: str | None = None) -> str:
+def parent_run(
+    client: MlflowClient,
+    experiment_id: str,
+    experiment: str,
+    name: str,
+    sweep_id: str,
+    spec: dict[str, Any],
+    *,
+    tags: dict[str, str] | None = None,
+    artifact: str = "sweep.yaml",
+    text: str | None = None,
+) -> str:
     """The sweep's (or study's) parent run, set RUNNING: the existing one on a rerun, else a new one with
     the spec as params and `text` (default: the spec as YAML) as `artifact`."""
     existing = sweep_runs(client, experiment, sweep_id, f"tags.{PARENT_TAG} = '1'")
@@ -159,13 +198,15 @@ def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: 
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, STATUS_TAG, "RUNNING")
         return run_id
-    run = client.create_run(experiment_id, run_name=name,
-                            tags={SWEEP_ID_TAG: sweep_id, PARENT_TAG: "1", NAME_TAG: name, STATUS_TAG: "RUNNING",
-                                  **(tags or {})})
+    run = client.create_run(
+        experiment_id,
+        run_name=name,
+        tags={SWEEP_ID_TAG: sweep_id, PARENT_TAG: "1", NAME_TAG: name, STATUS_TAG: "RUNNING", **(tags or {})},
+    )
     run_id = run.info.run_id
     params = [Param(k, v) for k, v in flatten_params(spec).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
-        client.log_batch(run_id, params=params[start:start + MAX_PARAMS_TAGS_PER_BATCH])
+        client.log_batch(run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])
     client.log_text(run_id, text if text is not None else yaml.safe_dump(spec, sort_keys=False), artifact)
     return run_id
 
@@ -173,9 +214,18 @@ def parent_run(client: MlflowClient, experiment_id: str, experiment: str, name: 
 def _log_plan(client: MlflowClient, run_id: str, jobs: Sequence[Job], *, cumulative: bool) -> None:
     """The planned jobs on the parent run, in plan order (= arm order of a cumulative sweep);
     rewritten by every invocation, since a rerun may plan a different profile."""
-    planned = [{"job_id": j.job_id, "arm_id": j.arm_id, "arm": j.arm, "seed": j.seed,
-                "varying": {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
-                            for k, v in j.varying.items()}} for j in jobs]
+    planned = [
+        {
+            "job_id": j.job_id,
+            "arm_id": j.arm_id,
+            "arm": j.arm,
+            "seed": j.seed,
+            "varying": {
+                k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in j.varying.items()
+            },
+        }
+        for j in jobs
+    ]
     client.set_tag(run_id, N_JOBS_TAG, str(len(jobs)))
     client.log_dict(run_id, {"cumulative": cumulative, "jobs": planned}, JOBS_ARTIFACT)
 
@@ -232,10 +282,12 @@ class _Progress:
         left = self.total - self.done - self.failed
         eta = self.eta_s()
         eta_text = f"ETA {_hms(eta)}" if eta is not None else ("ETA -" if left else "done")
-        return Text(f"sweep {self.name}: {self.done}/{self.total} done, {self.running} running, "
-                    f"{self.failed} failed, {self.skipped} skipped"
-                    + (f", {self.retries} retried" if self.retries else "")
-                    + f" | {_hms(time.monotonic() - self.start)} elapsed, {eta_text}")
+        return Text(
+            f"sweep {self.name}: {self.done}/{self.total} done, {self.running} running, "
+            f"{self.failed} failed, {self.skipped} skipped"
+            + (f", {self.retries} retried" if self.retries else "")
+            + f" | {_hms(time.monotonic() - self.start)} elapsed, {eta_text}"
+        )
 
 
 def _hms(seconds: float) -> str:

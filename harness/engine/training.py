@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import transformers
@@ -35,10 +35,16 @@ def tracking_target(cfg: RunConfig, tracking_uri: str | None = None) -> tuple[st
     return uri, prepare_store(uri, cfg.tracking.experiment)
 
 
-def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: str = "",
-                 extra_tags: dict[str, str] | None = None, progress: bool = True,
-                 watch: Callable[[int, dict[str, float]], None] | None = None,
-                 started: Callable[[str], None] | None = None) -> RunResult:
+def run_training(
+    cfg: RunConfig,
+    *,
+    tracking_uri: str | None = None,
+    sweep_id: str = "",
+    extra_tags: dict[str, str] | None = None,
+    progress: bool = True,
+    watch: Callable[[int, dict[str, float]], None] | None = None,
+    started: Callable[[str], None] | None = None,
+) -> RunResult:
     """Train one run and log it; a failure ends the MLflow run FAILED with its reason, then raises.
 
     `extra_tags` are added to the run's tags (a sweep passes its arm label, which names the run, and
@@ -49,8 +55,11 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
     uri, experiment_id = tracking_target(cfg, tracking_uri)
     device = pick_device(cfg.train.device)
     # the toy build (SFT on batches of 64) uses every core; the tiny RL steps run best on train.threads
-    path = (str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)) if cfg.model.source == "toy"
-            else cfg.model.name_or_path)
+    path = (
+        str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir))
+        if cfg.model.source == "toy"
+        else cfg.model.name_or_path
+    )
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.seed)
@@ -66,6 +75,7 @@ def run_training(cfg: RunConfig, *, tracking_uri: str | None = None, sweep_id: s
             started(tracker.run_id)
         bar = tqdm(total=cfg.train.steps, desc=name, unit="step", disable=not progress, dynamic_ncols=True)
         try:
+
             def on_step(step: int, m: dict[str, float]) -> None:
                 _progress(bar, m)
                 if evaluate_at is not None and (step % cfg.eval.every == 0 or step == cfg.train.steps):
@@ -88,8 +98,9 @@ def build_backend(cfg: RunConfig, path: str, policy, tokenizer) -> RolloutBacken
         from trainer.rollout.vllm import VLLMBackend
 
         dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(policy.dtype, "float32")
-        return VLLMBackend(path, tokenizer, dtype=dtype, seed=cfg.seed,
-                           gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+        return VLLMBackend(
+            path, tokenizer, dtype=dtype, seed=cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization
+        )
     return TransformersBackend(policy, tokenizer)
 
 
@@ -102,11 +113,15 @@ def build_task(cfg: RunConfig) -> Task:
     from trainer.tasks.math import MathTask
 
     m = cfg.task.math
-    pool = (load_benchmark(m.train) if m.train in BENCHMARKS else
-            load_problems(m.train, fields=FieldMap(**m.fields.model_dump()), split=m.split,
-                          answer_format=m.answer_format))
+    pool = (
+        load_benchmark(m.train)
+        if m.train in BENCHMARKS
+        else load_problems(
+            m.train, fields=FieldMap(**m.fields.model_dump()), split=m.split, answer_format=m.answer_format
+        )
+    )
     pool, _ = dedupe(pool, [load_benchmark(b) for b in m.dedupe_against])
-    return MathTask(pool[:m.limit] if m.limit else pool, template=m.template)
+    return MathTask(pool[: m.limit] if m.limit else pool, template=m.template)
 
 
 def periodic_eval(cfg: RunConfig, backend: RolloutBackend) -> Callable[[int], dict[str, float]] | None:
@@ -127,7 +142,9 @@ def periodic_eval(cfg: RunConfig, backend: RolloutBackend) -> Callable[[int], di
 
 def _progress(bar: tqdm, m: dict[str, float]) -> None:
     fmt = lambda key: f"{m[key]:.0f}" if key in m else "-"  # noqa: E731
-    bar.set_postfix_str(f"reward {m[M.REWARD_MEAN]:.2f} acc {m[M.ACCURACY]:.2f} "
-                        f"len correct {fmt(M.LENGTH_CORRECT_MEAN)} incorrect {fmt(M.LENGTH_INCORRECT_MEAN)}",
-                        refresh=False)
+    bar.set_postfix_str(
+        f"reward {m[M.REWARD_MEAN]:.2f} acc {m[M.ACCURACY]:.2f} "
+        f"len correct {fmt(M.LENGTH_CORRECT_MEAN)} incorrect {fmt(M.LENGTH_INCORRECT_MEAN)}",
+        refresh=False,
+    )
     bar.update(1)

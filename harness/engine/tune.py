@@ -25,6 +25,7 @@ from harness.engine.resume import fail_orphans
 from harness.engine.sweep import end_parent, parent_run, sole_invocation
 from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG, STUDY_TAG, TRIAL_TAG
 from harness.runs.writer import RunStopped, prepare_store
+from harness.spec.at import At
 from harness.spec.tune import TunePlan, TuneSpec, load_tune
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -41,7 +42,7 @@ def default_storage(plan: TunePlan, explicit: str | None = None) -> str:
 def storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage; SQLite waits for a locked database instead of failing (several workers)."""
     if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
     return optuna.storages.RDBStorage(url)
 
@@ -76,16 +77,11 @@ def suggest(trial: optuna.Trial, spec: TuneSpec) -> dict[str, Any]:
     return out
 
 
-def score(values: list[float], at: str, direction: str) -> float:
-    """The trial's objective from its per-step values: final, last-K mean, or best in the direction."""
+def score(steps: list[int], values: list[float], at: str, direction: str) -> float:
+    """The trial's objective from its per-step values, read as the report reads a run (`At.value`)."""
     if not values:
         raise ValueError("the objective metric was never logged")
-    if at == "final":
-        return values[-1]
-    if at == "best":
-        return max(values) if direction == "maximize" else min(values)
-    k = int(at.split("-")[1])
-    return sum(values[-k:]) / len(values[-k:])
+    return At.parse(at, "objective.at").value(steps, values, larger_is_better=direction == "maximize")
 
 
 @dataclass
@@ -96,9 +92,17 @@ class TuneResult:
     parent_run_id: str
 
 
-def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: int | None = None, workers: int = 1,
-             storage_url: str | None = None, tracking_uri: str | None = None, executor: str = "local",
-             address: str | None = None) -> TuneResult:
+def run_tune(
+    path: str | Path,
+    *,
+    overrides: list[str] | None = None,
+    trials: int | None = None,
+    workers: int = 1,
+    storage_url: str | None = None,
+    tracking_uri: str | None = None,
+    executor: str = "local",
+    address: str | None = None,
+) -> TuneResult:
     """Create or resume the study, fail what a killed run left RUNNING, and run workers until `trials` finish."""
     from harness.runs.writer import default_tracking_uri
 
@@ -109,12 +113,19 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
     uri = default_tracking_uri(plan.results_dir, tracking_uri)
     experiment_id = prepare_store(uri, plan.experiment)  # once, before any worker touches the store
     with sole_invocation(uri, plan.study_id, f"study {spec.name}"):  # so RUNNING below means orphaned
-        study = optuna.create_study(study_name=spec.name, storage=storage(url), load_if_exists=True,
-                                    direction=spec.objective.direction, sampler=sampler(spec, 0),
-                                    pruner=pruner(spec))
+        study = optuna.create_study(
+            study_name=spec.name,
+            storage=storage(url),
+            load_if_exists=True,
+            direction=spec.objective.direction,
+            sampler=sampler(spec, 0),
+            pruner=pruner(spec),
+        )
         if study.direction.name.lower() != spec.objective.direction:
-            raise ValueError(f"study {spec.name!r} in {url} is {study.direction.name.lower()}, the file says "
-                             f"{spec.objective.direction}")
+            raise ValueError(
+                f"study {spec.name!r} in {url} is {study.direction.name.lower()}, the file says "
+                f"{spec.objective.direction}"
+            )
         study.set_user_attr("objective_metric", spec.objective.metric)
         study.set_user_attr("objective_at", spec.objective.at)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -126,9 +137,17 @@ def run_tune(path: str | Path, *, overrides: list[str] | None = None, trials: in
             ensure_toy_model(base.model.toy, base.model.cache_dir)
         fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
         client = MlflowClient(uri)
-        parent = parent_run(client, experiment_id, plan.experiment, spec.name, plan.study_id,
-                            spec.model_dump(mode="json"), tags={STUDY_TAG: spec.name, "optuna_storage": url},
-                            artifact="tune.yaml", text=plan.source.read_text())
+        parent = parent_run(
+            client,
+            experiment_id,
+            plan.experiment,
+            spec.name,
+            plan.study_id,
+            spec.model_dump(mode="json"),
+            tags={STUDY_TAG: spec.name, "optuna_storage": url},
+            artifact="tune.yaml",
+            text=plan.source.read_text(),
+        )
         args = (str(path), overrides or [], n_trials, url, uri, parent)
         if executor == "ray":
             import ray
@@ -168,8 +187,9 @@ def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str
 
     plan = load_tune(path, overrides)
     spec = plan.spec
-    study = optuna.load_study(study_name=spec.name, storage=storage(url), sampler=sampler(spec, index + 1),
-                              pruner=pruner(spec))
+    study = optuna.load_study(
+        study_name=spec.name, storage=storage(url), sampler=sampler(spec, index + 1), pruner=pruner(spec)
+    )
     failures = 0
     while True:
         if len(study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING))) >= n_trials:
@@ -182,34 +202,54 @@ def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str
             return
         params = suggest(trial, spec)
         cfg = plan.trial_config({**params, "tracking.run_name": f"{spec.name}-trial{trial.number}"})
+        steps: list[int] = []
         values: list[float] = []
 
-        def watch(step: int, metrics: dict[str, float], trial: optuna.Trial = trial) -> None:
+        def watch(
+            step: int,
+            metrics: dict[str, float],
+            trial: optuna.Trial = trial,
+            steps: list[int] = steps,
+            values: list[float] = values,
+        ) -> None:
             value = metrics.get(spec.objective.metric)
             if value is None:
                 return
+            steps.append(step)
             values.append(value)
             trial.report(value, step)
             if trial.should_prune():
                 raise RunStopped(f"pruned at step {step} by the {spec.pruner.name} pruner")
 
-        label = f"trial {trial.number}: " + " ".join(f"{k.split('.')[-1]}={v:.4g}" if isinstance(v, float)
-                                                     else f"{k.split('.')[-1]}={v}" for k, v in params.items())
+        label = f"trial {trial.number}: " + " ".join(
+            f"{k.split('.')[-1]}={v:.4g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+            for k, v in params.items()
+        )
         try:
-            run_training(cfg, tracking_uri=uri, sweep_id=plan.study_id, progress=False, watch=watch,
-                         extra_tags={STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number), ARM_LABEL_TAG: label,
-                                     PARENT_RUN_TAG: parent},
-                         started=lambda run_id, trial=trial: trial.set_user_attr("mlflow_run_id", run_id))
+            run_training(
+                cfg,
+                tracking_uri=uri,
+                sweep_id=plan.study_id,
+                progress=False,
+                watch=watch,
+                extra_tags={
+                    STUDY_TAG: spec.name,
+                    TRIAL_TAG: str(trial.number),
+                    ARM_LABEL_TAG: label,
+                    PARENT_RUN_TAG: parent,
+                },
+                started=lambda run_id, trial=trial: trial.set_user_attr("mlflow_run_id", run_id),
+            )
         except RunStopped:
             study.tell(trial, state=TrialState.PRUNED)
             failures = 0
             continue
-        except Exception as exc:  # noqa: BLE001 - the run is FAILED in MLflow with its reason; others go on
+        except Exception as exc:
             trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:500])
             study.tell(trial, state=TrialState.FAIL)
             failures += 1
             if failures >= MAX_FAILURES:
                 raise RuntimeError(f"{MAX_FAILURES} trials in a row failed; last: {exc}") from exc
             continue
-        study.tell(trial, score(values, spec.objective.at, spec.objective.direction))
+        study.tell(trial, score(steps, values, spec.objective.at, spec.objective.direction))
         failures = 0

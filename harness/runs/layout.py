@@ -47,9 +47,16 @@ RUN_NAME_MAX = 250
 
 def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
     """GUIDE §3 tags: sweep id, arm, config hash (= job id), seed, and the code version."""
-    return {SWEEP_ID_TAG: sweep_id, ARM_TAG: cfg.arm, CONFIG_HASH_TAG: cfg.config_hash, JOB_ID_TAG: cfg.config_hash,
-            SEED_TAG: str(cfg.seed), NAME_TAG: cfg.name, PRESET_TAG: cfg.objective_preset or "",
-            GIT_COMMIT_TAG: _git_commit()}
+    return {
+        SWEEP_ID_TAG: sweep_id,
+        ARM_TAG: cfg.arm,
+        CONFIG_HASH_TAG: cfg.config_hash,
+        JOB_ID_TAG: cfg.config_hash,
+        SEED_TAG: str(cfg.seed),
+        NAME_TAG: cfg.name,
+        PRESET_TAG: cfg.objective_preset or "",
+        GIT_COMMIT_TAG: _git_commit(),
+    }
 
 
 def run_name(cfg: RunConfig, arm: str | None = None) -> str:
@@ -60,13 +67,18 @@ def run_name(cfg: RunConfig, arm: str | None = None) -> str:
     seed = f"-s{cfg.seed}"
     label = " ".join("".join(c if c.isprintable() else " " for c in arm or cfg.name).split()) or cfg.name
     room = RUN_NAME_MAX - len(seed)
-    return (label if len(label) <= room else label[:room - 3] + "...") + seed
+    return (label if len(label) <= room else label[: room - 3] + "...") + seed
 
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""

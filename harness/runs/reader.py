@@ -1,7 +1,8 @@
 """Read a whole sweep out of the tracking store into DataFrames, in a handful of queries.
 
 MLflow's public API reads metric histories one (run, key) at a time: ~20x slower than one query
-for a 48-run sweep on a local SQLite file (benchmarks/dashboard_load.py), far worse over a network. Where the store is a database (SQLite by default, or PostgreSQL/MySQL behind
+for a 48-run sweep on a local SQLite file (benchmarks/dashboard_load.py), far worse over a network.
+Where the store is a database (SQLite by default, or PostgreSQL/MySQL behind
 MLflow), a `SqlReader` reads runs, tags, params and every metric point of a sweep with one SQL
 query each. Against an MLflow server, `MlflowReader` uses `search_runs` and the server's bulk
 history route (one request per metric key per 100 runs). Both return the same frames.
@@ -55,7 +56,7 @@ class SqlReader:
 
     def __init__(self, uri: str):
         self.uri = uri
-        self.path = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+        self.path = Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
 
     def _query(self, sql: str, args: list | tuple = ()) -> pd.DataFrame:
         if self.path is not None:  # sqlite3 directly: a read-only connection, and ~3x faster than SQLAlchemy
@@ -86,48 +87,71 @@ class SqlReader:
         runs = self._query(
             "SELECT r.run_uuid AS run_id, r.name AS run_name, e.name AS experiment, r.status, r.start_time,"
             " r.end_time, r.artifact_uri FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id"
-            " WHERE r.lifecycle_stage = 'active'")
+            " WHERE r.lifecycle_stage = 'active'"
+        )
         if runs.empty:
             return pd.DataFrame(columns=RUN_COLUMNS)
-        tags = self._query("SELECT t.run_uuid AS run_id, t.key, t.value FROM tags t JOIN runs r"
-                           " ON r.run_uuid = t.run_uuid WHERE r.lifecycle_stage = 'active'")
+        tags = self._query(
+            "SELECT t.run_uuid AS run_id, t.key, t.value FROM tags t JOIN runs r"
+            " ON r.run_uuid = t.run_uuid WHERE r.lifecycle_stage = 'active'"
+        )
         return _with_tags(runs, tags)
 
     def params(self, run_ids: list[str]) -> pd.DataFrame:
-        return self._in("SELECT run_uuid AS run_id, key, value FROM params WHERE run_uuid IN ({})", run_ids,
-                        ["run_id", "key", "value"])
+        return self._in(
+            "SELECT run_uuid AS run_id, key, value FROM params WHERE run_uuid IN ({})",
+            run_ids,
+            ["run_id", "key", "value"],
+        )
 
     def metrics(self, run_ids: list[str]) -> pd.DataFrame:
         if self.path is None:
-            return _with_inf(self._in("SELECT run_uuid AS run_id, key, step, value FROM metrics WHERE run_uuid IN ({})",
-                                      run_ids, METRIC_COLUMNS))
+            return _with_inf(
+                self._in(
+                    "SELECT run_uuid AS run_id, key, step, value FROM metrics WHERE run_uuid IN ({})",
+                    run_ids,
+                    METRIC_COLUMNS,
+                )
+            )
         # SQLite: one row per (run, key) with the points packed as text, parsed by numpy; ~5x faster than
         # a row per point. '%!.17g' round-trips every double exactly; NaNs are stored as is_nan=1.
-        rows = self._in("SELECT run_uuid, key, group_concat(step) AS steps, group_concat(CASE WHEN is_nan THEN 'nan'"
-                        " ELSE printf('%!.17g', value) END) AS vals, count(*) AS n FROM metrics WHERE run_uuid IN ({})"
-                        " GROUP BY run_uuid, key", run_ids, ["run_uuid", "key", "steps", "vals", "n"])
+        rows = self._in(
+            "SELECT run_uuid, key, group_concat(step) AS steps, group_concat(CASE WHEN is_nan THEN 'nan'"
+            " ELSE printf('%!.17g', value) END) AS vals, count(*) AS n FROM metrics WHERE run_uuid IN ({})"
+            " GROUP BY run_uuid, key",
+            run_ids,
+            ["run_uuid", "key", "steps", "vals", "n"],
+        )
         if rows.empty:
             return pd.DataFrame(columns=METRIC_COLUMNS)
         n = rows["n"].to_numpy()
         runs = pd.Categorical(rows["run_uuid"])
         keys = pd.Categorical(rows["key"])
-        return _with_inf(pd.DataFrame({
-            "run_id": pd.Categorical.from_codes(np.repeat(runs.codes, n), runs.categories),
-            "key": pd.Categorical.from_codes(np.repeat(keys.codes, n), keys.categories),
-            "step": np.fromstring(",".join(rows["steps"]), sep=",", dtype=np.int64),
-            "value": np.fromstring(",".join(rows["vals"]), sep=","),
-        }))
+        return _with_inf(
+            pd.DataFrame(
+                {
+                    "run_id": pd.Categorical.from_codes(np.repeat(runs.codes, n), runs.categories),
+                    "key": pd.Categorical.from_codes(np.repeat(keys.codes, n), keys.categories),
+                    "step": np.fromstring(",".join(rows["steps"]), sep=",", dtype=np.int64),
+                    "value": np.fromstring(",".join(rows["vals"]), sep=","),
+                }
+            )
+        )
 
     def last_logged(self, run_ids: list[str]) -> pd.Series:
         """Time (ms) of each run's latest metric point."""
-        df = self._in("SELECT run_uuid AS run_id, max(timestamp) AS t FROM latest_metrics WHERE run_uuid IN ({})"
-                      " GROUP BY run_uuid", run_ids, ["run_id", "t"])
+        df = self._in(
+            "SELECT run_uuid AS run_id, max(timestamp) AS t FROM latest_metrics WHERE run_uuid IN ({})"
+            " GROUP BY run_uuid",
+            run_ids,
+            ["run_id", "t"],
+        )
         return df.set_index("run_id")["t"] if not df.empty else pd.Series(dtype=float)
 
     def _in(self, sql: str, run_ids: list[str], columns: list[str]) -> pd.DataFrame:
         # SQLite formats and packs the points with the GIL released: a connection per core halves the wait
         size = max(1, min(500, -(-len(run_ids) // (os.cpu_count() or 1))))
-        chunks = [run_ids[i:i + size] for i in range(0, len(run_ids), size)]
+        chunks = [run_ids[i : i + size] for i in range(0, len(run_ids), size)]
         with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1) or 1) as pool:
             frames = list(pool.map(lambda chunk: self._query(sql.format(",".join("?" * len(chunk))), chunk), chunks))
         frames = [f for f in frames if not f.empty]
@@ -147,9 +171,17 @@ class MlflowReader:
             while True:
                 page = self.client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
                 for r in page:
-                    rows.append({"run_id": r.info.run_id, "run_name": r.info.run_name, "experiment": exp.name,
-                                 "status": r.info.status, "start_time": r.info.start_time,
-                                 "end_time": r.info.end_time, "artifact_uri": r.info.artifact_uri})
+                    rows.append(
+                        {
+                            "run_id": r.info.run_id,
+                            "run_name": r.info.run_name,
+                            "experiment": exp.name,
+                            "status": r.info.status,
+                            "start_time": r.info.start_time,
+                            "end_time": r.info.end_time,
+                            "artifact_uri": r.info.artifact_uri,
+                        }
+                    )
                     tags.extend({"run_id": r.info.run_id, "key": k, "value": v} for k, v in r.data.tags.items())
                 token = page.token
                 if not token:
@@ -159,35 +191,52 @@ class MlflowReader:
         return _with_tags(pd.DataFrame(rows), pd.DataFrame(tags, columns=["run_id", "key", "value"]))
 
     def params(self, run_ids: list[str]) -> pd.DataFrame:
-        rows = [{"run_id": r.info.run_id, "key": k, "value": v}
-                for r in self._search(run_ids) for k, v in r.data.params.items()]
+        rows = [
+            {"run_id": r.info.run_id, "key": k, "value": v}
+            for r in self._search(run_ids)
+            for k, v in r.data.params.items()
+        ]
         return pd.DataFrame(rows, columns=["run_id", "key", "value"])
 
     def metrics(self, run_ids: list[str]) -> pd.DataFrame:
         runs = self._search(run_ids)
         keys = sorted({k for r in runs for k in r.data.metrics})
         if self.uri.startswith(("http://", "https://")):
-            frames = [self._bulk(key, run_ids[i:i + 100]) for key in keys for i in range(0, len(run_ids), 100)]
+            frames = [self._bulk(key, run_ids[i : i + 100]) for key in keys for i in range(0, len(run_ids), 100)]
         else:  # a local file store has no bulk route: per (run, key) reads, slow but correct
-            frames = [pd.DataFrame([{"run_id": r.info.run_id, "key": m.key, "step": m.step, "value": m.value,
-                                     } for m in self.client.get_metric_history(r.info.run_id, k)])
-                      for r in runs for k in r.data.metrics]
+            frames = [
+                pd.DataFrame(
+                    [
+                        {
+                            "run_id": r.info.run_id,
+                            "key": m.key,
+                            "step": m.step,
+                            "value": m.value,
+                        }
+                        for m in self.client.get_metric_history(r.info.run_id, k)
+                    ]
+                )
+                for r in runs
+                for k in r.data.metrics
+            ]
         frames = [f for f in frames if not f.empty]
         if not frames:
             return pd.DataFrame(columns=METRIC_COLUMNS)
         return _with_inf(pd.concat(frames, ignore_index=True))
 
     def last_logged(self, run_ids: list[str]) -> pd.Series:
-        times = {r.info.run_id: max((m.timestamp for m in r.data._metric_objs), default=None)
-                 for r in self._search(run_ids)}
+        times = {
+            r.info.run_id: max((m.timestamp for m in r.data._metric_objs), default=None) for r in self._search(run_ids)
+        }
         return pd.Series(times, dtype=float)
 
     def _search(self, run_ids: list[str]):
         out = []
         for i in range(0, len(run_ids), 100):
-            ids = ", ".join(f"'{r}'" for r in run_ids[i:i + 100])
-            out.extend(self.client.search_runs(self._experiment_ids(), f"attributes.run_id IN ({ids})",
-                                               max_results=1000))
+            ids = ", ".join(f"'{r}'" for r in run_ids[i : i + 100])
+            out.extend(
+                self.client.search_runs(self._experiment_ids(), f"attributes.run_id IN ({ids})", max_results=1000)
+            )
         return out
 
     def _experiment_ids(self) -> list[str]:
@@ -197,12 +246,21 @@ class MlflowReader:
         from mlflow.utils.credentials import get_default_host_creds
         from mlflow.utils.rest_utils import http_request
 
-        resp = http_request(get_default_host_creds(self.uri), "/ajax-api/2.0/mlflow/metrics/get-history-bulk",
-                            "GET", params={"run_id": run_ids, "metric_key": key, "max_results": 25000})
+        resp = http_request(
+            get_default_host_creds(self.uri),
+            "/ajax-api/2.0/mlflow/metrics/get-history-bulk",
+            "GET",
+            params={"run_id": run_ids, "metric_key": key, "max_results": 25000},
+        )
         resp.raise_for_status()
         points = resp.json().get("metrics", [])
-        return pd.DataFrame([{"run_id": p["run_id"], "key": p["key"], "step": int(p.get("step", 0)),
-                              "value": float(p["value"])} for p in points], columns=METRIC_COLUMNS)
+        return pd.DataFrame(
+            [
+                {"run_id": p["run_id"], "key": p["key"], "step": int(p.get("step", 0)), "value": float(p["value"])}
+                for p in points
+            ],
+            columns=METRIC_COLUMNS,
+        )
 
 
 def _with_inf(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -292,11 +350,4 @@ def sweep_spec_text(sweep: Sweep) -> str:
     try:
         return Path(mlflow.artifacts.download_artifacts(f"{sweep.parent['artifact_uri']}/sweep.yaml")).read_text()
     except Exception:  # noqa: BLE001 - a sweep without the artifact (a study, an old sweep) has no claims
-        return ""
-
-
-def config_text(artifact_uri: str) -> str:
-    try:
-        return Path(mlflow.artifacts.download_artifacts(f"{artifact_uri}/config.yaml")).read_text()
-    except Exception:  # noqa: BLE001
         return ""

@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.runs.layout import ARM_LABEL_TAG, JOB_ID_TAG
 from harness.runs.reader import Reader, Sweep, planned_jobs
+from harness.spec.at import At
 from trainer import metric_names as M
 
 # params that differ between runs of a sweep without defining an arm
@@ -81,8 +82,13 @@ class SweepData:
         m = self.metrics[self.metrics["key"] == key]
         if m.empty:
             return pd.DataFrame(columns=["run_id", "arm", "seed", *self.varying, "value"])
-        tail = m.sort_values("step").groupby("run_id", observed=True).tail(last)
-        vals = tail.groupby("run_id", observed=True)["value"].mean().rename("value")
+        window = At("last", k=last)
+        vals = (
+            m.sort_values("step")
+            .groupby("run_id", observed=True)[["step", "value"]]
+            .apply(lambda curve: window.value(curve["step"].tolist(), curve["value"].tolist()))
+            .rename("value")
+        )
         out = self.current[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
         return out[np.isfinite(out["value"].to_numpy(float))] if finite else out
 
@@ -92,10 +98,16 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     runs = sweep.runs.copy()
     ids = runs["run_id"].tolist()
     params = reader.params(ids)
-    wide = (params.pivot_table(index="run_id", columns="key", values="value", aggfunc="last")
-            if not params.empty else pd.DataFrame(index=pd.Index([], name="run_id")))
-    varying = [k for k in wide.columns if not k.startswith(_NOT_SWITCHES) and k not in _NOT_SWITCHES
-               and wide[k].nunique(dropna=False) > 1]
+    wide = (
+        params.pivot_table(index="run_id", columns="key", values="value", aggfunc="last")
+        if not params.empty
+        else pd.DataFrame(index=pd.Index([], name="run_id"))
+    )
+    varying = [
+        k
+        for k in wide.columns
+        if not k.startswith(_NOT_SWITCHES) and k not in _NOT_SWITCHES and wide[k].nunique(dropna=False) > 1
+    ]
     runs = runs.join(wide[varying], on="run_id") if varying else runs
     metrics = reader.metrics(ids)
     plan = planned_jobs(sweep) or {}
@@ -103,14 +115,23 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
 
     runs["arm_id"] = runs["arm"] if "arm" in runs else None  # the `arm` tag: hash of the config without the seed
     label = runs[ARM_LABEL_TAG] if ARM_LABEL_TAG in runs else pd.Series(None, index=runs.index, dtype=object)
-    fallback = runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()),
-                                              axis=1) if varying else pd.Series("all runs", index=runs.index)
+    fallback = (
+        runs[varying].astype(str).apply(lambda r: " ".join(f"{k.split('.')[-1]}={v}" for k, v in r.items()), axis=1)
+        if varying
+        else pd.Series("all runs", index=runs.index)
+    )
     runs["arm"] = label.where(label.notna() & (label.astype(str) != ""), fallback).fillna("all runs").astype(str)
-    runs["seed"] = pd.to_numeric(runs.get("seed", pd.Series(None, index=runs.index, dtype=object)),
-                                 errors="coerce").fillna(-1).astype(int)
+    runs["seed"] = (
+        pd.to_numeric(runs.get("seed", pd.Series(None, index=runs.index, dtype=object)), errors="coerce")
+        .fillna(-1)
+        .astype(int)
+    )
     runs["failure_reason"] = runs.get("failure_reason", pd.Series(None, index=runs.index, dtype=object))
-    runs["steps"] = pd.to_numeric(wide["train.steps"].reindex(runs["run_id"]).to_numpy(), errors="coerce") \
-        if "train.steps" in wide else np.nan
+    runs["steps"] = (
+        pd.to_numeric(wide["train.steps"].reindex(runs["run_id"]).to_numpy(), errors="coerce")
+        if "train.steps" in wide
+        else np.nan
+    )
     last = metrics.groupby("run_id", observed=True)["step"].max() if not metrics.empty else pd.Series(dtype=float)
     runs["last_step"] = runs["run_id"].map(last).fillna(0).astype(int)
     runs["last_logged"] = runs["run_id"].map(reader.last_logged(ids))
@@ -119,8 +140,9 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
 
     order = list(dict.fromkeys(j["arm"] for j in planned))
     arms = [a for a in order if a in set(runs["arm"])] + sorted(set(runs["arm"]) - set(order))
-    runs = runs.sort_values(["arm", "seed"], key=lambda c: c.map({a: i for i, a in enumerate(arms)})
-                            if c.name == "arm" else c).reset_index(drop=True)
+    runs = runs.sort_values(
+        ["arm", "seed"], key=lambda c: c.map({a: i for i, a in enumerate(arms)}) if c.name == "arm" else c
+    ).reset_index(drop=True)
     return SweepData(sweep, runs, metrics, varying, arms, wide, bool(plan.get("cumulative", False)), planned, warnings)
 
 
@@ -141,8 +163,11 @@ def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
     runs.loc[extra.index, "state"] = "duplicate"
     runs.loc[job.isin(set(kept[JOB_ID_TAG])) & (runs["state"] == "failed"), "state"] = "retried"
     first = kept.set_index(JOB_ID_TAG)["run_id"]
-    return [f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {first[j]} (the earliest started); "
-            f"left out: {', '.join(g['run_id'])}" for j, g in extra.groupby(JOB_ID_TAG, sort=True)]
+    return [
+        f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {first[j]} (the earliest started); "
+        f"left out: {', '.join(g['run_id'])}"
+        for j, g in extra.groupby(JOB_ID_TAG, sort=True)
+    ]
 
 
 def non_finite(values: pd.DataFrame, metric: str, runs: pd.DataFrame) -> str:
@@ -152,10 +177,13 @@ def non_finite(values: pd.DataFrame, metric: str, runs: pd.DataFrame) -> str:
     if bad.empty:
         return ""
     names = runs.set_index("run_id")["run_name"] if "run_name" in runs else pd.Series(dtype=str)
-    which = "; ".join(f"run {r.run_id} ({names.get(r.run_id, '?')}, arm {r.arm}, seed {r.seed}): {r.value}"
-                      for r in bad.itertuples())
-    return f"metric {metric} is not finite in {which}; the statistics need finite values (leave the metric out, " \
-           f"or take each run's value at a step before it diverged)"
+    which = "; ".join(
+        f"run {r.run_id} ({names.get(r.run_id, '?')}, arm {r.arm}, seed {r.seed}): {r.value}" for r in bad.itertuples()
+    )
+    return (
+        f"metric {metric} is not finite in {which}; the statistics need finite values (leave the metric out, "
+        f"or take each run's value at a step before it diverged)"
+    )
 
 
 def arm_setting(data: SweepData, key: str) -> dict[str, str]:
@@ -175,8 +203,11 @@ def _state(run) -> str:
         return "pruned"  # an Optuna trial stopped early on purpose
     if run.status in ("FAILED", "KILLED"):
         return "failed"
-    logged = run.last_logged if isinstance(run.last_logged, (int, float)) and not np.isnan(run.last_logged) \
+    logged = (
+        run.last_logged
+        if isinstance(run.last_logged, (int, float)) and not np.isnan(run.last_logged)
         else run.start_time
+    )
     if logged and time.time() * 1000 - float(logged) > STALE_S * 1000:
         return "stalled"
     return "running"

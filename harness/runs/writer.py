@@ -68,7 +68,7 @@ def _sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///` URI, None for any other store or in-memory SQLite."""
     if not uri.startswith(_SQLITE_PREFIX):
         return None
-    path = uri[len(_SQLITE_PREFIX):].split("?", 1)[0]
+    path = uri[len(_SQLITE_PREFIX) :].split("?", 1)[0]
     return None if path in ("", ":memory:") else Path(path)
 
 
@@ -159,7 +159,7 @@ class RunTracker:
     Leaving the `with` block normally flushes and ends the run FINISHED, unless another process has
     ended it meanwhile (then it stays as that process left it: `RunClosedElsewhere`); an exception flushes
     what is buffered, ends it FAILED with a `failure_reason` tag (traceback in `failure.txt`)
-    and propagates. `fail(reason)` ends it FAILED without an exception (e.g. a NaN loss).
+    and propagates.
     Metrics are buffered and sent with `log_batch` every `flush_every` steps or `flush_seconds`
     seconds, whichever comes first, so that a live dashboard lags little and logging stays cheap.
     """
@@ -236,18 +236,19 @@ class RunTracker:
             if self._sender is not None:
                 self._outbox.put(None)
             reason = run.data.tags.get(FAILURE_REASON_TAG)
-            raise RunClosedElsewhere(f"run {self.run_id} was ended {run.info.status} by another process"
-                                     + (f" ({reason})" if reason else "") + "; it is left as it is")
-
-    def fail(self, reason: str) -> None:
-        """End the run FAILED on purpose (e.g. loss became NaN); the `with` exit then does nothing."""
-        self._check_open()
-        self._end_failed(_truncate(" ".join(reason.split()), _REASON_MAX_CHARS), None)
+            raise RunClosedElsewhere(
+                f"run {self.run_id} was ended {run.info.status} by another process"
+                + (f" ({reason})" if reason else "")
+                + "; it is left as it is"
+            )
 
     def _end_failed(self, reason: str, details: str | None) -> None:
         # Best effort: the store itself may be what failed, and the original error matters more.
-        steps = [self.flush, self._refuse_if_closed,
-                 lambda: self.set_tags({STATUS_TAG: "FAILED", FAILURE_REASON_TAG: reason})]
+        steps = [
+            self.flush,
+            self._refuse_if_closed,
+            lambda: self.set_tags({STATUS_TAG: "FAILED", FAILURE_REASON_TAG: reason}),
+        ]
         if details:
             steps.append(lambda: self.client.log_text(self.run_id, details, "failure.txt"))
         steps.append(lambda: self._end(RunStatus.FAILED))
@@ -301,10 +302,7 @@ class RunTracker:
         if step != self._last_step:  # several calls for one step (train, eval) count once
             self._steps_since_flush += 1
             self._last_step = step
-        if (
-            self._steps_since_flush >= self.flush_every
-            or time.monotonic() - self._last_flush >= self.flush_seconds
-        ):
+        if self._steps_since_flush >= self.flush_every or time.monotonic() - self._last_flush >= self.flush_seconds:
             self._send_in_background()
 
     def _send_in_background(self) -> None:
@@ -326,7 +324,7 @@ class RunTracker:
             sent = 0
             try:
                 while self._send_error is None and sent < len(batch):
-                    chunk = batch[sent:sent + MAX_METRICS_PER_BATCH]
+                    chunk = batch[sent : sent + MAX_METRICS_PER_BATCH]
                     self.client.log_batch(self.run_id, metrics=chunk)
                     sent += len(chunk)
             except BaseException as exc:  # noqa: BLE001 - reported to the training thread

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.spec.yaml_io import ConfigError
@@ -33,10 +35,35 @@ class At:
             return cls("step", n=int(m.group("n")))
         return cls(m.group(1))
 
+    def value(self, steps: Sequence[float], values: Sequence[float], *, larger_is_better: bool = True) -> float:
+        """A run's one value from its curve (`values` at `steps`, in step order; NaN points are skipped, as
+        never logged); NaN where there is none (an empty curve, no point at step N). `best` is the largest value,
+        or the smallest where `larger_is_better` is False. Plain Python: the spec layer imports no numpy."""
+        points = [(float(s), float(v)) for s, v in zip(steps, values) if not math.isnan(v)]
+        if not points:
+            return math.nan
+        ys = [v for _, v in points]
+        if self.kind == "final":
+            return ys[-1]
+        if self.kind == "last":
+            tail = ys[-self.k :]
+            return math.fsum(tail) / len(tail)
+        if self.kind == "best":
+            return max(ys) if larger_is_better else min(ys)
+        if self.kind == "step":
+            at_n = [v for s, v in points if s == self.n]
+            return at_n[-1] if at_n else math.nan
+        xs = [s for s, _ in points]  # auc: the trapezoid area over the logged steps divided by their span
+        if len(xs) < 2 or xs[-1] == xs[0]:
+            return math.fsum(ys) / len(ys)
+        area = math.fsum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1))
+        return area / (xs[-1] - xs[0])
+
     def describe(self) -> str:
-        return {"final": "the last logged value of each run",
-                "last": f"the mean of each run's last {self.k} logged values",
-                "step": f"each run's value at step {self.n}",
-                "auc": "each run's area under the curve divided by its step span (its mean over training)",
-                "best": "each run's best (largest) value over training — optimistic, a selection on the test curve"}[
-            self.kind]
+        return {
+            "final": "the last logged value of each run",
+            "last": f"the mean of each run's last {self.k} logged values",
+            "step": f"each run's value at step {self.n}",
+            "auc": "each run's area under the curve divided by its step span (its mean over training)",
+            "best": "each run's best (largest) value over training — optimistic, a selection on the test curve",
+        }[self.kind]

@@ -62,7 +62,7 @@ class Contrast(BaseModel):
     """arm vs arm only: the effect is mean(arm) − fold·mean(vs) ("at least fold times as large")."""
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Contrast":
+    def _one_kind(self) -> Contrast:
         if self.effect is not None:
             if self.arm is not None or self.vs is not None or self.fold != 1.0:
                 raise ValueError("give either effect/from/to or arm/vs (with fold), not both")
@@ -130,8 +130,10 @@ class Claim(BaseModel):
     def _metric(cls, metric: str | Ratio) -> str | Ratio:
         for name in metric.ratio if isinstance(metric, Ratio) else (metric,):
             if not M.is_known(name):
-                raise ValueError(f"unknown metric {name!r} (see trainer/metric_names.py: e.g. {M.ENTROPY}, "
-                                 f"{M.LENGTH_INCORRECT_MEAN}, eval/<benchmark>/accuracy)")
+                raise ValueError(
+                    f"unknown metric {name!r} (see trainer/metric_names.py: e.g. {M.ENTROPY}, "
+                    f"{M.LENGTH_INCORRECT_MEAN}, eval/<benchmark>/accuracy)"
+                )
         return metric
 
     @property
@@ -174,8 +176,9 @@ def picks(ref: ArmRef, label: str, settings: dict[str, Any]) -> bool:
     return all(k in settings and canonical(settings[k]) == canonical(v) for k, v in ref.items())
 
 
-def check_claims(claims: list[Claim], arms: dict[str, dict[str, Any]], levels: dict[str, list[Any]],
-                 where: str) -> None:
+def check_claims(
+    claims: list[Claim], arms: dict[str, dict[str, Any]], levels: dict[str, list[Any]], where: str
+) -> None:
     """Raise one `ConfigError` line for the first claim that names what the sweep does not have.
 
     `arms`: each arm's label → its resolved dotted settings; `levels`: each switch the grid varies → its values."""
@@ -183,13 +186,17 @@ def check_claims(claims: list[Claim], arms: dict[str, dict[str, Any]], levels: d
         key, c = f"{where}: claims[{i}] ({claim.id}).contrast", claim.contrast
         if c.effect is not None:
             if c.effect not in levels:
-                raise ConfigError(f"{key}.effect: {c.effect} is not varied by this sweep's grid "
-                                  f"(varied: {', '.join(levels) or 'nothing'})")
+                raise ConfigError(
+                    f"{key}.effect: {c.effect} is not varied by this sweep's grid "
+                    f"(varied: {', '.join(levels) or 'nothing'})"
+                )
             known = [canonical(v) for v in levels[c.effect]]
             for name, level in (("from", c.from_), ("to", c.to)):
                 if canonical(level) not in known:
-                    raise ConfigError(f"{key}.{name}: {level!r} is not a level of {c.effect} "
-                                      f"(levels: {', '.join(map(str, levels[c.effect]))})")
+                    raise ConfigError(
+                        f"{key}.{name}: {level!r} is not a level of {c.effect} "
+                        f"(levels: {', '.join(map(str, levels[c.effect]))})"
+                    )
             if canonical(c.from_) == canonical(c.to):
                 raise ConfigError(f"{key}: from and to are the same level")
             continue

@@ -134,7 +134,7 @@ class SweepSpec(RunsFile):
         return grid
 
     @model_validator(mode="after")
-    def _axes(self) -> "SweepSpec":
+    def _axes(self) -> SweepSpec:
         seen = set(self.grid)
         for i, group in enumerate(self.zip):
             lengths = {len(v) for v in group.values()}
@@ -154,7 +154,9 @@ class SweepSpec(RunsFile):
         for i, rule in enumerate(self.exclude):
             unknown = set(rule) - varied
             if not rule or unknown:
-                raise ValueError(f"exclude[{i}]: {', '.join(sorted(unknown)) or 'empty rule'} does not vary in this sweep")
+                raise ValueError(
+                    f"exclude[{i}]: {', '.join(sorted(unknown)) or 'empty rule'} does not vary in this sweep"
+                )
         return self
 
     def job_count(self) -> int:
@@ -187,8 +189,13 @@ class SweepPlan:
     jobs: tuple[Job, ...]
 
 
-def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None,
-               max_jobs: int | None = None, seeds: list[int] | None = None) -> SweepPlan:
+def load_sweep(
+    path: str | Path,
+    profile: str | None = None,
+    overrides: list[str] | None = None,
+    max_jobs: int | None = None,
+    seeds: list[int] | None = None,
+) -> SweepPlan:
     """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job, `seeds`
     replace the file's (and are what the plan's spec records). A sweep of more than `max_jobs`
     (default `MAX_JOBS`) jobs is refused before it is expanded."""
@@ -199,8 +206,9 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
     spec = validate(SweepSpec, raw, str(path))
     max_jobs = MAX_JOBS if max_jobs is None else max_jobs
     if spec.job_count() > max_jobs:
-        raise ConfigError(f"{path}: grid: {spec.job_count()} jobs exceed the limit of {max_jobs} "
-                          "(raise it with --max-jobs)")
+        raise ConfigError(
+            f"{path}: grid: {spec.job_count()} jobs exceed the limit of {max_jobs} (raise it with --max-jobs)"
+        )
     refuse_taken_overrides(path, spec.set_keys(), overrides or [])
     base = spec.base_config(path)
     if profile is not None and profile not in spec.profiles:
@@ -216,8 +224,7 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
     jobs, seen = [], {}
     for combo in combos:
         label = _label(combo, [k for k in varying if k in axes])
-        data = _apply(path, f"arm '{label}'", base,
-                      {**combo, "tracking.experiment": experiment, "seed": spec.seeds[0]})
+        data = _apply(path, f"arm '{label}'", base, {**combo, "tracking.experiment": experiment, "seed": spec.seeds[0]})
         try:
             cfg = RunConfig.model_validate(data)
         except ValidationError:
@@ -257,8 +264,7 @@ def refuse_taken_overrides(path: Path, taken: set[str], overrides: list[str]) ->
         clash = [k for k in taken if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
         if clash:
             what = "seeds" if clash[0] == "seed" else "this file"
-            raise ConfigError(f"{path}: --set {key}: {clash[0]} is set by {what} for every run; "
-                              "change it in the file")
+            raise ConfigError(f"{path}: --set {key}: {clash[0]} is set by {what} for every run; change it in the file")
 
 
 def _combinations(spec: SweepSpec) -> list[Overrides]:
@@ -269,8 +275,10 @@ def _combinations(spec: SweepSpec) -> list[Overrides]:
             acc = {**acc, **arm.set} if spec.cumulative else dict(arm.set)
             arms.append({"__arm__": arm.name, **acc})
     axes = [[{k: v} for v in values] for k, values in spec.grid.items()]
-    axes += [[{k: vals[i] for k, vals in group.items()} for i in range(len(next(iter(group.values()))))]
-             for group in spec.zip]
+    axes += [
+        [{k: vals[i] for k, vals in group.items()} for i in range(len(next(iter(group.values()))))]
+        for group in spec.zip
+    ]
     combos = []
     for parts in itertools.product(arms, *axes):
         combo = {k: v for part in parts for k, v in part.items()}

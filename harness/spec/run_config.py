@@ -39,7 +39,7 @@ class ModelConfig(BaseModel):
     """Recompute activations in the backward pass (less memory, ~30% more compute) — for large models."""
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelConfig":
+    def _check(self) -> ModelConfig:
         if self.source == "hf":
             if not self.name_or_path:
                 raise ValueError("name_or_path is required when source is 'hf'")
@@ -174,21 +174,25 @@ class RunConfig(BaseModel):
         return {**data, "objective": objective}
 
     @model_validator(mode="after")
-    def _eval_only(self) -> "RunConfig":
+    def _eval_only(self) -> RunConfig:
         if self.train.steps == 0 and self.eval.every == 0:
             raise ValueError("train.steps is 0 (an evaluation-only run) but eval.every is 0: nothing to do")
         return self
 
     @model_validator(mode="after")
-    def _fits_toy_model(self) -> "RunConfig":
+    def _fits_toy_model(self) -> RunConfig:
         if self.model.source != "toy" or self.task.name != "toy_addition":
             return self
         prompt, positions = self.task.toy_addition.max_prompt_len + 1, self.model.toy.max_position_embeddings  # + BOS
-        for key, new in (("rollout.max_new_tokens", self.rollout.max_new_tokens),
-                         ("eval.max_new_tokens", self.eval.max_new_tokens or 0)):
+        for key, new in (
+            ("rollout.max_new_tokens", self.rollout.max_new_tokens),
+            ("eval.max_new_tokens", self.eval.max_new_tokens or 0),
+        ):
             if prompt + new > positions:
-                raise ValueError(f"{key}: {new} new tokens after a prompt of up to {prompt} exceed the toy model's "
-                                 f"{positions} positions (model.toy.max_position_embeddings)")
+                raise ValueError(
+                    f"{key}: {new} new tokens after a prompt of up to {prompt} exceed the toy model's "
+                    f"{positions} positions (model.toy.max_position_embeddings)"
+                )
         return self
 
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:

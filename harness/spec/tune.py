@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from harness.spec.at import At
 from harness.spec.plan import RunsFile, refuse_taken_overrides
 from harness.spec.run_config import RunConfig
 from harness.spec.yaml_io import (
@@ -40,7 +41,7 @@ class Dimension(BaseModel):
     """The values of a categorical setting."""
 
     @model_validator(mode="after")
-    def _check(self) -> "Dimension":
+    def _check(self) -> Dimension:
         if self.type == "categorical":
             if not self.choices:
                 raise ValueError("a categorical setting needs choices")
@@ -74,9 +75,12 @@ class Objective(BaseModel):
     """Whether larger is better."""
 
     @model_validator(mode="after")
-    def _check(self) -> "Objective":
-        if not (self.at in ("final", "best") or (self.at.startswith("last-") and self.at[5:].isdigit()
-                                                 and int(self.at[5:]) >= 1)):
+    def _check(self) -> Objective:
+        try:
+            kind = At.parse(self.at, "at").kind
+        except ValueError:
+            kind = None
+        if kind not in ("final", "last", "best"):  # what a per-step objective can be read at
             raise ValueError(f"at: {self.at!r} is not one of final, last-K (e.g. last-10), best")
         return self
 
@@ -123,7 +127,7 @@ class TuneSpec(RunsFile):
     """Optuna RDB storage URL (null = sqlite under the base config's results dir, optuna.db)."""
 
     @model_validator(mode="after")
-    def _check(self) -> "TuneSpec":
+    def _check(self) -> TuneSpec:
         if self.sampler.name == "grid":
             size = 1
             for key, dim in self.space.items():
@@ -161,11 +165,16 @@ def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     experiment = spec.experiment or spec.name
     base = apply_overrides(set_dotted(base, spec.set, f"{path}: set"), overrides or [])
     base = set_dotted(base, {"tracking.experiment": experiment}, str(path))
-    plan = TunePlan(spec, path, base, experiment,
-                    hashlib.sha256(f"tune:{spec.name}:{experiment}".encode()).hexdigest()[:12],
-                    validate(RunConfig, base, f"{path}: base").tracking.results_dir)
+    plan = TunePlan(
+        spec,
+        path,
+        base,
+        experiment,
+        hashlib.sha256(f"tune:{spec.name}:{experiment}".encode()).hexdigest()[:12],
+        validate(RunConfig, base, f"{path}: base").tracking.results_dir,
+    )
     for key, dim in spec.space.items():
-        for value in (dim.choices or [dim.low, dim.high]):
+        for value in dim.choices or [dim.low, dim.high]:
             value = int(value) if dim.type == "int" else value
             try:
                 plan.trial_config({key: value})

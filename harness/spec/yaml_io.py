@@ -77,8 +77,7 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
             if key is not None and key in seen:
-                raise _KeyedError(str(key), f"duplicate key (first at line {seen[key].line + 1})",
-                                  key_node.start_mark)
+                raise _KeyedError(str(key), f"duplicate key (first at line {seen[key].line + 1})", key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
@@ -99,8 +98,10 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path}: cannot read (not a regular file)")
         if info.st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"{path}: cannot read ({info.st_size} bytes, over the {MAX_FILE_BYTES >> 20} MiB "
-                              "limit of a config file)")
+            raise ConfigError(
+                f"{path}: cannot read ({info.st_size} bytes, over the {MAX_FILE_BYTES >> 20} MiB "
+                "limit of a config file)"
+            )
         with open(path, encoding="utf-8") as f:
             text = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
@@ -204,8 +205,9 @@ def _check_size(data: Any, where: str) -> None:
             for k, v in items:
                 total += size(v, f"{key}.{k}" if key and isinstance(k, str) else (key or str(k)))
                 if total > MAX_NODES:
-                    raise ConfigError(f"{where}: {key or k}: holds more than {MAX_NODES} values "
-                                      "(YAML aliases expanded)")
+                    raise ConfigError(
+                        f"{where}: {key or k}: holds more than {MAX_NODES} values (YAML aliases expanded)"
+                    )
             open_.discard(id(node))
             sizes[id(node)] = total
         return sizes[id(node)]

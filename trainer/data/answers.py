@@ -44,7 +44,7 @@ def _box_content(text: str, i: int, stop: int) -> str | None:
                 continue
             depth += (c == "{") - (c == "}")
             if depth == 0:
-                return text[j + 1:k].strip()
+                return text[j + 1 : k].strip()
             k += 1
         return None
     if j > i:  # `\boxed 5`: the token up to whitespace or a math delimiter
@@ -69,7 +69,7 @@ def extract_answer_tag(text: str) -> str | None:
     often stops at the `</answer>` stop string and drops it); None if absent or empty."""
     if not text or _ANSWER_OPEN not in text:
         return None
-    content = text[text.rindex(_ANSWER_OPEN) + len(_ANSWER_OPEN):]
+    content = text[text.rindex(_ANSWER_OPEN) + len(_ANSWER_OPEN) :]
     content = content.split(_ANSWER_CLOSE, 1)[0].strip()
     return content or None
 

@@ -11,9 +11,10 @@ A ~12k MATH training pool here is `math_train` + (`math_test5000` minus MATH-500
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from trainer.data.records import (
     FieldMap,
@@ -77,8 +78,10 @@ def benchmark_path(name: str, data_dir: str | Path | None = None) -> Path:
     for candidate in (path, path.with_name(path.name + ".gz")):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"benchmark {name!r}: no file {path} or {path.name}.gz "
-                            f"(${ENV_VAR} names the data directory; unset, the shipped files are used)")
+    raise FileNotFoundError(
+        f"benchmark {name!r}: no file {path} or {path.name}.gz "
+        f"(${ENV_VAR} names the data directory; unset, the shipped files are used)"
+    )
 
 
 def load_benchmark(name: str, data_dir: str | Path | None = None, limit: int | None = None) -> Problems:
@@ -96,4 +99,12 @@ def dedupe(pool: Iterable[Problem], against: Iterable[Iterable[Problem]]) -> tup
     return kept, len(pool) - len(kept)
 
 
-__all__ = ["BENCHMARKS", "BenchmarkSpec", "benchmark_path", "data_dir", "dedupe", "load_benchmark", "normalise_question"]
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkSpec",
+    "benchmark_path",
+    "data_dir",
+    "dedupe",
+    "load_benchmark",
+    "normalise_question",
+]

@@ -84,6 +84,7 @@ def load_records(source: str | Path, split: str | None = None) -> list[dict[str,
         suffix = Path(path.stem).suffix.lower() if gzipped else path.suffix.lower()
         if suffix == ".parquet" and not gzipped:
             import pyarrow.parquet as pq
+
             return pq.read_table(path).to_pylist()
         data = path.read_bytes()
         text = (gzip.decompress(data) if gzipped else data).decode("utf-8")
@@ -98,6 +99,7 @@ def load_records(source: str | Path, split: str | None = None) -> list[dict[str,
                 raise ValueError(f"{path}: expected a JSON list of records, got an object")
         return [json.loads(line) for line in text.splitlines() if line.strip()]
     import datasets
+
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
             return _rows(datasets.load_from_disk(str(path)), split, str(path))
@@ -138,9 +140,15 @@ def normalise_answer(value: Any) -> str | None:
     return text or None
 
 
-def load_problems(source: str | Path, *, fields: FieldMap = FieldMap(), split: str | None = None,
-                  answer_format: Literal["plain", "gsm8k"] = "plain", limit: int | None = None,
-                  name: str | None = None) -> Problems:
+def load_problems(
+    source: str | Path,
+    *,
+    fields: FieldMap = FieldMap(),
+    split: str | None = None,
+    answer_format: Literal["plain", "gsm8k"] = "plain",
+    limit: int | None = None,
+    name: str | None = None,
+) -> Problems:
     """Problems from `source` (see `load_records`), first `limit` usable ones; `Problem.source` = `name` or
     `source`. Records without a usable answer are skipped and counted in the result's `skipped`.
     Ids: the `fields.id` value as a string, else `question_id` of the question."""
@@ -168,11 +176,12 @@ def load_problems(source: str | Path, *, fields: FieldMap = FieldMap(), split: s
             skipped += 1
             continue
         pid = str(row[fields.id]) if fields.id and row.get(fields.id) is not None else question_id(question)
-        out.append(Problem(id=pid, question=question, answer=answer, solution=solution,
-                           source=name or str(source)))
+        out.append(Problem(id=pid, question=question, answer=answer, solution=solution, source=name or str(source)))
     if records and not out:
-        raise ValueError(f"{source}: none of {len(records)} records has an answer in {fields.answer!r} "
-                         f"or a boxed solution in {fields.solution!r}")
+        raise ValueError(
+            f"{source}: none of {len(records)} records has an answer in {fields.answer!r} "
+            f"or a boxed solution in {fields.solution!r}"
+        )
     if skipped:
         log.info("%s: skipped %d records without an answer", name or source, skipped)
     out.skipped = skipped

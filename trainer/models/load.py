@@ -21,13 +21,15 @@ def resolve_dtype(choice: str, device: torch.device) -> torch.dtype:
     return DTYPES[choice]
 
 
-def load_policy(name_or_path: str, device: torch.device, dtype: str = "auto", gradient_checkpointing: bool = False
-                ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_policy(
+    name_or_path: str, device: torch.device, dtype: str = "auto", gradient_checkpointing: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Model (safetensors only: weights are untrusted input, never unpickled) and tokenizer, by hub id or
     local directory."""
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, use_safetensors=True,
-                                                 dtype=resolve_dtype(dtype, device)).to(device)
+    model = AutoModelForCausalLM.from_pretrained(
+        name_or_path, use_safetensors=True, dtype=resolve_dtype(dtype, device)
+    ).to(device)
     if gradient_checkpointing:
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()  # transformers 5 renamed gradient_checkpointing_enable (the old name warns there)

@@ -44,10 +44,15 @@ def config_hash(config: ToyModelConfig) -> str:
     cache key. The traces make any change to the task's format a new key, bumped or not."""
     task = ToyAdditionTask(config.task)
     rng = np.random.default_rng(config.seed)
-    traces = [p + target_trace(config.task, g, i, rng) for g in task.sample_groups(rng, 32, 2)
-              for i, p in enumerate(g.prompts)]
-    payload = json.dumps({"version": BUILD_VERSION, "config": config.model_dump(mode="json"), "chars": CHARS,
-                          "traces": traces}, sort_keys=True)
+    traces = [
+        p + target_trace(config.task, g, i, rng)
+        for g in task.sample_groups(rng, 32, 2)
+        for i, p in enumerate(g.prompts)
+    ]
+    payload = json.dumps(
+        {"version": BUILD_VERSION, "config": config.model_dump(mode="json"), "chars": CHARS, "traces": traces},
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -89,14 +94,22 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Pa
     finally:
         torch.set_num_threads(caller_threads)
     train_s = time.perf_counter() - start
-    report = {"version": BUILD_VERSION, "hash": config_hash(config), "config": config.model_dump(mode="json"),
-              "parameters": sum(p.numel() for p in model.parameters()), "train_s": round(train_s, 2),
-              "final_loss": final_loss}
+    report = {
+        "version": BUILD_VERSION,
+        "hash": config_hash(config),
+        "config": config.model_dump(mode="json"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_s": round(train_s, 2),
+        "final_loss": final_loss,
+    }
     if config.eval_samples:
-        evaluation = sampled_accuracy(model, tokenizer, ToyAdditionTask(config.task), config.eval_samples,
-                                      seed=config.seed)
-        report["eval"] = {k: None if isinstance(v, float) and math.isnan(v) else v  # strict JSON
-                          for k, v in asdict(evaluation).items()}
+        evaluation = sampled_accuracy(
+            model, tokenizer, ToyAdditionTask(config.task), config.eval_samples, seed=config.seed
+        )
+        report["eval"] = {
+            k: None if isinstance(v, float) and math.isnan(v) else v  # strict JSON
+            for k, v in asdict(evaluation).items()
+        }
         check_quality(config, evaluation, report["hash"])
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
@@ -116,7 +129,7 @@ class ToyBuildTooWeak(RuntimeError):
     """The build's sampled quality is below the config's bar (nothing was cached)."""
 
 
-def check_quality(config: ToyModelConfig, evaluation: "ToyEval", hash_: str) -> None:
+def check_quality(config: ToyModelConfig, evaluation: ToyEval, hash_: str) -> None:
     """Raise ToyBuildTooWeak, with the figures, when clean accuracy is below `config.min_clean_accuracy`.
 
     A clean accuracy of nan (no clean prompt drawn) cannot show the bar is met, so it fails too."""
@@ -124,42 +137,54 @@ def check_quality(config: ToyModelConfig, evaluation: "ToyEval", hash_: str) -> 
     if not accuracy >= config.min_clean_accuracy:
         raise ToyBuildTooWeak(
             f"toy build {hash_}: sampled accuracy on clean prompts is {accuracy:.3f} "
-            f"(the clean ones among n={evaluation.n} sampled prompts), below model.toy.min_clean_accuracy = {config.min_clean_accuracy}; "
-            "nothing was cached (train longer with model.toy.sft_steps, or lower the bar knowingly)")
+            f"(the clean ones among n={evaluation.n} sampled prompts), "
+            f"below model.toy.min_clean_accuracy = {config.min_clean_accuracy}; "
+            "nothing was cached (train longer with model.toy.sft_steps, or lower the bar knowingly)"
+        )
 
 
 def _new_model(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
     llama = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-        num_key_value_heads=config.num_heads, max_position_embeddings=config.max_position_embeddings,
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=config.max_position_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
-        tie_word_embeddings=config.tie_embeddings, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        tie_word_embeddings=config.tie_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = LlamaForCausalLM(llama)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     return model
 
 
-def _sft_batch(task: ToyAdditionTask, tokenizer: PreTrainedTokenizerBase, rng: np.random.Generator,
-               batch_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sft_batch(
+    task: ToyAdditionTask, tokenizer: PreTrainedTokenizerBase, rng: np.random.Generator, batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded (input_ids, attention_mask, labels); labels are -100 except on response tokens and EOS."""
     rows = []
     for group in task.sample_groups(rng, batch_size, 1):
         prompt = [tokenizer.bos_token_id, *tokenizer.convert_tokens_to_ids(list(group.prompts[0]))]
-        response = [*tokenizer.convert_tokens_to_ids(list(target_trace(task.config, group, 0, rng))),
-                    tokenizer.eos_token_id]
+        response = [
+            *tokenizer.convert_tokens_to_ids(list(target_trace(task.config, group, 0, rng))),
+            tokenizer.eos_token_id,
+        ]
         rows.append((prompt + response, [-100] * len(prompt) + response))
     width = max(len(ids) for ids, _ in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((len(rows), width), -100, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, (row_ids, row_labels) in enumerate(rows):
-        ids[i, :len(row_ids)] = torch.tensor(row_ids)
-        labels[i, :len(row_labels)] = torch.tensor(row_labels)
-        mask[i, :len(row_ids)] = 1
+        ids[i, : len(row_ids)] = torch.tensor(row_ids)
+        labels[i, : len(row_labels)] = torch.tensor(row_labels)
+        mask[i, : len(row_ids)] = 1
     return ids, mask, labels
 
 
@@ -179,8 +204,7 @@ def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
     model.train()
     loss_value = float("nan")
-    bar = tqdm(range(config.sft_steps), desc=f"building toy model {config_hash(config)}", unit="step",
-               mininterval=1.0)
+    bar = tqdm(range(config.sft_steps), desc=f"building toy model {config_hash(config)}", unit="step", mininterval=1.0)
     for _ in bar:
         ids, mask, labels = _sft_batch(task, tokenizer, rng, config.batch_size)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss  # mean over response tokens
@@ -216,21 +240,35 @@ class ToyEval:
 
 
 @torch.no_grad()
-def sampled_accuracy(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, task: ToyAdditionTask,
-                     n: int, seed: int, max_new_tokens: int = 128, batch_size: int = 256) -> ToyEval:
+def sampled_accuracy(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    task: ToyAdditionTask,
+    n: int,
+    seed: int,
+    max_new_tokens: int = 128,
+    batch_size: int = 256,
+) -> ToyEval:
     """Sample one response to each of `n` fresh prompts drawn with `seed`, and grade them."""
     groups = task.sample_groups(np.random.default_rng(seed), n, 1)
     torch.manual_seed(seed)
     grades, lengths, truncated = [], [], []
     for first in range(0, n, batch_size):
-        chunk = groups[first:first + batch_size]
+        chunk = groups[first : first + batch_size]
         encoded = tokenizer([g.prompts[0] for g in chunk], return_tensors="pt", padding=True).to(model.device)
-        out = model.generate(**encoded, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
-        for group, row in zip(chunk, out[:, encoded["input_ids"].shape[1]:].tolist(), strict=True):
+        out = model.generate(
+            **encoded,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        for group, row in zip(chunk, out[:, encoded["input_ids"].shape[1] :].tolist(), strict=True):
             ended = tokenizer.eos_token_id in row
-            row = row[:row.index(tokenizer.eos_token_id) + 1] if ended else row
+            row = row[: row.index(tokenizer.eos_token_id) + 1] if ended else row
             grade = task.grade(group, 0, tokenizer.decode(row, skip_special_tokens=True))
             grades.append(grade if ended else None)
             lengths.append(len(row))
@@ -248,6 +286,12 @@ def sampled_accuracy(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase
         if g is not None:
             key = str(g.info["filler_tokens"] // block) if g.info["filler_tokens"] % block == 0 else "partial"
             histogram[key] = histogram.get(key, 0) + 1
-    return ToyEval(accuracy_clean=accuracy([not h for h in hidden]), accuracy_hidden=accuracy(hidden),
-                   accuracy=accuracy([True] * n), length_mean=float(np.mean(lengths)),
-                   truncated_frac=float(np.mean(truncated)), filler_blocks=dict(sorted(histogram.items())), n=n)
+    return ToyEval(
+        accuracy_clean=accuracy([not h for h in hidden]),
+        accuracy_hidden=accuracy(hidden),
+        accuracy=accuracy([True] * n),
+        length_mean=float(np.mean(lengths)),
+        truncated_frac=float(np.mean(truncated)),
+        filler_blocks=dict(sorted(histogram.items())),
+        n=n,
+    )

@@ -28,11 +28,30 @@ _HOMES = {
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "RATIOS", "PRESETS", "preset_fields",
-    "ObjectiveSettings", "ObjectiveOutput", "Normaliser", "Surrogate", "GroupFilter",
-    "policy_loss", "merge_metrics", "compute_advantages", "shape_rewards", "loss_mask",
-    "advantage_metrics", "clipped_surrogate", "overlong_filter", "soft_overlong_penalty",
-    "dynamic_sampling_filter", "group_outcome_metrics", "token_entropy", "token_logprobs",
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "RATIOS",
+    "PRESETS",
+    "preset_fields",
+    "ObjectiveSettings",
+    "ObjectiveOutput",
+    "Normaliser",
+    "Surrogate",
+    "GroupFilter",
+    "policy_loss",
+    "merge_metrics",
+    "compute_advantages",
+    "shape_rewards",
+    "loss_mask",
+    "advantage_metrics",
+    "clipped_surrogate",
+    "overlong_filter",
+    "soft_overlong_penalty",
+    "dynamic_sampling_filter",
+    "group_outcome_metrics",
+    "token_entropy",
+    "token_logprobs",
 ]
 
 

@@ -31,7 +31,7 @@ class Normaliser:
     """L_max, the generation budget (constant normaliser only)."""
 
     @classmethod
-    def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> "Normaliser":
+    def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> Normaliser:
         lengths = mask.sum(-1)
         return cls(mask.shape[0], int(lengths.sum()), int((lengths > 0).sum()), max_len)
 

@@ -24,8 +24,9 @@ class Surrogate:
     """A < 0 and the loss was capped at −c·A."""
 
 
-def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float,
-                      clip_high: float, dual_clip: float | None = None) -> Surrogate:
+def clipped_surrogate(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float, dual_clip: float | None = None
+) -> Surrogate:
     """ℓ_it = −min(r_it·A_i, clip(r_it, 1 − ε_low, 1 + ε_high)·A_i); with dual clip c,
     ℓ_it = min(ℓ_it, −c·A_i) where A_i < 0.
 

@@ -48,9 +48,17 @@ def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings) -> torch.Ten
     return ADVANTAGES[s.advantage](rewards, s.adv_eps)
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                settings: ObjectiveSettings, *, ref_logp: torch.Tensor | None = None,
-                entropy: torch.Tensor | None = None, norm: Normaliser | None = None) -> ObjectiveOutput:
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: ObjectiveSettings,
+    *,
+    ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    norm: Normaliser | None = None,
+) -> ObjectiveOutput:
     """L = agg_{i,t}( ℓ_it + β·KL_it ), ℓ_it the clipped surrogate at the configured ratio level.
 
     logp, old_logp, ref_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
@@ -78,14 +86,18 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         m = mask.bool()
         n_tok = max(norm.num_tokens, 1)
         if s.per_sequence_ratio:  # clipping decides per sequence: count sequences (GSPO)
+
             def share(ind: torch.Tensor) -> torch.Tensor:
                 return (ind & m).any(-1).sum().double() / max(norm.num_scored, 1)
+
             has_tokens = m.any(-1)
             values = sur.ratio[:, 0][has_tokens] if sur.ratio.shape[1] else sur.ratio.new_zeros(0)
             metrics[M.RATIO_MEAN] = values.double().sum() / max(norm.num_scored, 1)
         else:
+
             def share(ind: torch.Tensor) -> torch.Tensor:
                 return (ind & m).sum().double() / n_tok
+
             values = sur.ratio[m]
             metrics[M.RATIO_MEAN] = values.double().sum() / n_tok
         metrics[M.RATIO_MIN] = values.min() if values.numel() else torch.tensor(float("inf"))

@@ -7,7 +7,8 @@ switch names validate without importing that module (torch); looking a function 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,10 +54,15 @@ class Registry(Generic[F]):
         return self._names
 
 
-ADVANTAGES: Registry = Registry("advantage estimator", "trainer.objective.advantages",
-                                ("group_std", "group_mean", "batch_std", "group_median"))
-AGGREGATIONS: Registry = Registry("loss aggregation", "trainer.objective.aggregation",
-                                  ("seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum"))
-RATIOS: Registry = Registry("importance ratio level", "trainer.objective.ratios",
-                            ("token", "sequence", "sequence_token"))
+ADVANTAGES: Registry = Registry(
+    "advantage estimator", "trainer.objective.advantages", ("group_std", "group_mean", "batch_std", "group_median")
+)
+AGGREGATIONS: Registry = Registry(
+    "loss aggregation",
+    "trainer.objective.aggregation",
+    ("seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum"),
+)
+RATIOS: Registry = Registry(
+    "importance ratio level", "trainer.objective.ratios", ("token", "sequence", "sequence_token")
+)
 KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3"))

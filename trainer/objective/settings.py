@@ -61,7 +61,7 @@ class ObjectiveSettings(BaseModel):
     """What must vary within a group to keep it: the (shaped) reward, or correctness (DAPO's recipe)."""
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ObjectiveSettings":
+    def preset(cls, name: str, **overrides: Any) -> ObjectiveSettings:
         """A named preset (grpo, dr_grpo, dapo, gspo) with any field overridden; see `preset_fields`
         for the defaults a preset derives (dapo: overlong_cache_len = max_len // 5)."""
         return cls(**preset_fields(name, overrides))
@@ -75,14 +75,16 @@ class ObjectiveSettings(BaseModel):
         return name
 
     @model_validator(mode="after")
-    def _combinations(self) -> "ObjectiveSettings":
+    def _combinations(self) -> ObjectiveSettings:
         if self.aggregation == "constant" and self.max_len is None:
             raise ValueError("max_len is required when aggregation is 'constant' (Dr. GRPO divides by B·L_max)")
         if self.overlong_penalty:
             if self.max_len is None or self.overlong_cache_len is None:
                 raise ValueError("overlong_penalty needs both max_len and overlong_cache_len")
             if self.overlong_cache_len > self.max_len:
-                raise ValueError(f"overlong_cache_len ({self.overlong_cache_len}) must not exceed max_len ({self.max_len})")
+                raise ValueError(
+                    f"overlong_cache_len ({self.overlong_cache_len}) must not exceed max_len ({self.max_len})"
+                )
         return self
 
     @property
@@ -91,30 +93,67 @@ class ObjectiveSettings(BaseModel):
         return bool(RATIOS.meta(self.ratio)["per_sequence"])
 
 
-_REGISTRIES: dict[str, Registry] = {"advantage": ADVANTAGES, "aggregation": AGGREGATIONS, "ratio": RATIOS,
-                                    "kl_estimator": KL_ESTIMATORS}
+_REGISTRIES: dict[str, Registry] = {
+    "advantage": ADVANTAGES,
+    "aggregation": AGGREGATIONS,
+    "ratio": RATIOS,
+    "kl_estimator": KL_ESTIMATORS,
+}
 
 _COMMON: dict[str, Any] = dict(
-    adv_eps=1e-6, max_len=None, dual_clip=None, kl_coef=0.0, kl_estimator="k3",
-    overlong_filter=False, overlong_penalty=False, overlong_cache_len=None,
-    dynamic_sampling=False, dynamic_sampling_key="correct",
+    adv_eps=1e-6,
+    max_len=None,
+    dual_clip=None,
+    kl_coef=0.0,
+    kl_estimator="k3",
+    overlong_filter=False,
+    overlong_penalty=False,
+    overlong_cache_len=None,
+    dynamic_sampling=False,
+    dynamic_sampling_key="correct",
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
     # GRPO (arXiv 2402.03300) as TRL/verl ship it, β = 0.
-    "grpo": {**_COMMON, "advantage": "group_std", "aggregation": "seq_mean_token_mean",
-             "ratio": "token", "clip_low": 0.2, "clip_high": 0.2},
+    "grpo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "seq_mean_token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
     # Dr. GRPO (arXiv 2503.20783): no std, constant normaliser B·L_max.
-    "dr_grpo": {**_COMMON, "advantage": "group_mean", "aggregation": "constant",
-                "ratio": "token", "clip_low": 0.2, "clip_high": 0.2},
+    "dr_grpo": {
+        **_COMMON,
+        "advantage": "group_mean",
+        "aggregation": "constant",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
     # DAPO (arXiv 2503.14476): clip-higher, token-level loss, dynamic sampling, overlong
     # filtering + soft punishment (overlong_cache_len derived from max_len: see _DERIVED).
-    "dapo": {**_COMMON, "advantage": "group_std", "aggregation": "token_mean",
-             "ratio": "token", "clip_low": 0.2, "clip_high": 0.28,
-             "dynamic_sampling": True, "overlong_filter": True, "overlong_penalty": True},
+    "dapo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "dynamic_sampling": True,
+        "overlong_filter": True,
+        "overlong_penalty": True,
+    },
     # GSPO (arXiv 2507.18071): sequence ratio, tiny clip range, mean over sequences.
-    "gspo": {**_COMMON, "advantage": "group_std", "aggregation": "seq_mean_token_mean",
-             "ratio": "sequence", "clip_low": 3e-4, "clip_high": 4e-4},
+    "gspo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "seq_mean_token_mean",
+        "ratio": "sequence",
+        "clip_low": 3e-4,
+        "clip_high": 4e-4,
+    },
 }
 
 

@@ -86,15 +86,18 @@ def grade_math(completion: str, gold: str, budget_s: float = BUDGET_S) -> Grade:
     completion (garbage, empty, too long, unparsable or timing out grades 0); raises ValueError for a
     `budget_s` that is not a finite number > 0.
     """
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not math.isfinite(budget_s) \
-            or budget_s <= 0:
+    if (
+        isinstance(budget_s, bool)
+        or not isinstance(budget_s, (int, float))
+        or not math.isfinite(budget_s)
+        or budget_s <= 0
+    ):
         raise ValueError(f"budget_s must be a finite number of seconds > 0, got {budget_s!r}")
     completion = completion if isinstance(completion, str) else str(completion)
     if too_complex(completion):
         return Grade(reward=0.0, correct=False, info={"extracted": ""})
     correct, extracted, timed_out = _HELPER.grade(completion, gold, float(budget_s))
-    return Grade(reward=1.0 if correct else 0.0, correct=correct, info={"extracted": extracted},
-                 timed_out=timed_out)
+    return Grade(reward=1.0 if correct else 0.0, correct=correct, info={"extracted": extracted}, timed_out=timed_out)
 
 
 def too_complex(text: str) -> bool:
@@ -130,7 +133,7 @@ def _grade(completion: str, gold: str) -> tuple[bool, str]:
         if not gold_parsed or not predicted:
             return False, extracted
         return bool(verify(gold_parsed, predicted, timeout_seconds=None)), extracted
-    except Exception:
+    except Exception:  # noqa: BLE001 (a model's output can make parsing raise anything: graded wrong)
         return False, ""
 
 
@@ -139,7 +142,7 @@ def _answer_text(parsed: list[Any]) -> str:
     strings = [p for p in parsed if isinstance(p, str)]
     try:
         text = strings[0] if strings else (str(parsed[0]) if parsed else "")
-    except Exception:  # printing a pathological sympy object can fail
+    except Exception:  # noqa: BLE001 (printing a pathological sympy object can fail)
         text = ""
     return text[:MAX_INFO_CHARS]
 
@@ -178,7 +181,7 @@ class _Helper:
                 process.stdin.flush()
                 correct, extracted, timed_out = json.loads(_read_line(process, _WALL_FACTOR * budget_s + 5))
                 return bool(correct), str(extracted), bool(timed_out)
-            except Exception as error:  # the helper itself overran, died or garbled (a bug): start afresh
+            except Exception as error:  # noqa: BLE001 (the helper overran, died or garbled: start afresh)
                 log.warning("grade_math helper failed (%s); the completion grades 0", error)
                 self._stop()
                 return False, "", True
@@ -191,7 +194,11 @@ class _Helper:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             self._process = subprocess.Popen(
                 [sys.executable, "-c", "from trainer.rewards.math_verify import _serve; _serve()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             self._ready = False
         return self._process
 
@@ -280,13 +287,34 @@ class _Child:
 
 
 _WARM_UP = [  # answers of every kind the comparison handles: each first use of a kind costs up to seconds
-    ("x^2+1", "5"), ("(x+1)^2", "x^2+2x+1"), ("3\\sqrt{13}", "\\sqrt{117}"), ("[1,2]", "(1, 2]"),
-    ("\\{1,2\\}", "\\{1, 2\\}"), ("\\pi", "3.14159"), ("x=5", "5"), ("30^\\circ", "30"), ("50\\%", "0.5"),
-    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"), ("\\text{(A)}", "A"),
-    ("1,2,3", "1,2,3"), ("(0, \\infty)", "x>0"), ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}{2}"), ("2^{10}", "1024"),
-    ("\\log_2 8", "3"), ("\\sin x", "\\cos x"), ("a+b", "b+a"), ("y = 2x + 1", "y=2x+1"), ("x < 3", "x \\le 3"),
-    ("10!", "3628800"), ("\\binom{5}{2}", "10"), ("0.333333", "\\frac{1}{3}"), ("\\frac{1}{2}", "0.5"),
-    ("1+2*3", "7"), ("-\\frac{7}{4}", "-1.75"), ("\\dfrac{\\pi}{3}", "60^\\circ"), ("2i+1", "1+2i"),
+    ("x^2+1", "5"),
+    ("(x+1)^2", "x^2+2x+1"),
+    ("3\\sqrt{13}", "\\sqrt{117}"),
+    ("[1,2]", "(1, 2]"),
+    ("\\{1,2\\}", "\\{1, 2\\}"),
+    ("\\pi", "3.14159"),
+    ("x=5", "5"),
+    ("30^\\circ", "30"),
+    ("50\\%", "0.5"),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("\\text{(A)}", "A"),
+    ("1,2,3", "1,2,3"),
+    ("(0, \\infty)", "x>0"),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}{2}"),
+    ("2^{10}", "1024"),
+    ("\\log_2 8", "3"),
+    ("\\sin x", "\\cos x"),
+    ("a+b", "b+a"),
+    ("y = 2x + 1", "y=2x+1"),
+    ("x < 3", "x \\le 3"),
+    ("10!", "3628800"),
+    ("\\binom{5}{2}", "10"),
+    ("0.333333", "\\frac{1}{3}"),
+    ("\\frac{1}{2}", "0.5"),
+    ("1+2*3", "7"),
+    ("-\\frac{7}{4}", "-1.75"),
+    ("\\dfrac{\\pi}{3}", "60^\\circ"),
+    ("2i+1", "1+2i"),
 ]
 
 

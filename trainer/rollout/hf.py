@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -51,9 +51,14 @@ class TransformersBackend:
     (temperature 1) log-probabilities of the greedy tokens.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                 device: torch.device | str | None = None, eos_token_ids: Sequence[int] | None = None,
-                 add_special_tokens: bool = True):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        device: torch.device | str | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        add_special_tokens: bool = True,
+    ):
         """`eos_token_ids` defaults to the tokenizer's EOS plus the model's generation-config EOS ids;
         `add_special_tokens` is passed to the tokenizer (e.g. to prepend BOS)."""
         self.model = model
@@ -88,11 +93,19 @@ class TransformersBackend:
         truncated = ends > params.max_new_tokens  # the decode loop's mark for "never ended"
         lengths = ends.clamp(max=params.max_new_tokens)
         response_mask = (torch.arange(response_ids.shape[1], device=self.device) < lengths[:, None]).long()
-        texts = self.tokenizer.batch_decode([row[:n] for row, n in zip(response_ids.tolist(), lengths.tolist())],
-                                            skip_special_tokens=True)
-        return RolloutBatch(prompt_ids=unique_ids[inverse], prompt_mask=unique_mask[inverse],
-                            response_ids=response_ids, response_mask=response_mask, logprobs=logprobs,
-                            lengths=lengths, truncated=truncated, texts=texts)
+        texts = self.tokenizer.batch_decode(
+            [row[:n] for row, n in zip(response_ids.tolist(), lengths.tolist())], skip_special_tokens=True
+        )
+        return RolloutBatch(
+            prompt_ids=unique_ids[inverse],
+            prompt_mask=unique_mask[inverse],
+            response_ids=response_ids,
+            response_mask=response_mask,
+            logprobs=logprobs,
+            lengths=lengths,
+            truncated=truncated,
+            texts=texts,
+        )
 
     def _encode(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-padded ids and mask of the distinct prompts, and for each prompt its distinct row."""
@@ -107,12 +120,18 @@ class TransformersBackend:
         ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(encoded), width), dtype=torch.long)
         for i, e in enumerate(encoded):
-            ids[i, width - len(e):] = torch.tensor(e, dtype=torch.long)
-            mask[i, width - len(e):] = 1
+            ids[i, width - len(e) :] = torch.tensor(e, dtype=torch.long)
+            mask[i, width - len(e) :] = 1
         return ids.to(self.device), mask.to(self.device), torch.tensor(inverse, device=self.device)
 
-    def _decode(self, unique_ids: torch.Tensor, unique_mask: torch.Tensor, inverse: torch.Tensor,
-                params: SamplingParams, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _decode(
+        self,
+        unique_ids: torch.Tensor,
+        unique_mask: torch.Tensor,
+        inverse: torch.Tensor,
+        params: SamplingParams,
+        seed: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decode loop: [N, L] tokens and logprobs (pad / 0 after the end), and [N] end positions
         (the length, or max_new_tokens + 1 for a response that never ended)."""
         dev, n, max_new, width = self.device, inverse.shape[0], params.max_new_tokens, unique_ids.shape[1]
@@ -121,8 +140,14 @@ class TransformersBackend:
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=dev)
 
         cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, **self._keep_kw)
+        out = self.model(
+            input_ids=unique_ids,
+            attention_mask=unique_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            **self._keep_kw,
+        )
         logits = out.logits[:, -1, :][inverse]
         if unique_ids.shape[0] != n or not torch.equal(inverse, torch.arange(n, device=dev)):
             cache.reorder_cache(inverse)  # fan each prefilled prompt out to its samples
@@ -156,18 +181,25 @@ class TransformersBackend:
                     rows, token, next_pos, attn = rows[keep], token[keep], next_pos[keep], attn[keep]
                     cache.reorder_cache(keep)
             # finished rows not yet compacted away keep decoding; what they produce is blanked below
-            out = self.model(input_ids=token[:, None], attention_mask=attn[:, :width + t + 1],
-                             position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=attn[:, : width + t + 1],
+                position_ids=next_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
         used = int(ends.clamp(max=max_new).max())
         after_end = torch.arange(used, device=dev) >= ends[:, None]
-        return (tokens[:, :used].masked_fill(after_end, self.pad_id),
-                logprobs[:, :used].masked_fill(after_end, 0.0), ends)
+        return (
+            tokens[:, :used].masked_fill(after_end, self.pad_id),
+            logprobs[:, :used].masked_fill(after_end, 0.0),
+            ends,
+        )
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams,
-            uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its log-probability under the (tempered, nucleus-renormalised) sampling distribution;
     `uniform` ([R, 1] in [0, 1), float64) is the row's randomness."""
     logits = logits.float()

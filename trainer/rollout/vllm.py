@@ -48,7 +48,8 @@ import dataclasses
 import functools
 import os
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,8 +57,10 @@ from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBas
 
 from trainer.rollout.base import RolloutBatch, SamplingParams
 
-INSTALL_HINT = ("the vLLM backend needs the 'vllm' extra on a CUDA host: pip install 'harness[vllm]' "
-                "(vLLM ships CUDA-only wheels; the transformers backend needs nothing more)")
+INSTALL_HINT = (
+    "the vLLM backend needs the 'vllm' extra on a CUDA host: pip install 'harness[vllm]' "
+    "(vLLM ships CUDA-only wheels; the transformers backend needs nothing more)"
+)
 
 LOGPROBS_MODE = "processed_logprobs"
 """vLLM's name for log-probabilities after temperature and top-k/top-p, the distribution sampled from."""
@@ -83,14 +86,27 @@ class VLLMBackend:
     Other keyword arguments go to `vllm.LLM` as engine arguments (e.g. `enforce_eager=True`).
     """
 
-    def __init__(self, model_path: str, tokenizer: PreTrainedTokenizerBase | None = None, *,
-                 dtype: str = "bfloat16", gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,
-                 enable_sleep_mode: bool = False, enable_prefix_caching: bool = True, seed: int = 0,
-                 eos_token_ids: Sequence[int] | None = None, add_special_tokens: bool = True, **engine_kwargs: Any):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        *,
+        dtype: str = "bfloat16",
+        gpu_memory_utilization: float = 0.3,
+        max_model_len: int | None = None,
+        enable_sleep_mode: bool = False,
+        enable_prefix_caching: bool = True,
+        seed: int = 0,
+        eos_token_ids: Sequence[int] | None = None,
+        add_special_tokens: bool = True,
+        **engine_kwargs: Any,
+    ):
         vllm = import_vllm()
         if engine_kwargs.get("logprobs_mode", LOGPROBS_MODE) != LOGPROBS_MODE:
-            raise ValueError(f"logprobs_mode must stay {LOGPROBS_MODE!r}: RolloutBatch.logprobs are those of the "
-                             f"distribution sampled from, got {engine_kwargs['logprobs_mode']!r}")
+            raise ValueError(
+                f"logprobs_mode must stay {LOGPROBS_MODE!r}: RolloutBatch.logprobs are those of the "
+                f"distribution sampled from, got {engine_kwargs['logprobs_mode']!r}"
+            )
         self._vllm = vllm
         self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(model_path)
         self.add_special_tokens = add_special_tokens
@@ -105,16 +121,24 @@ class VLLMBackend:
         self.enable_sleep_mode = enable_sleep_mode
 
         self.processed_logprobs = _has_engine_arg(vllm, "logprobs_mode")
-        kwargs: dict[str, Any] = dict(model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                                      max_model_len=max_model_len, enable_sleep_mode=enable_sleep_mode,
-                                      enable_prefix_caching=enable_prefix_caching, seed=seed)
+        kwargs: dict[str, Any] = dict(
+            model=model_path,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enable_sleep_mode=enable_sleep_mode,
+            enable_prefix_caching=enable_prefix_caching,
+            seed=seed,
+        )
         if self.processed_logprobs:
             kwargs["logprobs_mode"] = LOGPROBS_MODE
         else:
-            warnings.warn(f"vllm {getattr(vllm, '__version__', '?')} has no logprobs_mode (added in vLLM 0.10): "
-                          "its log-probabilities are not those of the tempered / nucleus distribution sampled "
-                          "from, as RolloutBatch.logprobs documents, whenever temperature != 1 or top_p < 1",
-                          stacklevel=2)
+            warnings.warn(
+                f"vllm {getattr(vllm, '__version__', '?')} has no logprobs_mode (added in vLLM 0.10): "
+                "its log-probabilities are not those of the tempered / nucleus distribution sampled "
+                "from, as RolloutBatch.logprobs documents, whenever temperature != 1 or top_p < 1",
+                stacklevel=2,
+            )
         kwargs.update(engine_kwargs)
         # the engine core in this process: apply_model may then take a closure over the trainer's tensors
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -129,8 +153,10 @@ class VLLMBackend:
         encoded = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
         if min(len(e) for e in encoded) == 0:
             raise ValueError("a prompt encodes to no tokens")
-        requests = [self._vllm.SamplingParams(**self.sampling_kwargs(params, row_seed))
-                    for row_seed in row_seeds(seed, len(encoded))]
+        requests = [
+            self._vllm.SamplingParams(**self.sampling_kwargs(params, row_seed))
+            for row_seed in row_seeds(seed, len(encoded))
+        ]
         self._wake()
         self.llm.reset_prefix_cache()
         outputs = self.llm.generate([{"prompt_token_ids": list(e)} for e in encoded], requests, use_tqdm=False)
@@ -141,8 +167,16 @@ class VLLMBackend:
 
     def sampling_kwargs(self, params: SamplingParams, row_seed: int) -> dict[str, Any]:
         """The `vllm.SamplingParams` arguments for one request: our parameters mapped one to one."""
-        return dict(n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
-                    seed=row_seed, logprobs=0, stop_token_ids=list(self.eos_token_ids), detokenize=False)
+        return dict(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            seed=row_seed,
+            logprobs=0,
+            stop_token_ids=list(self.eos_token_ids),
+            detokenize=False,
+        )
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy `model`'s current weights into the engine (its state_dict names are the checkpoint's).
@@ -170,8 +204,10 @@ class VLLMBackend:
             completion = out.outputs[0]
             ids = [int(t) for t in completion.token_ids]
             if completion.finish_reason not in ("stop", "length") or not 0 < len(ids) <= params.max_new_tokens:
-                raise RuntimeError(f"vLLM request ended with finish_reason={completion.finish_reason!r} "
-                                   f"after {len(ids)} tokens (max_new_tokens={params.max_new_tokens})")
+                raise RuntimeError(
+                    f"vLLM request ended with finish_reason={completion.finish_reason!r} "
+                    f"after {len(ids)} tokens (max_new_tokens={params.max_new_tokens})"
+                )
             if completion.logprobs is None or len(completion.logprobs) != len(ids):
                 raise RuntimeError("vLLM returned no log-probability for some sampled tokens")
             # each position maps token id -> Logprob; the sampled token is always among them
@@ -187,20 +223,27 @@ class VLLMBackend:
         prompt_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         prompt_mask = torch.zeros((n, width), dtype=torch.long)
         for i, e in enumerate(encoded):  # left padding
-            prompt_ids[i, width - len(e):] = torch.tensor(e, dtype=torch.long)
-            prompt_mask[i, width - len(e):] = 1
+            prompt_ids[i, width - len(e) :] = torch.tensor(e, dtype=torch.long)
+            prompt_mask[i, width - len(e) :] = 1
         lengths = torch.tensor([len(r) for r in responses], dtype=torch.long)
         used = int(lengths.max())
         response_ids = torch.full((n, used), self.pad_id, dtype=torch.long)
         response_logprobs = torch.zeros((n, used), dtype=torch.float32)
         for i, (ids, lps) in enumerate(zip(responses, logprobs)):  # right padding
-            response_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            response_logprobs[i, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
+            response_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            response_logprobs[i, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
         response_mask = (torch.arange(used) < lengths[:, None]).long()
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
-                            response_mask=response_mask, logprobs=response_logprobs, lengths=lengths,
-                            truncated=torch.tensor(truncated, dtype=torch.bool), texts=texts)
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            logprobs=response_logprobs,
+            lengths=lengths,
+            truncated=torch.tensor(truncated, dtype=torch.bool),
+            texts=texts,
+        )
 
 
 def row_seeds(seed: int, n: int) -> list[int]:

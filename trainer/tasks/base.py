@@ -7,8 +7,9 @@ prompts are per sample.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,7 +43,8 @@ class Task(Protocol):
         """Grade the completion of sample `index` of `group` (text after the prompt, special tokens removed)."""
         ...
 
-    def step_metrics(self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]],
-                     lengths: Sequence[Sequence[int]]) -> dict[str, float]:
+    def step_metrics(
+        self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]], lengths: Sequence[Sequence[int]]
+    ) -> dict[str, float]:
         """Task metrics for one step (names from `trainer.metric_names.task_metric`); may be empty."""
         ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,8 +40,11 @@ class MathTask:
         groups = []
         for i in picks:
             p = self.problems[int(i)]
-            groups.append(Group(problem_id=p.id, answer=p.answer,
-                                prompts=(render_prompt(self.template, p.question),) * group_size))
+            groups.append(
+                Group(
+                    problem_id=p.id, answer=p.answer, prompts=(render_prompt(self.template, p.question),) * group_size
+                )
+            )
         return groups
 
     def grade(self, group: Group, index: int, completion: str) -> Grade:
@@ -52,11 +55,16 @@ class MathTask:
         if answer is None:
             return Grade(reward=0.0, correct=False, info={"extracted": 0, "source": source, "answer": ""})
         graded = grade_math(answer if source == "tag" else f"\\boxed{{{answer}}}", group.answer)
-        return Grade(reward=graded.reward, correct=graded.correct, timed_out=graded.timed_out,
-                     info={"extracted": 1, "source": source, "answer": answer[:MAX_INFO_CHARS]})
+        return Grade(
+            reward=graded.reward,
+            correct=graded.correct,
+            timed_out=graded.timed_out,
+            info={"extracted": 1, "source": source, "answer": answer[:MAX_INFO_CHARS]},
+        )
 
-    def step_metrics(self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]],
-                     lengths: Sequence[Sequence[int]]) -> dict[str, float]:
+    def step_metrics(
+        self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]], lengths: Sequence[Sequence[int]]
+    ) -> dict[str, float]:
         """`task/no_answer_frac`: the share of completions with no extractable answer."""
         flat = [g for gs in grades for g in gs]
         if not flat:

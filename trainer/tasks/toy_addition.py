@@ -34,7 +34,8 @@ The tokenizer is character-level, so characters and tokens are the same count.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ HIDDEN = "?"
 def _draw_operand(rng: np.random.Generator, config: ToyAdditionConfig) -> int:
     digits = int(rng.integers(config.min_digits, config.max_digits + 1))
     low = 0 if digits == 1 else 10 ** (digits - 1)
-    return int(rng.integers(low, 10 ** digits))
+    return int(rng.integers(low, 10**digits))
 
 
 def _operands(group: Group) -> tuple[str, str]:
@@ -82,13 +83,17 @@ class ToyAdditionTask:
                     slot = int(rng.integers(len(a) + len(b)))
                     operand, index = (0, slot) if slot < len(a) else (1, slot - len(a))
                     text = shown[operand]
-                    shown[operand] = text[:index] + HIDDEN + text[index + 1:]
-                    info = {"hidden_digit": True, "hidden_operand": operand,
-                            "hidden_place": len(text) - 1 - index}  # place counted from the units
+                    shown[operand] = text[:index] + HIDDEN + text[index + 1 :]
+                    info = {
+                        "hidden_digit": True,
+                        "hidden_operand": operand,
+                        "hidden_place": len(text) - 1 - index,
+                    }  # place counted from the units
                 prompts.append(f"{shown[0]}+{shown[1]}=")
                 meta.append(info)
-            groups.append(Group(problem_id=f"{a}+{b}", answer=str(int(a) + int(b)),
-                                prompts=tuple(prompts), meta=tuple(meta)))
+            groups.append(
+                Group(problem_id=f"{a}+{b}", answer=str(int(a) + int(b)), prompts=tuple(prompts), meta=tuple(meta))
+            )
         return groups
 
     def grade(self, group: Group, index: int, completion: str) -> Grade:
@@ -102,11 +107,15 @@ class ToyAdditionTask:
         hidden = bool(group.meta[index]["hidden_digit"]) if group.meta else False
         answer, filler = parse_completion(completion)
         correct = answer is not None and answer == group.answer
-        return Grade(reward=1.0 if correct else 0.0, correct=correct,
-                     info={"filler_tokens": filler, "hidden_digit": hidden, "answered": answer is not None})
+        return Grade(
+            reward=1.0 if correct else 0.0,
+            correct=correct,
+            info={"filler_tokens": filler, "hidden_digit": hidden, "answered": answer is not None},
+        )
 
-    def step_metrics(self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]],
-                     lengths: Sequence[Sequence[int]]) -> dict[str, float]:
+    def step_metrics(
+        self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]], lengths: Sequence[Sequence[int]]
+    ) -> dict[str, float]:
         """Filler and length split by correctness, accuracy split by hidden digit; undefined keys are left out."""
         flat = [(g, n) for gs, ns in zip(grades, lengths, strict=True) for g, n in zip(gs, ns, strict=True)]
         if not flat:
@@ -141,7 +150,7 @@ def parse_completion(completion: str) -> tuple[str | None, int]:
     if start < 0 or not ends:
         return None, 0
     end = min(ends)
-    answer = completion[start + 1:end]
+    answer = completion[start + 1 : end]
     filler = len(completion) - end - 1
     return (answer if answer.isdigit() and answer.isascii() else None), filler
 
@@ -174,7 +183,9 @@ def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.ra
     if config.filler_probs is None:
         blocks = int(rng.integers(config.max_filler_blocks + 1))
     else:
-        blocks = int(rng.choice(config.max_filler_blocks + 1, p=np.asarray(config.filler_probs) / sum(config.filler_probs)))
+        blocks = int(
+            rng.choice(config.max_filler_blocks + 1, p=np.asarray(config.filler_probs) / sum(config.filler_probs))
+        )
     columns, carry, answer = [], 0, 0
     for place in range(max(len(a), len(b))):
         digits = [int(x[-1 - place]) if place < len(x) else 0 for x in (a, b)]
@@ -183,9 +194,9 @@ def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.ra
             digits[info["hidden_operand"]] = guess
         total = digits[0] + digits[1] + carry
         columns.append(f"{digits[0]}+{digits[1]}={total:02d}" + (GUESSED_COLUMN_END if guessed else COLUMN_END))
-        answer += (total % 10) * 10 ** place
+        answer += (total % 10) * 10**place
         carry = total // 10
     answer += carry * 10 ** max(len(a), len(b))
-    filler = FILLER_ALPHABET[:config.filler_block_len] * blocks
+    filler = FILLER_ALPHABET[: config.filler_block_len] * blocks
     close = GUESSED_ANSWER_CLOSE if guess is not None else ANSWER_CLOSE
     return "".join(columns) + ANSWER_OPEN + str(answer) + close + filler

@@ -49,13 +49,15 @@ class ToyAdditionConfig(BaseModel):
     included, so the habit costs no accuracy; it only makes the guess a peaked choice."""
 
     @model_validator(mode="after")
-    def _check_digits(self) -> "ToyAdditionConfig":
+    def _check_digits(self) -> ToyAdditionConfig:
         if self.min_digits > self.max_digits:
             raise ValueError("min_digits must not exceed max_digits")
         if self.filler_probs is not None:
             if len(self.filler_probs) != self.max_filler_blocks + 1:
-                raise ValueError(f"filler_probs needs max_filler_blocks + 1 = {self.max_filler_blocks + 1} "
-                                 f"probabilities, got {len(self.filler_probs)}")
+                raise ValueError(
+                    f"filler_probs needs max_filler_blocks + 1 = {self.max_filler_blocks + 1} "
+                    f"probabilities, got {len(self.filler_probs)}"
+                )
             if not math.isclose(sum(self.filler_probs), 1.0, abs_tol=1e-6):
                 raise ValueError(f"filler_probs must sum to 1, got {sum(self.filler_probs):g}")
         return self
