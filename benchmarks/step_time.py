@@ -22,7 +22,7 @@ import transformers
 from harness.runs.writer import RunTracker, prepare_store
 from harness.spec.run_config import load_run_config
 from trainer import metric_names as M
-from trainer.loop import Trainer
+from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy
 from trainer.models.toy import ensure_toy_model
 from trainer.rollout.hf import TransformersBackend
@@ -75,10 +75,7 @@ def main() -> None:
         ToyAdditionTask(cfg.task.toy_addition),
         TransformersBackend(policy, tokenizer),
         tokenizer.pad_token_id,
-        cfg.objective,
-        cfg.rollout,
-        cfg.train,
-        cfg.seed,
+        TrainerSettings.of(cfg),
     )
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"sqlite:///{tmp}/mlflow.db"

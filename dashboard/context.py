@@ -11,6 +11,7 @@ import yaml
 
 from dashboard.labels import ArmLabels, arm_labels, arm_names
 from harness.analysis.claims import Verdict, judge, stored_claims
+from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import (
     Sweep,
     reader_for,
@@ -19,7 +20,6 @@ from harness.runs.reader import (
     sweeps,
 )
 from harness.runs.sweep_data import SweepData, load_sweep
-from harness.runs.writer import default_tracking_uri
 
 URI_ENV = "HARNESS_DASHBOARD_URI"  # set by `harness dashboard --tracking-uri`
 OPTUNA_ENV = "HARNESS_DASHBOARD_OPTUNA"  # set by `harness dashboard --optuna-storage`

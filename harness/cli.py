@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import types
+from collections.abc import Callable, Collection
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
 
 from harness.engine.preflight import check_host
+from harness.spec.evaluation import EvalSettings
 from harness.spec.yaml_io import ConfigError
+
+S = TypeVar("S", bound=BaseModel)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -37,7 +45,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
         for job in {j.arm_id: j for j in plan.jobs}.values():
             check_host(job.config, f"{plan.source}: arm '{job.arm}'")
-    from harness.runs.writer import default_tracking_uri
+    from harness.runs.layout import default_tracking_uri
 
     uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
     if args.dry_run:
@@ -89,10 +97,13 @@ def _print_jobs(plan, uri: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.engine.resume import job_runs
-    from harness.runs.writer import store_exists
+    from harness.runs.layout import store_exists
 
-    statuses = job_runs(uri, plan.experiment, plan.sweep_id) if store_exists(uri) else {}
+    statuses = {}
+    if store_exists(uri):  # no store, no MLflow import: a dry run of a new sweep answers at once
+        from harness.engine.resume import job_runs
+
+        statuses = job_runs(uri, plan.experiment, plan.sweep_id)
     keys = list(dict.fromkeys(k for job in plan.jobs for k in job.varying))
     table = Table(title=f"sweep {plan.name} ({plan.sweep_id}): {len(plan.jobs)} jobs, experiment '{plan.experiment}'")
     for column in ["arm", *[k.rsplit(".", 1)[-1] for k in keys], "seed", "job id", "status"]:
@@ -108,7 +119,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from harness.runs.writer import default_tracking_uri
+    from harness.runs.layout import default_tracking_uri
 
     uri = default_tracking_uri("results", args.tracking_uri)
     from dashboard.launch import dashboard_command
@@ -126,19 +137,11 @@ def _report(args: argparse.Namespace) -> int:
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import load_sweep as load_sweep_data
     from harness.spec.at import At
-    from report.build import DEFAULT_AT, TESTS, build
-    from report.render import FORMATS, safe_name, write
+    from report.build import DEFAULT_AT, build
+    from report.render import safe_name, write
     from report.select import resolve
 
     at = At.parse(args.at or DEFAULT_AT)  # argument errors before anything is read
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        raise ConfigError(f"--format: {', '.join(bad) or 'nothing'} is not one of {', '.join(FORMATS)}")
-    if args.test not in TESTS:
-        raise ConfigError(f"--test: {args.test!r} is not one of {', '.join(TESTS)}")
-    if not 0 < args.alpha < 1:
-        raise ConfigError(f"--alpha: {args.alpha} is not in (0, 1)")
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
     data = load_sweep_data(reader_for(uri), sweep)
     report = build(
@@ -155,7 +158,7 @@ def _report(args: argparse.Namespace) -> int:
     for v in report.verdicts:
         print(v.summary())
     out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
-    written = write(report, out, formats)
+    written = write(report, out, args.format)
     for line in report.findings:
         print(line)
     for line in report.warnings:
@@ -170,8 +173,6 @@ def _claims(args: argparse.Namespace) -> int:
     from harness.runs.sweep_data import load_sweep as load_sweep_data
     from report.select import resolve
 
-    if not 0 < args.alpha < 1:
-        raise ConfigError(f"--alpha: {args.alpha} is not in (0, 1)")
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
     for line in notes:
         print(f"warning: {line}", file=sys.stderr)
@@ -224,31 +225,11 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from harness.engine.evaluation import EvalSettings, print_table, run_eval
+    s = _from_options(EvalSettings, args)  # a bad value is a config error before torch is imported
+    from harness.engine.evaluation import print_table, run_eval
 
-    names = tuple(b.strip() for b in args.benchmarks.split(",") if b.strip())
-    from trainer.data.benchmarks import BENCHMARKS
-
-    unknown = [b for b in names if b not in BENCHMARKS]
-    if unknown or not names:
-        raise ConfigError(f"--benchmarks: {', '.join(unknown) or 'nothing'} is not one of {', '.join(BENCHMARKS)}")
-    if args.k < 1 or args.temperature < 0 or not 0 < args.top_p <= 1:
-        raise ConfigError("--k must be >= 1, --temperature >= 0 and --top-p in (0, 1]")
-    s = EvalSettings(
-        model=args.model,
-        benchmarks=names,
-        k=args.k,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        template=args.template,
-        limit=args.limit,
-        seed=args.seed,
-        device=args.device,
-        dtype=args.dtype,
-    )
     result = run_eval(s, tracking_uri=args.tracking_uri, experiment=args.experiment)
-    print_table(result, names, args.k)
+    print_table(result, s.benchmarks, s.k)
     return 0
 
 
@@ -269,6 +250,8 @@ def _tune(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri,
         executor=args.executor,
         address=args.address,
+        timeout_s=args.timeout,
+        retries=args.retries,
     )
     import optuna
 
@@ -322,19 +305,90 @@ def _seed_list(text: str) -> list[int]:
     return seeds
 
 
-def _finite(minimum: float, *, inclusive: bool):
-    """argparse type: a finite number above `minimum` (or equal to it, if `inclusive`)."""
+def _finite(minimum: float, *, inclusive: bool, below: float = math.inf):
+    """argparse type: a finite number above `minimum` (or equal to it, if `inclusive`) and below `below`."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number {'>=' if inclusive else '>'} {minimum:g}")
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive) or value >= below:
+            bounds = f"{'>=' if inclusive else '>'} {minimum:g}" + (f" and < {below:g}" if below < math.inf else "")
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number {bounds}")
         return value
 
     return parse
+
+
+def _names(text: str) -> list[str]:
+    """argparse type: comma-separated names, e.g. `math500,aime24` (blanks dropped)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _one_of(known: Callable[[], Collection[str]], *, many: bool = False) -> Callable[[str], Any]:
+    """argparse type: one of the names `known()` returns, or with `many` a comma-separated list of them.
+    `known` is called on use, so that building the parser imports none of the modules that define them."""
+
+    def parse(text: str) -> str | list[str]:
+        names = known()
+        if not many:
+            if text not in names:
+                raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(names)}")
+            return text
+        values = _names(text)
+        bad = [v for v in values if v not in names]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"{', '.join(bad) or 'nothing'} is not one of {', '.join(names)}")
+        return values
+
+    return parse
+
+
+def _report_formats() -> Collection[str]:
+    from report.render import FORMATS
+
+    return FORMATS
+
+
+def _report_tests() -> Collection[str]:
+    from report.build import TESTS
+
+    return TESTS
+
+
+def _settings_options(parser: argparse.ArgumentParser, settings: type[BaseModel]) -> None:
+    """A flag per field of `settings` (`top_p` → `--top-p`), declared by the field: its default, its docstring as
+    help, a Literal's values as choices, a list as comma-separated names; a field without a default is a required
+    flag. `_from_options` validates the values against the field's constraints."""
+    for name, field in settings.model_fields.items():
+        kind = field.annotation
+        if get_origin(kind) in (Union, types.UnionType):  # X | None: the flag takes an X
+            (kind,) = [k for k in get_args(kind) if k is not type(None)]
+        options: dict[str, Any] = {"help": (field.description or "").rstrip(".")}
+        if field.is_required():
+            options["required"] = True
+        else:
+            options["default"] = default = field.get_default(call_default_factory=True)
+            if default is not None:
+                options["help"] += f" (default: {','.join(default) if isinstance(default, list) else default})"
+        if get_origin(kind) is Literal:
+            options["choices"] = get_args(kind)
+        else:
+            options["type"] = _names if get_origin(kind) is list else kind
+        parser.add_argument(f"--{name.replace('_', '-')}", **options)
+
+
+def _from_options(settings: type[S], args: argparse.Namespace) -> S:
+    """`settings` from the flags `_settings_options` made; every bad value is a `ConfigError`, one line naming its
+    flag."""
+    try:
+        return settings.model_validate({name: getattr(args, name) for name in settings.model_fields})
+    except ValidationError as exc:
+        problems = [
+            f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        ]
+        raise ConfigError("; ".join(problems)) from None
 
 
 def _tracking_uri_option(parser: argparse.ArgumentParser) -> None:
@@ -447,12 +501,20 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--at", default=None, help="a run's value: final, last-K (default last-10), step N, auc, best")
     rep.add_argument("--baseline", default=None, help="baseline arm (its label or a unique part; default: first arm)")
     rep.add_argument(
-        "--test", default="welch", help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation"
+        "--test",
+        type=_one_of(_report_tests),
+        default="welch",
+        help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation",
     )
-    rep.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    rep.add_argument(
+        "--alpha", type=_finite(0, inclusive=False, below=1), default=0.05, help="significance level (default 0.05)"
+    )
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     rep.add_argument(
-        "--format", default="md,html,json,latex", help="comma-separated: md, html, json, latex (default: all four)"
+        "--format",
+        type=_one_of(_report_formats, many=True),
+        default="md,html,json,latex",
+        help="comma-separated: md, html, json, latex (default: all four)",
     )
     rep.add_argument("--out", default=None, help="output folder (default results/reports/<sweep>)")
     rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
@@ -468,7 +530,9 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument(
         "sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it last ran with)"
     )
-    cl.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    cl.add_argument(
+        "--alpha", type=_finite(0, inclusive=False, below=1), default=0.05, help="significance level (default 0.05)"
+    )
     cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(cl)
     cl.set_defaults(func=_claims)
@@ -479,17 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sample k responses per problem, grade them with math-verify, log one MLflow "
         "run and print a table per benchmark.",
     )
-    ev.add_argument("--model", required=True, help="HF model id or local directory (safetensors)")
-    ev.add_argument("--benchmarks", default="math500,aime24,amc23,gsm8k", help="comma-separated benchmark names")
-    ev.add_argument("--k", type=int, default=1, help="samples per problem (default 1)")
-    ev.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
-    ev.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    ev.add_argument("--max-new-tokens", type=int, default=3000, help="generation budget (default 3000)")
-    ev.add_argument("--template", choices=["r1", "qwen_math", "none"], default="qwen_math", help="prompt template")
-    ev.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto")
+    _settings_options(ev, EvalSettings)
     ev.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
     _tracking_uri_option(ev)
     ev.set_defaults(func=_eval)
@@ -502,10 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tu.add_argument("file", help="tune file (YAML), e.g. ablations/tune_dr_grpo_lr.yaml")
     tu.add_argument("--trials", type=_at_least(1), default=None, help="finished trials wanted (default: the file's)")
-    tu.add_argument("--workers", type=_at_least(1), default=1, help="workers sharing the storage (default 1)")
+    tu.add_argument("--workers", type=_at_least(1), default=1, help="trials at once (default 1)")
     tu.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///results/optuna.db)")
-    tu.add_argument("--executor", choices=["local", "ray"], default="local", help="where workers run")
+    tu.add_argument("--executor", choices=["local", "ray"], default="local", help="where trials run")
     tu.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    tu.add_argument("--retries", type=_at_least(0), default=0, help="extra attempts for a failed job")
+    tu.add_argument(
+        "--timeout", type=_finite(0, inclusive=False), default=None, help="seconds before a job is killed and FAILED"
+    )
     tu.add_argument(
         "--set",
         action="append",

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.claims import stored_claims
+from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import Sweep, reader_for, sweeps
-from harness.runs.writer import default_tracking_uri
 from harness.spec.claims import Claim
 from harness.spec.yaml_io import ConfigError
 

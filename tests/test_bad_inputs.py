@@ -344,6 +344,12 @@ def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
         (["sweep", "s.yaml", "--cpus-per-job", "0"], "--cpus-per-job"),
         (["tune", "t.yaml", "--workers", "0"], "--workers"),
         (["tune", "t.yaml", "--trials", "0"], "--trials"),
+        (["report", "s", "--alpha", "1"], "--alpha: 1 is not a finite number > 0 and < 1"),
+        (["report", "s", "--format", "md,pdf"], "--format: pdf is not one of md, html, json, latex"),
+        (["report", "s", "--format", ","], "--format: nothing is not one of"),
+        (["report", "s", "--test", "anova"], "--test: 'anova' is not one of welch, mannwhitney, permutation"),
+        (["claims", "s", "--alpha", "0"], "--alpha: 0 is not a finite number > 0"),
+        (["eval", "--model", "m", "--template", "r2"], "--template"),
     ],
 )
 def test_bad_options_are_one_line_usage_errors(args, option, capsys):
@@ -353,6 +359,26 @@ def test_bad_options_are_one_line_usage_errors(args, option, capsys):
         main(args)
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and "\n" not in err and option in err and "usage error" in err, err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--k", "0"], "--k: Input should be greater than or equal to 1"),
+        (["--temperature", "-0.5"], "--temperature: Input should be greater than or equal to 0"),
+        (["--top-p", "1.5"], "--top-p: Input should be less than or equal to 1"),
+        (["--limit", "0"], "--limit: Input should be greater than or equal to 1"),
+        (["--benchmarks", "math500,nope"], "--benchmarks: nope is not one of math500, aime24"),
+        (["--benchmarks", ","], "--benchmarks: nothing is not one of math500"),
+    ],
+)
+def test_bad_eval_settings_are_one_line_config_errors(args, message, capsys):
+    """`harness eval`'s values are checked by its settings model (the constraints a run's eval section has)."""
+    from harness.cli import main
+
+    assert main(["eval", "--model", "m", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("harness: config error: ") and message in err, err
 
 
 def _grid_sweep(tmp_path: Path, seeds: str = "[0, 1]") -> Path:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.runs import store_adapter
 from harness.runs.reader import MlflowReader, SqlReader, reader_for, sweeps
 from harness.runs.sweep_data import load_sweep
 
@@ -122,8 +123,9 @@ def mlflow_server(dashboard_store, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_server_reader_matches_sql_reader(dashboard_store, mlflow_server):
-    """Through an MLflow server: search_runs and the bulk history route, one request per key per 100 runs."""
+def test_server_reader_matches_sql_reader(dashboard_store, mlflow_server, monkeypatch):
+    """Through an MLflow server: search_runs and the bulk history route, one request per key per 100 runs; fewer
+    runs a request where the route would truncate, and get_metric_history per run where the server lacks it."""
     sql, rest = SqlReader(dashboard_store), reader_for(mlflow_server)
     assert isinstance(rest, MlflowReader)
     runs_sql, runs_rest = sql.runs(), rest.runs()
@@ -135,3 +137,8 @@ def test_server_reader_matches_sql_reader(dashboard_store, mlflow_server):
     b = load_sweep(rest, sweeps(runs_rest)[0])
     assert a.arms == b.arms and a.varying == b.varying
     assert a.runs.set_index("run_id")["state"].to_dict() == b.runs.set_index("run_id")["state"].to_dict()
+    monkeypatch.setattr(store_adapter, "BULK_POINTS", 3)  # a run has up to 3 points a key: halves, then single runs
+    _same(rest.metrics(ids), sql.metrics(ids))
+    monkeypatch.setattr(store_adapter, "BULK_ROUTE", "/ajax-api/2.0/mlflow/metrics/no-such-route")
+    with pytest.warns(store_adapter.StoreAdapterWarning, match="no-such-route route"):
+        _same(rest.metrics(ids), sql.metrics(ids))

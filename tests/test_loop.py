@@ -7,7 +7,7 @@ import torch
 
 from harness.spec.run_config import load_run_config
 from trainer import metric_names as M
-from trainer.loop import Trainer
+from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy
 from trainer.models.toy import ensure_toy_model
 from trainer.rollout.hf import TransformersBackend
@@ -25,10 +25,7 @@ def _trainer(overrides, *extra):
         ToyAdditionTask(cfg.task.toy_addition),
         TransformersBackend(policy, tok),
         tok.pad_token_id,
-        cfg.objective,
-        cfg.rollout,
-        cfg.train,
-        cfg.seed,
+        TrainerSettings.of(cfg),
     )
 
 

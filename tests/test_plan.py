@@ -44,6 +44,36 @@ seeds: [0, 1, 2]
     assert cfg.model_copy(update={"seed": 0}).config_hash == plan.jobs[0].job_id
 
 
+@pytest.mark.parametrize(
+    "setting",
+    ["train.threads: 3", "train.device: cpu", "model.cache_dir: elsewhere", "tracking.experiment: other"],
+)
+def test_settings_that_do_not_change_a_result_keep_the_job_id(tmp_path, setting):
+    body = "name: t\nbase: toy_run.yaml\nseeds: [0, 1]\ngrid: {objective.clip_high: [0.2, 0.28]}\n"
+    plan = load_sweep(_sweep(tmp_path, body))
+    moved = load_sweep(_sweep(tmp_path, body + f"set: {{{setting}}}\n", name="moved.yaml"))
+    assert [(j.job_id, j.arm_id) for j in moved.jobs] == [(j.job_id, j.arm_id) for j in plan.jobs]
+    switched = load_sweep(_sweep(tmp_path, body + "set: {objective.clip_low: 0.1}\n", name="switched.yaml"))
+    assert not {j.job_id for j in switched.jobs} & {j.job_id for j in plan.jobs}  # a switch does change it
+
+
+def test_another_kinds_field_is_an_error_not_a_new_job(tmp_path):
+    """A toy run has no math settings, so `task.math.template` cannot make a second job id: it is refused."""
+    body = "name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {task.math.template: r1}\n"
+    with pytest.raises(ConfigError, match=r"task\.math: only the 'math' kind has this key \(this one is 'toy_add"):
+        load_sweep(_sweep(tmp_path, body))
+    with pytest.raises(ConfigError, match=r"model\.name_or_path: only the 'hf' kind has this key"):
+        load_sweep(_sweep(tmp_path, "name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {model.name_or_path: x}\n"))
+
+
+def test_one_list_says_what_is_not_a_switch_for_the_planner_and_the_reader():
+    from harness.spec.run_config import NOT_IDENTITY, defines_arm
+
+    assert "train.threads" in NOT_IDENTITY and not defines_arm("train.threads") and not defines_arm("tracking.uri")
+    assert not defines_arm("seed") and defines_arm("objective.clip_high") and defines_arm("train.lr")
+    assert defines_arm("model.toy.sft_steps") and not defines_arm("model.cache_dir")
+
+
 def test_zip_exclude_include_and_cumulative_arms(tmp_path):
     path = _sweep(
         tmp_path,

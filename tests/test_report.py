@@ -244,7 +244,11 @@ def test_cli_writes_every_format(store, sweep_file, tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
-    assert main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)]) == 2
+    try:  # a bad flag value is an argparse usage error (SystemExit), a bad sweep, arm or --at a config error
+        code = main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 

@@ -13,13 +13,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from harness.runs.writer import (
-    TRUNCATION_MARKER,
-    RunTracker,
-    default_tracking_uri,
-    flatten_params,
-    prepare_store,
-)
+from harness.runs.layout import default_tracking_uri
+from harness.runs.writer import TRUNCATION_MARKER, RunTracker, flatten_params, prepare_store
 
 
 @pytest.fixture(scope="module")

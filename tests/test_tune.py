@@ -71,19 +71,24 @@ def test_score_and_spec_errors(tmp_path):
         load_tune(bad)
 
 
+class PruneTrialOne(optuna.pruners.BasePruner):
+    """The study's pruner, and trial 1 pruned at its second report (so that a pruned trial is sure to happen).
+    Module level: the study's pruner goes to the worker processes by pickle."""
+
+    def __init__(self, inner: optuna.pruners.BasePruner):
+        self.inner = inner
+
+    def prune(self, study, trial) -> bool:
+        return (trial.number == 1 and len(trial.intermediate_values) == 2) or self.inner.prune(study, trial)
+
+
 def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_overrides, monkeypatch):
-    """The median pruner is on; besides, trial 1 is told to prune at step 2 (forced, so that a pruned trial is
-    sure to happen). Every trial, complete or pruned, is one MLflow run whose state matches."""
-    should_prune = optuna.trial.Trial.should_prune
-    monkeypatch.setattr(
-        optuna.trial.Trial,
-        "should_prune",
-        lambda self: (
-            True
-            if self.number == 1 and len(self.storage.get_trial(self._trial_id).intermediate_values) == 2
-            else should_prune(self)
-        ),
-    )
+    """The median pruner is on; besides, trial 1 is told to prune at step 2. Every trial, complete or pruned,
+    is one MLflow run whose state matches."""
+    from harness.engine import tune
+
+    study_pruner = tune.pruner
+    monkeypatch.setattr(tune, "pruner", lambda spec: PruneTrialOne(study_pruner(spec)))
     uri, url = _stores(tmp_path)
     result = run_tune(_tune_file(tmp_path), overrides=tiny_run_overrides, tracking_uri=uri, storage_url=url)
     assert result.finished == 4
@@ -229,3 +234,28 @@ def test_ray_workers(tmp_path, tiny_run_overrides):
     assert sorted(int(r.data.tags["trial"]) for r in _trial_runs(uri)) == sorted(
         t.number for t in study.get_trials(states=DONE)
     )
+
+
+def test_trial_killed_by_timeout_is_retried_then_failed_with_its_reason(tmp_path, tiny_run_overrides, monkeypatch):
+    """`--timeout` and `--retries` reach the trials: each attempt of a trial that trains too long is killed, its
+    MLflow run ended FAILED with the reason; once its retries are spent the trial is FAILED in the study too."""
+    from harness.engine import tune
+
+    monkeypatch.setattr(tune, "MAX_FAILURES", 1)  # stop the study after its first failed trial
+    uri, url = _stores(tmp_path)
+    path = _tune_file(tmp_path, trials=1, pruner="{name: none}")
+    sets = [x for o in [*tiny_run_overrides, "train.steps=100000"] for x in ("--set", o)]
+    args = ["tune", str(path), "--tracking-uri", uri, "--storage", url, "--timeout", "60", "--retries", "1", *sets]
+    assert main(args) == 1  # the study could not finish its one trial
+    (trial,) = optuna.load_study(study_name="tiny_tune", storage=url).trials
+    assert trial.state == TrialState.FAIL and trial.user_attrs["failure_reason"] == "timeout after 60 s"
+    runs = _trial_runs(uri)
+    assert len(runs) == 2  # one per attempt, both of trial 0
+    for run in runs:
+        assert run.data.tags["trial"] == "0" and run.info.status == "FAILED"
+        assert run.data.tags["status"] == "FAILED" and run.data.tags["failure_reason"] == "timeout after 60 s"
+        assert run.data.params["train.steps"] == "100000"  # the worker's own run, killed while training
+    assert trial.user_attrs["mlflow_run_id"] in {r.info.run_id for r in runs}
+    client = MlflowClient(uri)
+    parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FAILED" and parent.data.tags["failure_reason"] == "0 of 1 trials finished"

@@ -87,38 +87,45 @@ class Samples:
         )
 
 
+@dataclass(frozen=True)
+class TrainerSettings:
+    """What a `Trainer` does, apart from what it works on: a run config's objective, rollout, train and seed."""
+
+    objective: ObjectiveSettings
+    rollout: RolloutConfig
+    train: TrainConfig
+    seed: int
+
+    @classmethod
+    def of(cls, config: Any) -> TrainerSettings:
+        """The settings held by a config with these four fields (a run config)."""
+        return cls(config.objective, config.rollout, config.train, config.seed)
+
+
 class Trainer:
     """Owns the policy, the optimiser and the step counter; `run` drives the whole training."""
 
     def __init__(
-        self,
-        policy: torch.nn.Module,
-        task: Task,
-        backend: RolloutBackend,
-        pad_id: int,
-        objective: ObjectiveSettings,
-        rollout: RolloutConfig,
-        train: TrainConfig,
-        seed: int,
+        self, policy: torch.nn.Module, task: Task, backend: RolloutBackend, pad_id: int, settings: TrainerSettings
     ):
         self.policy, self.task, self.backend, self.pad_id = policy, task, backend, pad_id
-        self.obj, self.roll, self.cfg, self.seed = objective, rollout, train, seed
+        self.obj, self.roll, self.cfg, self.seed = settings.objective, settings.rollout, settings.train, settings.seed
         self.device = next(policy.parameters()).device
-        self.rng = np.random.default_rng(seed)
-        self.params = SamplingParams(rollout.max_new_tokens, rollout.temperature, rollout.top_p)
+        self.rng = np.random.default_rng(self.seed)
+        self.params = SamplingParams(self.roll.max_new_tokens, self.roll.temperature, self.roll.top_p)
         self.ref = None
-        if train.reference_kl or objective.kl_coef > 0:
+        if self.cfg.reference_kl or self.obj.kl_coef > 0:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
         self.optimiser = torch.optim.AdamW(
-            policy.parameters(), lr=train.lr, betas=train.betas, weight_decay=train.weight_decay
+            policy.parameters(), lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay
         )
-        warm = train.warmup_steps
+        warm = self.cfg.warmup_steps
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
             self.optimiser, lambda k: min(1.0, (k + 1) / warm) if warm else 1.0
         )
         self.rows: list[dict[str, Any]] = []
         self.tokens_generated = 0  # the run explorer's "tokens seen" axis
-        self.micro_size = train.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
+        self.micro_size = self.cfg.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> Samples:

@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import transformers
 from rich.console import Console
 from rich.table import Table
 
-from harness.runs.writer import RunTracker, default_tracking_uri, prepare_store
+from harness.runs.layout import default_tracking_uri
+from harness.runs.writer import RunTracker, prepare_store
+from harness.spec.evaluation import EvalSettings
 from trainer import metric_names as M
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """One evaluation: what the CLI's flags (or a run's eval section) ask for."""
-
-    model: str
-    benchmarks: tuple[str, ...]
-    k: int = 1
-    temperature: float = 0.6
-    top_p: float = 1.0
-    max_new_tokens: int = 3000
-    template: str = "qwen_math"
-    limit: int | None = None
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "auto"
 
 
 def load_benchmarks(names, limit: int | None):
@@ -58,7 +41,7 @@ def run_eval(s: EvalSettings, *, tracking_uri: str | None = None, experiment: st
         prepare_store(uri, experiment),
         run_name=f"eval-{s.model.rstrip('/').split('/')[-1]}",
         tags={"kind": "eval", "model": s.model, "template": s.template},
-        config={k: list(v) if isinstance(v, tuple) else v for k, v in s.__dict__.items()},
+        config=s,
     ) as tracker:
         tracker.log_metrics(0, result)
     return result

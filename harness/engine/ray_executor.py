@@ -1,11 +1,9 @@
 """Run a sweep's jobs as Ray tasks: on a local Ray instance or on an existing cluster.
 
-Each job is one Ray task (a fresh worker process per job) that calls `harness.engine.executor.run_job`, so
-the MLflow run is created and ended by the worker exactly as in `harness run`. This module only
-adds what a worker cannot do for itself: a time limit, noticing a dead worker, retries, and
-recording the failure in MLflow when the worker could not (a killed worker's run still RUNNING
-is ended FAILED; an attempt that died before creating a run gets a FAILED run), the same way as
-`LocalExecutor`, so that no run of a sweep is left RUNNING once `run` returns or raises.
+Each attempt of a job is one Ray task (a fresh worker process) that calls `harness.engine.executor.run_job`,
+so the MLflow run is created and ended by the worker exactly as in `harness run`. This module only
+starts, waits for and cancels tasks and tells why one died; the time limit, the retries and the
+failures recorded in MLflow are `harness.engine.executor.run_attempts`', as for `LocalExecutor`.
 
 Tracking URI: every worker writes to the store itself. A `sqlite:///<absolute path>` works for a
 local instance (all workers share this machine's file system). A cluster of several machines
@@ -17,22 +15,17 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlflow.tracking import MlflowClient
-
-from harness.engine.executor import EventHook, JobOutcome, run_job, stop_reason
-from harness.engine.local import record_failure
+from harness.engine.executor import RetryingExecutor
+from harness.runs.layout import SQLITE_PREFIX
 from harness.runs.writer import failure_reason
-from harness.spec.job import Job
 
 RAY_MISSING = "--executor ray needs the ray extra: pip install 'harness[ray]'"
 WORKER_DIED = "worker died"
-_SQLITE_PREFIX = "sqlite:///"
 _POLL_S = 1.0
 """How often the driver wakes to check deadlines when nothing finishes."""
 _CANCEL_GRACE_S = 10.0
@@ -40,35 +33,20 @@ _CANCEL_GRACE_S = 10.0
 _log = logging.getLogger(__name__)
 
 
-def _worker_entry(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | None) -> str:
+def _worker_entry(call: Callable[[], Any]) -> Any:
     """Body of the Ray task (module level, so workers import it by name rather than by pickle)."""
-    return run_job(job, tracking_uri, sweep_id, parent_run_id)
+    return call()
 
 
-@dataclass
-class _Attempt:
-    """One submitted attempt of a job."""
-
-    index: int
-    """Position of the job in the list given to `run`."""
-    number: int
-    """1 for the first attempt."""
-    ref: Any
-    """The Ray ObjectRef of the task."""
-    started: float
-    """time.monotonic() at submission."""
-    started_ms: int
-    """Wall clock at submission, to tell this attempt's MLflow run from earlier ones."""
-
-
-class RayExecutor:
+class RayExecutor(RetryingExecutor):
     """Executor that runs each job as one Ray task.
 
     `address=None` starts a local Ray instance (loopback only, no dashboard, one CPU slot per core)
     and shuts it down at the end; an address ("auto", "ray://host:10001") connects to an existing
     cluster and leaves it running. If this process is already connected to Ray, that connection
     is used as it is. At most as many jobs are in flight as the cluster has slots for
-    (`cpus_per_job`, `gpus_per_job`), so that a job's time limit counts from about when it starts.
+    (`cpus_per_job`, `gpus_per_job`), and `max_in_flight`, so that a job's time limit counts from about
+    when it starts.
     """
 
     def __init__(
@@ -78,6 +56,8 @@ class RayExecutor:
         gpus_per_job: float = 0.0,
         timeout_s: float | None = None,
         retries: int = 0,
+        max_in_flight: int | None = None,
+        log_to_driver: bool = True,
     ):
         if cpus_per_job <= 0 and gpus_per_job <= 0:
             raise ValueError("a job needs cpus_per_job > 0 or gpus_per_job > 0")
@@ -85,6 +65,8 @@ class RayExecutor:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         _import_ray()  # fail before the sweep starts, not after its parent run is created
         self.address = address
         """Ray cluster address ("auto", "ray://host:port"); None starts a local instance."""
@@ -93,25 +75,19 @@ class RayExecutor:
         self.gpus_per_job = gpus_per_job
         """GPUs Ray reserves for each job's task (fractions share a GPU)."""
         self.timeout_s = timeout_s
-        """Wall-clock limit of one attempt; None for no limit."""
         self.retries = retries
-        """Extra attempts after a failure; each attempt is a new MLflow run (failed ones stay FAILED)."""
+        self.max_in_flight = max_in_flight
+        """At most this many jobs at once (None: as many as the cluster fits)."""
+        self.log_to_driver = log_to_driver
+        """Whether the workers' output is printed here (when this executor connects to Ray)."""
 
-    # -- public --------------------------------------------------------------------------------
-    def run(
-        self,
-        jobs: Sequence[Job],
-        *,
-        tracking_uri: str,
-        sweep_id: str,
-        parent_run_id: str | None,
-        on_event: EventHook | None = None,
-    ) -> list[JobOutcome]:
+    @contextmanager
+    def launcher(self) -> Iterator[_Tasks]:
         ray = _import_ray()
-        tracking_uri = self._usable_uri(tracking_uri)
         started_here = self._connect(ray)
         try:
-            return self._run_all(ray, list(jobs), tracking_uri, sweep_id, parent_run_id, on_event)
+            slots = self._slots(ray)
+            yield _Tasks(ray, self._remote(ray), min(slots, self.max_in_flight or slots))
         finally:
             if started_here:
                 ray.shutdown()
@@ -119,15 +95,15 @@ class RayExecutor:
     # -- connection ----------------------------------------------------------------------------
     def _connect(self, ray) -> bool:
         """Connect to Ray; True if this call started a local instance (to shut down at the end)."""
-        return connect(ray, self.address)
+        return connect(ray, self.address, **({} if self.log_to_driver else {"log_to_driver": False}))
 
-    def _usable_uri(self, uri: str) -> str:
+    def worker_uri(self, uri: str) -> str:
         """Make a SQLite path absolute (workers do not share the driver's cwd); warn when a cluster
         is given a store that only this machine can see."""
-        if uri.startswith(_SQLITE_PREFIX):
-            path = uri[len(_SQLITE_PREFIX) :]
+        if uri.startswith(SQLITE_PREFIX):
+            path = uri[len(SQLITE_PREFIX) :]
             if path and path != ":memory:" and not Path(path.split("?", 1)[0]).is_absolute():
-                uri = _SQLITE_PREFIX + str(Path(path).resolve())
+                uri = SQLITE_PREFIX + str(Path(path).resolve())
         if self.address and "://" in uri and not uri.startswith(("http://", "https://", "databricks")):
             _log.warning(
                 "tracking URI %s is local to this machine: workers on other nodes of the cluster "
@@ -152,107 +128,64 @@ class RayExecutor:
             )
         return min(slots)
 
-    def _run_all(
-        self, ray, jobs: list[Job], uri: str, sweep_id: str, parent_run_id: str | None, on_event: EventHook | None
-    ) -> list[JobOutcome]:
-        task = ray.remote(num_cpus=self.cpus_per_job, num_gpus=self.gpus_per_job, max_retries=0, max_calls=1)(
+    def _remote(self, ray):
+        """The Ray task; max_calls=1: a fresh process (and GPU memory) per attempt."""
+        return ray.remote(num_cpus=self.cpus_per_job, num_gpus=self.gpus_per_job, max_retries=0, max_calls=1)(
             _worker_entry
-        )  # max_calls=1: a fresh process (and GPU memory) per job
-        emit = on_event or (lambda *_: None)
-        client = MlflowClient(uri)
-        slots = self._slots(ray)
-        outcomes: list[JobOutcome | None] = [None] * len(jobs)
-        first_start: dict[int, float] = {}
-        queue: list[tuple[int, int]] = [(i, 1) for i in range(len(jobs))]  # (job index, attempt number)
-        queue.reverse()  # pop() from the end keeps the given order
-        running: dict[Any, _Attempt] = {}
+        )
 
-        def submit(index: int, number: int) -> None:
-            ref = task.remote(jobs[index], uri, sweep_id, parent_run_id)
-            running[ref] = _Attempt(index, number, ref, time.monotonic(), int(time.time() * 1000))
-            first_start.setdefault(index, time.monotonic())
-            emit("started", jobs[index], None)
 
-        def settle(attempt: _Attempt, status: str, run_id: str | None, reason: str | None) -> None:
-            """Record how an attempt ended (a failure in MLflow too), then retry it or report it."""
-            job = jobs[attempt.index]
-            if status == "FAILED":
-                run_id = record_failure(client, uri, job, sweep_id, parent_run_id, reason, attempt.started_ms)
-            outcome = JobOutcome(
-                job.job_id, status, run_id, reason, attempt.number, time.monotonic() - first_start[attempt.index]
-            )
-            if status == "FAILED" and attempt.number <= self.retries:
-                emit("retrying", job, outcome)
-                queue.append((attempt.index, attempt.number + 1))
-                return
-            outcomes[attempt.index] = outcome
-            emit("finished" if status == "FINISHED" else "failed", job, outcome)
+class _Tasks:
+    """The Ray `Launcher`: a Ray task per attempt."""
 
+    poll_s = _POLL_S
+
+    def __init__(self, ray, task, slots: int):
+        self.ray, self.task, self.slots = ray, task, slots
+
+    def launch(self, call: Callable[[], Any], name: str) -> Any:
+        return self.task.remote(call)
+
+    def wait(self, handles: list, timeout: float) -> list[tuple[Any, Any, str | None]]:
+        ready, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
+        return [(ref, *_collect(self.ray, ref)) for ref in ready]
+
+    def kill(self, handles: list) -> None:
+        _cancel(self.ray, handles)
+
+
+def _collect(ray, ref) -> tuple[Any, str | None]:
+    """(returned value, failure reason) of a task that has ended."""
+    try:
+        return ray.get(ref), None
+    except ray.exceptions.RayTaskError as exc:  # the job raised: report the job's own exception
+        return None, _task_error_reason(ray, exc)
+    except ray.exceptions.OutOfMemoryError:  # Ray's memory monitor killed the worker
+        return None, f"{WORKER_DIED} (out of memory)"
+    except (
+        ray.exceptions.WorkerCrashedError,
+        ray.exceptions.TaskCancelledError,
+        ray.exceptions.NodeDiedError,
+        ray.exceptions.LocalRayletDiedError,
+    ):
+        return None, WORKER_DIED
+    except ray.exceptions.RayError as exc:  # anything else Ray could not deliver
+        return None, f"{WORKER_DIED} ({failure_reason(exc)})"
+
+
+def _cancel(ray, refs: list) -> None:
+    """Kill the workers of `refs` and wait (briefly) until they are gone, so that none of them
+    writes to its MLflow run after we end it."""
+    for ref in refs:
         try:
-            while queue or running:
-                while queue and len(running) < slots:
-                    submit(*queue.pop())
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=self._wait_s(running))
-                for ref in ready:
-                    attempt = running.pop(ref)
-                    settle(attempt, *self._collect(ray, ref))
-                now = time.monotonic()
-                expired = [
-                    a for a in running.values() if self.timeout_s is not None and now - a.started >= self.timeout_s
-                ]
-                if expired:
-                    self._cancel(ray, [a.ref for a in expired])
-                    for attempt in expired:
-                        del running[attempt.ref]
-                        settle(attempt, "FAILED", None, f"timeout after {self.timeout_s:g} s")
-        except BaseException as exc:  # Ctrl-C, or the cluster went away: no run may stay RUNNING
-            reason = stop_reason(exc) or f"executor error: {failure_reason(exc)}"
-            self._cancel(ray, list(running))
-            for attempt in running.values():
-                record_failure(client, uri, jobs[attempt.index], sweep_id, parent_run_id, reason, attempt.started_ms)
-            raise
-        return [o for o in outcomes if o is not None]
-
-    def _wait_s(self, running: dict[Any, _Attempt]) -> float:
-        """Sleep until the next deadline, waking at least every `_POLL_S` (so Ctrl-C is prompt)."""
-        if self.timeout_s is None or not running:
-            return _POLL_S
-        next_deadline = min(a.started for a in running.values()) + self.timeout_s
-        return max(0.0, min(_POLL_S, next_deadline - time.monotonic()))
-
-    @staticmethod
-    def _collect(ray, ref) -> tuple[str, str | None, str | None]:
-        """(status, run id, reason) of a task that has ended."""
-        try:
-            return "FINISHED", ray.get(ref), None
-        except ray.exceptions.RayTaskError as exc:  # the job raised: report the job's own exception
-            return "FAILED", None, _task_error_reason(ray, exc)
-        except ray.exceptions.OutOfMemoryError:  # Ray's memory monitor killed the worker
-            return "FAILED", None, f"{WORKER_DIED} (out of memory)"
-        except (
-            ray.exceptions.WorkerCrashedError,
-            ray.exceptions.TaskCancelledError,
-            ray.exceptions.NodeDiedError,
-            ray.exceptions.LocalRayletDiedError,
-        ):
-            return "FAILED", None, WORKER_DIED
-        except ray.exceptions.RayError as exc:  # anything else Ray could not deliver
-            return "FAILED", None, f"{WORKER_DIED} ({failure_reason(exc)})"
-
-    @staticmethod
-    def _cancel(ray, refs: list) -> None:
-        """Kill the workers of `refs` and wait (briefly) until they are gone, so that none of them
-        writes to its MLflow run after we end it."""
-        for ref in refs:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception as exc:  # noqa: BLE001 - already finished, or the cluster is gone
-                _log.warning("could not cancel a Ray task: %s", exc)
-        try:
-            if refs:
-                ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_GRACE_S)
-        except Exception as exc:  # noqa: BLE001
-            _log.warning("could not wait for cancelled Ray tasks: %s", exc)
+            ray.cancel(ref, force=True)
+        except Exception as exc:  # noqa: BLE001 - already finished, or the cluster is gone
+            _log.warning("could not cancel a Ray task: %s", exc)
+    try:
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=_CANCEL_GRACE_S)
+    except Exception as exc:  # noqa: BLE001
+        _log.warning("could not wait for cancelled Ray tasks: %s", exc)
 
 
 def connect(ray, address: str | None, **init_kwargs: Any) -> bool:

@@ -9,11 +9,11 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from harness.runs.layout import ARM_LABEL_TAG, run_name, run_tags
-from harness.runs.writer import RunTracker, default_tracking_uri, prepare_store
+from harness.runs.layout import ARM_LABEL_TAG, default_tracking_uri, run_name, run_tags
+from harness.runs.writer import RunTracker, prepare_store
 from harness.spec.run_config import RunConfig
 from trainer import metric_names as M
-from trainer.loop import Trainer
+from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy, pick_device
 from trainer.models.toy import ensure_toy_model
 from trainer.rollout.base import RolloutBackend
@@ -66,7 +66,7 @@ def run_training(
     policy, tokenizer = load_policy(path, device, cfg.model.dtype, cfg.model.gradient_checkpointing)
     task = build_task(cfg)
     backend = build_backend(cfg, path, policy, tokenizer)
-    trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, cfg.objective, cfg.rollout, cfg.train, cfg.seed)
+    trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, TrainerSettings.of(cfg))
     evaluate_at = periodic_eval(cfg, backend)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
     name = run_name(cfg, tags.get(ARM_LABEL_TAG))

@@ -3,16 +3,18 @@
 The study lives in an Optuna RDB storage (SQLite under results/ by default); each trial is one
 training run in MLflow, tagged with the study and the trial number, under one parent run, with the
 study's id as its `sweep_id` so the dashboard and `harness report` read a study like a sweep.
-Workers (local processes or Ray tasks) share the storage and ask it for trials until the study has
-`trials` finished (complete or pruned) trials; a rerun resumes, first failing the trials a killed
-invocation left RUNNING.
+This process asks the study for trials and tells it their results; each trial runs as one job of an
+executor (a local process or a Ray task, `workers` at once), so it gets the executor's time limit and
+retries, and a trial that still fails is FAILED in the study and in MLflow with its reason. The worker
+reports the objective to the storage each step, for the pruner. A rerun resumes, first failing the trials
+a killed invocation left RUNNING.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
+import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +22,19 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from harness.engine.local import die_with_parent
+from harness.engine.executor import JobOutcome, RetryingExecutor, Task, stop_reason
 from harness.engine.resume import fail_orphans
 from harness.engine.sweep import end_parent, parent_run, sole_invocation
 from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG, STUDY_TAG, TRIAL_TAG
-from harness.runs.writer import RunStopped, prepare_store
+from harness.runs.writer import RunStopped, failure_reason, prepare_store
 from harness.spec.at import At
+from harness.spec.job import Job
+from harness.spec.run_config import RunConfig
 from harness.spec.tune import TunePlan, TuneSpec, load_tune
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 ORPHAN = "orphaned: the tune process died while this trial was running"
-MAX_FAILURES = 3  # consecutive failed trials in one worker: a broken config, not bad luck
+MAX_FAILURES = 3  # consecutive failed trials (after their retries): a broken config, not bad luck
 
 
 def default_storage(plan: TunePlan, explicit: str | None = None) -> str:
@@ -47,8 +51,8 @@ def storage(url: str) -> optuna.storages.RDBStorage:
     return optuna.storages.RDBStorage(url)
 
 
-def sampler(spec: TuneSpec, worker: int) -> optuna.samplers.BaseSampler:
-    seed = spec.sampler.seed + 1000 * worker
+def sampler(spec: TuneSpec) -> optuna.samplers.BaseSampler:
+    seed = spec.sampler.seed + 1000  # + 1000: what the one worker of a study drew with when trials ran in it
     if spec.sampler.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler.name == "grid":
@@ -102,9 +106,12 @@ def run_tune(
     tracking_uri: str | None = None,
     executor: str = "local",
     address: str | None = None,
+    timeout_s: float | None = None,
+    retries: int = 0,
 ) -> TuneResult:
-    """Create or resume the study, fail what a killed run left RUNNING, and run workers until `trials` finish."""
-    from harness.runs.writer import default_tracking_uri
+    """Create or resume the study, fail what a killed run left RUNNING, and run trials (`workers` at once, each
+    with the executor's `timeout_s` and `retries`) until `trials` finish."""
+    from harness.runs.layout import default_tracking_uri
 
     plan = load_tune(path, overrides)
     spec = plan.spec
@@ -118,7 +125,7 @@ def run_tune(
             storage=storage(url),
             load_if_exists=True,
             direction=spec.objective.direction,
-            sampler=sampler(spec, 0),
+            sampler=sampler(spec),
             pruner=pruner(spec),
         )
         if study.direction.name.lower() != spec.objective.direction:
@@ -148,108 +155,151 @@ def run_tune(
             artifact="tune.yaml",
             text=plan.source.read_text(),
         )
-        args = (str(path), overrides or [], n_trials, url, uri, parent)
         if executor == "ray":
-            import ray
+            from harness.engine.ray_executor import RayExecutor
 
-            from harness.engine.ray_executor import connect
-
-            started = connect(ray, address, log_to_driver=False)
-            try:
-                remote = ray.remote(num_cpus=1)(_worker)
-                ray.get([remote.remote(i, *args) for i in range(workers)])
-            finally:
-                if started:
-                    ray.shutdown()
-        elif workers == 1:
-            _worker(0, *args)
+            runner: RetryingExecutor = RayExecutor(
+                address, timeout_s=timeout_s, retries=retries, max_in_flight=workers, log_to_driver=False
+            )
         else:
-            ctx = mp.get_context("spawn")
-            procs = [ctx.Process(target=_worker_process, args=(os.getpid(), i, *args)) for i in range(workers)]
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join()
+            from harness.engine.local import LocalExecutor
+
+            runner = LocalExecutor(workers=workers, timeout_s=timeout_s, retries=retries)
+        driver = _Trials(plan, study, url, parent, n_trials)
+        try:
+            runner.run_tasks(driver.next_task, tracking_uri=uri, sweep_id=plan.study_id)
+        except BaseException as exc:
+            reason = stop_reason(exc) or failure_reason(exc)
+            for trial in list(driver.running.values()):
+                driver.fail(trial, reason)
+            end_parent(client, parent, failed=True, reason=reason)
+            raise
         finished = len(study.get_trials(deepcopy=False, states=DONE))
         end_parent(client, parent, failed=finished < n_trials, reason=f"{finished} of {n_trials} trials finished")
+        if driver.failures >= MAX_FAILURES:
+            raise RuntimeError(f"{MAX_FAILURES} trials in a row failed; last: {driver.last_reason}")
         return TuneResult(spec.name, url, finished, parent)
 
 
-def _worker_process(parent_pid: int, *args) -> None:
-    """A local worker process: dies with `harness tune`, then works as `_worker`."""
-    die_with_parent(parent_pid)
-    _worker(*args)
+class _Trials:
+    """Asks the study for trials as tasks for the executor, and tells it how each ended."""
 
+    def __init__(self, plan: TunePlan, study: optuna.Study, url: str, parent: str, n_trials: int):
+        self.plan, self.study, self.url, self.parent, self.n_trials = plan, study, url, parent, n_trials
+        self.running: dict[int, optuna.Trial] = {}
+        """Trials asked for and not yet told, by number."""
+        self.failures = 0
+        """Trials failed in a row."""
+        self.last_reason: str | None = None
 
-def _worker(index: int, path: str, overrides: list[str], n_trials: int, url: str, uri: str, parent: str) -> None:
-    """Ask the study for trials until it has n_trials finished ones; each trial trains in this process."""
-    from harness.engine.training import run_training
-
-    plan = load_tune(path, overrides)
-    spec = plan.spec
-    study = optuna.load_study(
-        study_name=spec.name, storage=storage(url), sampler=sampler(spec, index + 1), pruner=pruner(spec)
-    )
-    failures = 0
-    while True:
-        if len(study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING))) >= n_trials:
-            return
+    def next_task(self) -> Task | None:
+        """The next trial as a task; None once the study has `n_trials` finished or running ones, or too many
+        trials failed in a row."""
+        study, spec = self.study, self.plan.spec
+        if self.failures >= MAX_FAILURES:
+            return None
+        if len(study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING))) >= self.n_trials:
+            return None
         trial = study.ask()
-        live = [t.number for t in study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING))]
-        if sorted(live).index(trial.number) >= n_trials:  # another worker took the last slot meanwhile
-            trial.set_user_attr("surplus", True)
-            study.tell(trial, state=TrialState.FAIL)
-            return
         params = suggest(trial, spec)
-        cfg = plan.trial_config({**params, "tracking.run_name": f"{spec.name}-trial{trial.number}"})
-        steps: list[int] = []
-        values: list[float] = []
-
-        def watch(
-            step: int,
-            metrics: dict[str, float],
-            trial: optuna.Trial = trial,
-            steps: list[int] = steps,
-            values: list[float] = values,
-        ) -> None:
-            value = metrics.get(spec.objective.metric)
-            if value is None:
-                return
-            steps.append(step)
-            values.append(value)
-            trial.report(value, step)
-            if trial.should_prune():
-                raise RunStopped(f"pruned at step {step} by the {spec.pruner.name} pruner")
-
+        cfg = self.plan.trial_config({**params, "tracking.run_name": f"{spec.name}-trial{trial.number}"})
         label = f"trial {trial.number}: " + " ".join(
             f"{k.split('.')[-1]}={v:.4g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
             for k, v in params.items()
         )
-        try:
-            run_training(
-                cfg,
-                tracking_uri=uri,
-                sweep_id=plan.study_id,
-                progress=False,
-                watch=watch,
-                extra_tags={
-                    STUDY_TAG: spec.name,
-                    TRIAL_TAG: str(trial.number),
-                    ARM_LABEL_TAG: label,
-                    PARENT_RUN_TAG: parent,
-                },
-                started=lambda run_id, trial=trial: trial.set_user_attr("mlflow_run_id", run_id),
-            )
-        except RunStopped:
-            study.tell(trial, state=TrialState.PRUNED)
-            failures = 0
-            continue
-        except Exception as exc:
-            trial.set_user_attr("failure_reason", f"{type(exc).__name__}: {exc}"[:500])
-            study.tell(trial, state=TrialState.FAIL)
-            failures += 1
-            if failures >= MAX_FAILURES:
-                raise RuntimeError(f"{MAX_FAILURES} trials in a row failed; last: {exc}") from exc
-            continue
-        study.tell(trial, score(steps, values, spec.objective.at, spec.objective.direction))
-        failures = 0
+        tags = {STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number), ARM_LABEL_TAG: label, PARENT_RUN_TAG: self.parent}
+        call = partial(
+            _run_trial,
+            cfg,
+            sweep_id=self.plan.study_id,
+            tags=tags,
+            study=spec.name,
+            url=self.url,
+            trial_id=trial._trial_id,  # the storage's id of the trial (Optuna has no public accessor)
+            metric=spec.objective.metric,
+            pruner=study.pruner,
+            pruner_name=spec.pruner.name,
+        )
+        self.running[trial.number] = trial
+        return Task(Job(config=cfg, arm=label), call, tags, key=(TRIAL_TAG,), done=partial(self.end, trial))
+
+    def end(self, trial: optuna.Trial, outcome: JobOutcome) -> None:
+        """Tell the study how the trial ended: COMPLETE with its score, PRUNED, or FAILED with the reason."""
+        spec = self.plan.spec
+        if outcome.status == "FAILED":
+            self.fail(trial, outcome.reason or "failed")
+        elif outcome.value is None:
+            self.tell(trial, state=TrialState.PRUNED)
+        else:
+            try:
+                value = score(*outcome.value, spec.objective.at, spec.objective.direction)
+            except ValueError as exc:
+                self.fail(trial, failure_reason(exc))
+            else:
+                self.tell(trial, value)
+
+    def fail(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr("failure_reason", reason[:500])
+        self.tell(trial, state=TrialState.FAIL)
+        self.failures += 1
+        self.last_reason = reason
+
+    def tell(self, trial: optuna.Trial, value: float | None = None, state: TrialState | None = None) -> None:
+        self.running.pop(trial.number, None)
+        self.study.tell(trial, value, state=state)
+        if state != TrialState.FAIL:
+            self.failures = 0
+
+
+def _run_trial(
+    cfg: RunConfig,
+    tracking_uri: str,
+    *,
+    sweep_id: str,
+    tags: dict[str, str],
+    study: str,
+    url: str,
+    trial_id: int,
+    metric: str,
+    pruner: optuna.pruners.BasePruner,
+    pruner_name: str,
+) -> tuple[str | None, tuple[list[int], list[float]] | None]:
+    """In the worker: train the trial's run, reporting `metric` each step to the study for its pruner.
+    (run id, (steps, values) of the metric), or (run id, None) when the pruner stopped it."""
+    from harness.engine.training import run_training
+
+    # a retry reports the steps its failed attempt already reported: Optuna keeps the first values, quietly here
+    warnings.filterwarnings("ignore", message="The reported value is ignored")
+    loaded = optuna.load_study(study_name=study, storage=storage(url), pruner=pruner)
+    trial = optuna.Trial(loaded, trial_id)  # the driver suggested its params: nothing is sampled here
+    steps: list[int] = []
+    values: list[float] = []
+    run_ids: list[str] = []
+
+    def started(run_id: str) -> None:
+        run_ids.append(run_id)
+        trial.set_user_attr("mlflow_run_id", run_id)
+
+    def watch(step: int, metrics: dict[str, float]) -> None:
+        value = metrics.get(metric)
+        if value is None:
+            return
+        steps.append(step)
+        values.append(value)
+        trial.report(value, step)
+        if trial.should_prune():
+            raise RunStopped(f"pruned at step {step} by the {pruner_name} pruner")
+
+    try:
+        run_training(
+            cfg,
+            tracking_uri=tracking_uri,
+            sweep_id=sweep_id,
+            progress=False,
+            watch=watch,
+            extra_tags=tags,
+            started=started,
+        )
+    except RunStopped:
+        return run_ids[-1], None
+    return run_ids[-1], (steps, values)

@@ -1,4 +1,5 @@
-"""The MLflow layout of harness's runs, in one place: every tag, the run name, the sweep's artifact.
+"""The MLflow layout of harness's runs, in one place: where the store is, every tag, the run name, the sweep's
+artifact.
 
 The writer (`harness.runs.writer`, the engine) sets these and the reader (`harness.runs.reader`, `sweep_data`)
 reads them; neither spells a tag's name itself. GUIDE §3 gives the meaning of the run tags.
@@ -6,10 +7,14 @@ reads them; neither spells a tag's name itself. GUIDE §3 gives the meaning of t
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 from harness.spec.run_config import RunConfig
+
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+SQLITE_PREFIX = "sqlite:///"
 
 SWEEP_ID_TAG = "sweep_id"
 """The sweep's id (hash of its file's resolved plan); "" for a run started by `harness run`."""
@@ -82,3 +87,27 @@ def _git_commit() -> str:
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def default_tracking_uri(results_dir: str | os.PathLike, explicit: str | None = None) -> str:
+    """Tracking URI for this invocation: `explicit` (--tracking-uri) beats $MLFLOW_TRACKING_URI
+    beats `sqlite:///<abs results_dir>/mlflow.db`."""
+    if explicit:
+        return explicit
+    if os.environ.get(ENV_TRACKING_URI):
+        return os.environ[ENV_TRACKING_URI]
+    return SQLITE_PREFIX + str((Path(results_dir) / "mlflow.db").resolve())
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI, None for any other store or in-memory SQLite."""
+    if not uri.startswith(SQLITE_PREFIX):
+        return None
+    path = uri[len(SQLITE_PREFIX) :].split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path)
+
+
+def store_exists(uri: str) -> bool:
+    """False only for a SQLite store whose file is not there yet (so a dry run never creates one)."""
+    path = sqlite_path(uri)
+    return path is None or path.exists()

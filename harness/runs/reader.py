@@ -1,19 +1,18 @@
 """Read a whole sweep out of the tracking store into DataFrames, in a handful of queries.
 
-MLflow's public API reads metric histories one (run, key) at a time: ~20x slower than one query
-for a 48-run sweep on a local SQLite file (benchmarks/dashboard_load.py), far worse over a network.
-Where the store is a database (SQLite by default, or PostgreSQL/MySQL behind
-MLflow), a `SqlReader` reads runs, tags, params and every metric point of a sweep with one SQL
-query each. Against an MLflow server, `MlflowReader` uses `search_runs` and the server's bulk
-history route (one request per metric key per 100 runs). Both return the same frames.
+Where the store is a database (SQLite by default, or PostgreSQL/MySQL behind MLflow), a `SqlReader` reads runs,
+tags, params and every metric point of a sweep with direct SQL: `harness.runs.store_adapter`, the one module that
+knows MLflow's private tables, and checks them before it reads; where it finds a schema it does not know, it warns
+once and the reader goes through MLflow's public API (`MlflowReader`), slower. Against an MLflow server,
+`MlflowReader` uses `search_runs` and the adapter's bulk history route (one request per metric key per 100 runs),
+or `get_metric_history` per run and key where the server has no such route. All return the same frames.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +22,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from harness.runs.layout import JOBS_ARTIFACT, N_JOBS_TAG, PARENT_TAG, SWEEP_ID_TAG
+from harness.runs.store_adapter import BULK_RUNS, SqlStore, bulk_history
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # not one bar per artifact read
 METRIC_COLUMNS = ["run_id", "key", "step", "value"]
@@ -52,114 +52,35 @@ def reader_for(uri: str) -> Reader:
 
 
 class SqlReader:
-    """Direct SQL on MLflow's own schema (tables runs, experiments, tags, params, metrics)."""
+    """A database store through the adapter's direct SQL (`SqlStore`), or through MLflow's public API where the
+    adapter does not know the store's schema (it has warned)."""
 
     def __init__(self, uri: str):
-        self.uri = uri
-        self.path = Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
+        self.uri, self.sql = uri, SqlStore(uri)
 
-    def _query(self, sql: str, args: list | tuple = ()) -> pd.DataFrame:
-        if self.path is not None:  # sqlite3 directly: a read-only connection, and ~3x faster than SQLAlchemy
-            if not self.path.exists():
-                return pd.DataFrame()
-            con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
-            try:
-                cur = con.execute(sql, args)
-                cols = [d[0] for d in cur.description]
-                return pd.DataFrame.from_records(cur.fetchall(), columns=cols)
-            finally:
-                con.close()
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(self.uri)
-        try:
-            with engine.connect() as con:
-                marks = sql.count("?")
-                names = {f"p{i}": a for i, a in enumerate(args)}
-                text = sql
-                for i in range(marks):
-                    text = text.replace("?", f":p{i}", 1)
-                return pd.read_sql_query(sqlalchemy.text(text), con, params=names)
-        finally:
-            engine.dispose()
+    @cached_property
+    def public(self) -> MlflowReader:
+        return MlflowReader(self.uri)
 
     def runs(self) -> pd.DataFrame:
-        runs = self._query(
-            "SELECT r.run_uuid AS run_id, r.name AS run_name, e.name AS experiment, r.status, r.start_time,"
-            " r.end_time, r.artifact_uri FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id"
-            " WHERE r.lifecycle_stage = 'active'"
-        )
-        if runs.empty:
-            return pd.DataFrame(columns=RUN_COLUMNS)
-        tags = self._query(
-            "SELECT t.run_uuid AS run_id, t.key, t.value FROM tags t JOIN runs r"
-            " ON r.run_uuid = t.run_uuid WHERE r.lifecycle_stage = 'active'"
-        )
-        return _with_tags(runs, tags)
+        if not self.sql.usable():
+            return self.public.runs()
+        runs = self.sql.runs()
+        return _with_tags(runs, self.sql.tags()) if not runs.empty else pd.DataFrame(columns=RUN_COLUMNS)
 
     def params(self, run_ids: list[str]) -> pd.DataFrame:
-        return self._in(
-            "SELECT run_uuid AS run_id, key, value FROM params WHERE run_uuid IN ({})",
-            run_ids,
-            ["run_id", "key", "value"],
-        )
+        return self.sql.params(run_ids) if self.sql.usable() else self.public.params(run_ids)
 
     def metrics(self, run_ids: list[str]) -> pd.DataFrame:
-        if self.path is None:
-            return _with_inf(
-                self._in(
-                    "SELECT run_uuid AS run_id, key, step, value FROM metrics WHERE run_uuid IN ({})",
-                    run_ids,
-                    METRIC_COLUMNS,
-                )
-            )
-        # SQLite: one row per (run, key) with the points packed as text, parsed by numpy; ~5x faster than
-        # a row per point. '%!.17g' round-trips every double exactly; NaNs are stored as is_nan=1.
-        rows = self._in(
-            "SELECT run_uuid, key, group_concat(step) AS steps, group_concat(CASE WHEN is_nan THEN 'nan'"
-            " ELSE printf('%!.17g', value) END) AS vals, count(*) AS n FROM metrics WHERE run_uuid IN ({})"
-            " GROUP BY run_uuid, key",
-            run_ids,
-            ["run_uuid", "key", "steps", "vals", "n"],
-        )
-        if rows.empty:
-            return pd.DataFrame(columns=METRIC_COLUMNS)
-        n = rows["n"].to_numpy()
-        runs = pd.Categorical(rows["run_uuid"])
-        keys = pd.Categorical(rows["key"])
-        return _with_inf(
-            pd.DataFrame(
-                {
-                    "run_id": pd.Categorical.from_codes(np.repeat(runs.codes, n), runs.categories),
-                    "key": pd.Categorical.from_codes(np.repeat(keys.codes, n), keys.categories),
-                    "step": np.fromstring(",".join(rows["steps"]), sep=",", dtype=np.int64),
-                    "value": np.fromstring(",".join(rows["vals"]), sep=","),
-                }
-            )
-        )
+        return _with_inf(self.sql.metrics(run_ids)) if self.sql.usable() else self.public.metrics(run_ids)
 
     def last_logged(self, run_ids: list[str]) -> pd.Series:
-        """Time (ms) of each run's latest metric point."""
-        df = self._in(
-            "SELECT run_uuid AS run_id, max(timestamp) AS t FROM latest_metrics WHERE run_uuid IN ({})"
-            " GROUP BY run_uuid",
-            run_ids,
-            ["run_id", "t"],
-        )
-        return df.set_index("run_id")["t"] if not df.empty else pd.Series(dtype=float)
-
-    def _in(self, sql: str, run_ids: list[str], columns: list[str]) -> pd.DataFrame:
-        # SQLite formats and packs the points with the GIL released: a connection per core halves the wait
-        size = max(1, min(500, -(-len(run_ids) // (os.cpu_count() or 1))))
-        chunks = [run_ids[i : i + size] for i in range(0, len(run_ids), size)]
-        with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1) or 1) as pool:
-            frames = list(pool.map(lambda chunk: self._query(sql.format(",".join("?" * len(chunk))), chunk), chunks))
-        frames = [f for f in frames if not f.empty]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+        return self.sql.last_logged(run_ids) if self.sql.usable() else self.public.last_logged(run_ids)
 
 
 class MlflowReader:
-    """Any other store through MLflow: `search_runs`, and the bulk history route of a server."""
+    """Any store through MLflow's public API (`search_runs`, `get_metric_history`), and a server's bulk history
+    route through the adapter."""
 
     def __init__(self, uri: str):
         self.uri, self.client = uri, MlflowClient(uri)
@@ -199,36 +120,36 @@ class MlflowReader:
         return pd.DataFrame(rows, columns=["run_id", "key", "value"])
 
     def metrics(self, run_ids: list[str]) -> pd.DataFrame:
-        runs = self._search(run_ids)
-        keys = sorted({k for r in runs for k in r.data.metrics})
+        keys = {r.info.run_id: list(r.data.metrics) for r in self._search(run_ids)}
+        ids = [r for r in run_ids if r in keys]
+        frames = []
         if self.uri.startswith(("http://", "https://")):
-            frames = [self._bulk(key, run_ids[i : i + 100]) for key in keys for i in range(0, len(run_ids), 100)]
-        else:  # a local file store has no bulk route: per (run, key) reads, slow but correct
-            frames = [
-                pd.DataFrame(
-                    [
-                        {
-                            "run_id": r.info.run_id,
-                            "key": m.key,
-                            "step": m.step,
-                            "value": m.value,
-                        }
-                        for m in self.client.get_metric_history(r.info.run_id, k)
-                    ]
-                )
-                for r in runs
-                for k in r.data.metrics
-            ]
+            for key in sorted({k for ks in keys.values() for k in ks}):
+                for i in range(0, len(ids), BULK_RUNS):
+                    chunk = [r for r in ids[i : i + BULK_RUNS] if key in keys[r]]
+                    bulk = bulk_history(self.uri, key, chunk) if chunk else None
+                    frames += [bulk] if bulk is not None else [self._history(r, key) for r in chunk]
+        else:  # a local store has no bulk route: per (run, key) reads, slow but correct
+            frames = [self._history(r, k) for r in ids for k in keys[r]]
         frames = [f for f in frames if not f.empty]
         if not frames:
             return pd.DataFrame(columns=METRIC_COLUMNS)
         return _with_inf(pd.concat(frames, ignore_index=True))
 
     def last_logged(self, run_ids: list[str]) -> pd.Series:
-        times = {
-            r.info.run_id: max((m.timestamp for m in r.data._metric_objs), default=None) for r in self._search(run_ids)
-        }
-        return pd.Series(times, dtype=float)
+        protos = {r.info.run_id: r.data.to_proto().metrics for r in self._search(run_ids)}
+        return pd.Series({run: max(m.timestamp for m in ms) for run, ms in protos.items() if ms}, dtype=float)
+
+    def _history(self, run_id: str, key: str) -> pd.DataFrame:
+        points = self.client.get_metric_history(run_id, key)
+        return pd.DataFrame(
+            {
+                "run_id": [run_id] * len(points),
+                "key": [key] * len(points),
+                "step": np.array([m.step for m in points], dtype=np.int64),
+                "value": np.array([m.value for m in points], dtype=float),
+            }
+        )
 
     def _search(self, run_ids: list[str]):
         out = []
@@ -242,31 +163,11 @@ class MlflowReader:
     def _experiment_ids(self) -> list[str]:
         return [e.experiment_id for e in self.client.search_experiments()]
 
-    def _bulk(self, key: str, run_ids: list[str]) -> pd.DataFrame:
-        from mlflow.utils.credentials import get_default_host_creds
-        from mlflow.utils.rest_utils import http_request
-
-        resp = http_request(
-            get_default_host_creds(self.uri),
-            "/ajax-api/2.0/mlflow/metrics/get-history-bulk",
-            "GET",
-            params={"run_id": run_ids, "metric_key": key, "max_results": 25000},
-        )
-        resp.raise_for_status()
-        points = resp.json().get("metrics", [])
-        return pd.DataFrame(
-            [
-                {"run_id": p["run_id"], "key": p["key"], "step": int(p.get("step", 0)), "value": float(p["value"])}
-                for p in points
-            ],
-            columns=METRIC_COLUMNS,
-        )
-
 
 def _with_inf(metrics: pd.DataFrame) -> pd.DataFrame:
     """±inf back where MLflow's SQL store wrote ±1.7976931348623157e308 for it (SQL has no infinity:
     `SqlAlchemyStore.sanitize_metric_value`), so that a diverged run reads as diverged, not as a huge number.
-    Anything beyond 1e308 is taken for it: SQLite's printf reads the largest double back a few ulps off."""
+    Anything beyond 1e308 is taken for it: a database that rounds the largest double reads it back a few ulps off."""
     v = metrics["value"].to_numpy(float)
     clamped = np.abs(v) > 1e308
     if clamped.any():

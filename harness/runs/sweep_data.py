@@ -12,10 +12,9 @@ import pandas as pd
 from harness.runs.layout import ARM_LABEL_TAG, JOB_ID_TAG
 from harness.runs.reader import Reader, Sweep, planned_jobs
 from harness.spec.at import At
+from harness.spec.run_config import defines_arm
 from trainer import metric_names as M
 
-# params that differ between runs of a sweep without defining an arm
-_NOT_SWITCHES = ("seed", "name", "tracking.", "model.cache_dir", "train.device", "train.threads")
 STALE_S = 600  # a RUNNING run with no metric for this long is shown as stalled
 HISTORY = ("duplicate", "retried")  # states of runs that do not stand for their job (see _one_run_per_job)
 
@@ -103,11 +102,7 @@ def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
         if not params.empty
         else pd.DataFrame(index=pd.Index([], name="run_id"))
     )
-    varying = [
-        k
-        for k in wide.columns
-        if not k.startswith(_NOT_SWITCHES) and k not in _NOT_SWITCHES and wide[k].nunique(dropna=False) > 1
-    ]
+    varying = [k for k in wide.columns if defines_arm(k) and wide[k].nunique(dropna=False) > 1]
     runs = runs.join(wide[varying], on="run_id") if varying else runs
     metrics = reader.metrics(ids)
     plan = planned_jobs(sweep) or {}

@@ -33,14 +33,12 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from harness.runs.layout import FAILURE_REASON_TAG, PRUNED, STATUS_TAG, STOP_REASON_TAG
+from harness.runs.layout import FAILURE_REASON_TAG, PRUNED, STATUS_TAG, STOP_REASON_TAG, sqlite_path
 from harness.runs.locks import hold
 from harness.spec.yaml_io import flatten
 
-ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 TRUNCATION_MARKER = "...[truncated]"
 _REASON_MAX_CHARS = 500
-_SQLITE_PREFIX = "sqlite:///"
 _log = logging.getLogger(__name__)
 
 
@@ -54,35 +52,11 @@ class RunStopped(Exception):
     status tag PRUNED and the message as stop_reason, its metrics kept."""
 
 
-def default_tracking_uri(results_dir: str | os.PathLike, explicit: str | None = None) -> str:
-    """Tracking URI for this invocation: `explicit` (--tracking-uri) beats $MLFLOW_TRACKING_URI
-    beats `sqlite:///<abs results_dir>/mlflow.db`."""
-    if explicit:
-        return explicit
-    if os.environ.get(ENV_TRACKING_URI):
-        return os.environ[ENV_TRACKING_URI]
-    return _SQLITE_PREFIX + str((Path(results_dir) / "mlflow.db").resolve())
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///` URI, None for any other store or in-memory SQLite."""
-    if not uri.startswith(_SQLITE_PREFIX):
-        return None
-    path = uri[len(_SQLITE_PREFIX) :].split("?", 1)[0]
-    return None if path in ("", ":memory:") else Path(path)
-
-
-def store_exists(uri: str) -> bool:
-    """False only for a SQLite store whose file is not there yet (so a dry run never creates one)."""
-    path = _sqlite_path(uri)
-    return path is None or path.exists()
-
-
 def lock_file(uri: str, key: str) -> Path:
     """The file of lock `key` (a file-name-safe word) on the store at `uri`: beside a SQLite database
     (`<db>.<key>.lock`), else in the user's cache, named by a hash of (uri, key); the latter guards
     only this machine."""
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:
         return db.with_name(f"{db.name}.{key}.lock")
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness" / "locks"
@@ -98,7 +72,7 @@ def prepare_store(uri: str, experiment_name: str) -> str:
     Artifacts of a SQLite store go next to the database (`<db dir>/artifacts`) instead of MLflow's
     default `./mlruns` under the current directory.
     """
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     artifact_location = None
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)

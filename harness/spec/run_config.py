@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, Tag, field_validator, model_validator
 
-from harness.spec.yaml_io import Name, apply_overrides, load_yaml, validate
+from harness.spec.evaluation import EvalConfig
+from harness.spec.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
 from trainer.config import STRICT as _STRICT
 from trainer.config import RolloutConfig, Seed, TrainConfig
 from trainer.models.toy_config import ToyModelConfig
@@ -20,33 +21,47 @@ from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
 
 
-class ModelConfig(BaseModel):
-    """Which policy to train."""
+class _PolicyConfig(BaseModel):
+    """What every kind of policy takes."""
 
     model_config = _STRICT
 
-    source: Literal["toy", "hf"] = "toy"
-    """toy: the tiny model harness builds (SFT, cached); hf: a transformers model by hub id or local path."""
-    name_or_path: str | None = None
-    """Hub id or local directory of the model (source hf only)."""
-    toy: ToyModelConfig = ToyModelConfig()
-    """Build settings of the toy model (source toy only); their hash names the cached build."""
-    cache_dir: str = "results/cache"
-    """Where built toy models are cached (relative to the working directory)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weights' dtype: auto = bfloat16 on a CUDA device with bf16, else float32."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute) — for large models."""
 
-    @model_validator(mode="after")
-    def _check(self) -> ModelConfig:
-        if self.source == "hf":
-            if not self.name_or_path:
-                raise ValueError("name_or_path is required when source is 'hf'")
-            local = self.name_or_path.startswith((".", "/", "~")) or Path(self.name_or_path).exists()
-            if local and not Path(self.name_or_path).expanduser().is_dir():
-                raise ValueError(f"name_or_path: no model directory at {self.name_or_path}")
-        return self
+
+class ToyModel(_PolicyConfig):
+    """The tiny model harness builds itself (SFT on the toy task, cached)."""
+
+    source: Literal["toy"] = "toy"
+    """toy: the tiny model harness builds; hf: a transformers model by hub id or local path."""
+    toy: ToyModelConfig = ToyModelConfig()
+    """Build settings of the toy model; their hash names the cached build."""
+    cache_dir: str = "results/cache"
+    """Where built toy models are cached (relative to the working directory)."""
+
+
+class HFModel(_PolicyConfig):
+    """A transformers causal LM by hub id or local directory."""
+
+    source: Literal["hf"]
+    """hf: a transformers model by hub id or local path."""
+    name_or_path: str
+    """Hub id or local directory of the model."""
+
+    @field_validator("name_or_path")
+    @classmethod
+    def _local_dir_exists(cls, value: str) -> str:
+        local = value.startswith((".", "/", "~")) or Path(value).exists()
+        if local and not Path(value).expanduser().is_dir():
+            raise ValueError(f"no model directory at {value}")
+        return value
+
+
+ModelConfig = Annotated[Annotated[ToyModel, Tag("toy")] | Annotated[HFModel, Tag("hf")], tagged("source", "toy")]
+"""Which policy to train: `source` picks the kind, and only that kind's fields exist."""
 
 
 class FieldsConfig(BaseModel):
@@ -86,38 +101,32 @@ class MathTaskConfig(BaseModel):
     """Use only the first N problems of the pool (after de-duplication)."""
 
 
-class TaskConfig(BaseModel):
-    """Where prompts and rewards come from."""
+class ToyTask(BaseModel):
+    """The CPU toy: addition problems the toy model half-knows."""
 
     model_config = _STRICT
 
-    name: Literal["toy_addition", "math"] = "toy_addition"
+    name: Literal["toy_addition"] = "toy_addition"
     """toy_addition: the CPU toy; math: a math dataset graded with math-verify."""
     toy_addition: ToyAdditionConfig = ToyAdditionConfig()
     """Settings of the toy addition task."""
+
+
+class MathTask(BaseModel):
+    """Math problems graded with math-verify."""
+
+    model_config = _STRICT
+
+    name: Literal["math"]
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify."""
     math: MathTaskConfig = MathTaskConfig()
     """Settings of the math task."""
 
 
-class EvalConfig(BaseModel):
-    """Periodic benchmark evaluation inside a training run (eval/<benchmark>/...)."""
-
-    model_config = _STRICT
-
-    every: int = Field(0, ge=0)
-    """Evaluate every N RL steps and after the last (0 = never)."""
-    benchmarks: list[str] = ["math500"]
-    """Benchmark names of trainer.data.benchmarks."""
-    k: int = Field(1, ge=1)
-    """Samples per problem (avg@k, pass@k, maj@k)."""
-    temperature: float = Field(0.6, ge=0)
-    """Sampling temperature (0 = greedy)."""
-    top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus sampling mass."""
-    max_new_tokens: int | None = Field(None, ge=1)
-    """Generation budget (null = rollout.max_new_tokens)."""
-    limit: int | None = Field(None, ge=1)
-    """Evaluate on the first N problems of each benchmark (null = all)."""
+TaskConfig = Annotated[
+    Annotated[ToyTask, Tag("toy_addition")] | Annotated[MathTask, Tag("math")], tagged("name", "toy_addition")
+]
+"""Where prompts and rewards come from: `name` picks the task, and only that task's settings exist."""
 
 
 class TrackingConfig(BaseModel):
@@ -149,8 +158,10 @@ class RunConfig(BaseModel):
     objective: ObjectiveSettings
     """The GRPO-family switches. Write `preset: grpo|dr_grpo|dapo|gspo` plus any field to override;
     max_len defaults to rollout.max_new_tokens (and then dapo's overlong_cache_len to max_len // 5)."""
-    task: TaskConfig = TaskConfig()
-    model: ModelConfig = ModelConfig()
+    task: TaskConfig = ToyTask()
+    """Where prompts and rewards come from (`name` picks the task)."""
+    model: ModelConfig = ToyModel()
+    """Which policy to train (`source` picks the kind)."""
     rollout: RolloutConfig = RolloutConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
@@ -181,7 +192,7 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _fits_toy_model(self) -> RunConfig:
-        if self.model.source != "toy" or self.task.name != "toy_addition":
+        if not isinstance(self.model, ToyModel) or not isinstance(self.task, ToyTask):
             return self
         prompt, positions = self.task.toy_addition.max_prompt_len + 1, self.model.toy.max_position_embeddings  # + BOS
         for key, new in (
@@ -196,26 +207,47 @@ class RunConfig(BaseModel):
         return self
 
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
-        """What defines the run's result: everything but tracking (and optionally the seed)."""
-        data = self.model_dump(mode="json", exclude=_NOT_IDENTITY)
+        """What defines the run's result: every field but `NOT_IDENTITY` (and optionally the seed)."""
+        data = self.model_dump(mode="json", exclude=_EXCLUDE)
         if not with_seed:
             data.pop("seed")
         return data
 
     @property
     def config_hash(self) -> str:
-        """Hash of the resolved config without tracking settings: the job id."""
-        return _hash(self.model_dump_json(exclude=_NOT_IDENTITY))
+        """Hash of the config's identity: the job id."""
+        return _hash(self.model_dump_json(exclude=_EXCLUDE))
 
     @property
     def arm(self) -> str:
-        """Hash of the resolved config without the seed: runs of one arm differ only in seed."""
-        return _hash(self.model_dump_json(exclude=_NOT_IDENTITY | {"seed"}))
+        """Hash of the identity without the seed: runs of one arm differ only in seed."""
+        return _hash(self.model_dump_json(exclude={**_EXCLUDE, "seed": True}))
 
 
-# fields that do not change what a run computes; pydantic's JSON keeps the schema's field order,
-# so the hashes are stable without sorting keys
-_NOT_IDENTITY = {"tracking", "objective_preset"}
+NOT_IDENTITY = ("tracking", "objective_preset", "model.cache_dir", "train.device", "train.threads")
+"""Fields (dotted) that do not change what a run computes: where it is logged, a label, where the toy build is
+cached, which device and how many CPU threads. They are left out of the job id and are never an arm's switch.
+A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""
+
+
+def defines_arm(key: str) -> bool:
+    """Whether a flattened config key (a logged param) can tell two arms apart: not the seed or the name."""
+    return key not in ("seed", "name") and not any(key == f or key.startswith(f + ".") for f in NOT_IDENTITY)
+
+
+def _exclude(dotted: tuple[str, ...]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path in dotted:
+        *parents, leaf = path.split(".")
+        node = tree
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = True
+    return tree
+
+
+# pydantic's JSON keeps the schema's field order, so the hashes are stable without sorting keys
+_EXCLUDE = _exclude(NOT_IDENTITY)
 
 
 def _hash(text: str) -> str:

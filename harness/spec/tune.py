@@ -93,7 +93,7 @@ class Sampler(BaseModel):
     name: Literal["tpe", "random", "grid"] = "tpe"
     """TPE (default), random search, or the full grid."""
     seed: Seed = 0
-    """Seed of the sampler (each worker adds its index, so workers draw differently)."""
+    """Seed of the sampler: one sampler, in the process running `harness tune`, draws every trial's parameters."""
 
 
 class Pruner(BaseModel):

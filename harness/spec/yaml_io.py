@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, Discriminator, Tag, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -231,11 +231,22 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 def _describe(model_cls: type[BaseModel], err: dict[str, Any]) -> str:
     """One problem as `dotted.key: what is wrong`, in the words a config author would use."""
-    loc = err.get("loc", ())
-    key = _dotted(loc)
+    loc, holder, node, (union, chosen) = _walk(model_cls, err.get("loc", ()))
     kind = err.get("type")
-    if kind == "extra_forbidden":
-        problem = "unknown key" + _suggestion(model_cls, loc)
+    if kind == "unknown_kind" and not isinstance(err.get("input"), dict):
+        problem = f"must be a mapping (got {_one_line(repr(err.get('input')))[:80]})"
+    elif kind == "unknown_kind":  # a tagged union's tag names no member (see `tagged`)
+        key = err["ctx"]["key"]
+        loc += (key,)
+        tags = ", ".join(repr(t) for t in node) if isinstance(node, dict) else "?"
+        problem = f"must be one of {tags} (got {_one_line(repr(err['input'].get(key)))[:80]})"
+    elif kind == "extra_forbidden":
+        owners = [t for t, m in union.items() if t != chosen and loc and loc[-1] in m.model_fields]
+        problem = (
+            f"only the {owners[0]!r} kind has this key (this one is {chosen!r})"
+            if owners and holder is union.get(chosen)
+            else "unknown key" + _suggestion(holder, loc)
+        )
     elif kind == "missing":
         problem = "required key is missing"
     else:
@@ -243,7 +254,49 @@ def _describe(model_cls: type[BaseModel], err: dict[str, Any]) -> str:
         value = err.get("input")
         if isinstance(value, (str, int, float, bool)) or value is None:
             problem += f" (got {_one_line(repr(value))[:80]})"
+    key = _dotted(loc)
     return f"{key}: {problem}" if key else problem
+
+
+def tagged(key: str, default: str) -> Discriminator:
+    """Pick a union's member by the value of `key` (`default` when left out); a bad value is one clear line."""
+    return Discriminator(
+        lambda v: v.get(key, default) if isinstance(v, dict) else getattr(v, key, None),
+        custom_error_type="unknown_kind",
+        custom_error_message="{key} names no known kind",
+        custom_error_context={"key": key},
+    )
+
+
+def _walk(model_cls: type[BaseModel], loc: tuple) -> tuple[tuple, type[BaseModel] | None, Any, tuple[dict, Any]]:
+    """`loc` without the tags pydantic adds inside a tagged union; the model holding its last key; where it ends
+    (a model, a union's {tag: model}, or None); the last union passed through and the tag taken there."""
+    clean: list = []
+    node: Any = model_cls
+    holder: type[BaseModel] | None = model_cls
+    union: tuple[dict, Any] = ({}, None)
+    for part in loc:
+        if isinstance(node, dict):  # the tag of the union just entered, not a key the author wrote
+            union, node = (node, part), node.get(part)
+            continue
+        clean.append(part)
+        if isinstance(part, int):
+            continue
+        holder = node if isinstance(node, type) else None
+        field = holder.model_fields.get(part) if holder else None
+        node = (_members(field.annotation) or _model_in(field.annotation)) if field else None
+    return tuple(clean), holder, node, union
+
+
+def _members(annotation: Any) -> dict[str, type[BaseModel]]:
+    """{tag: model} of a union of `Annotated[Model, Tag(...)]` members; empty for anything else."""
+    members = {}
+    for arg in get_args(annotation):
+        inner = get_args(arg)
+        tag = next((m for m in inner[1:] if isinstance(m, Tag)), None) if inner else None
+        if tag is not None and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+            members[tag.tag] = inner[0]
+    return members
 
 
 def _dotted(loc: tuple) -> str:
@@ -253,14 +306,8 @@ def _dotted(loc: tuple) -> str:
     return out
 
 
-def _suggestion(model_cls: type[BaseModel], loc: tuple) -> str:
+def _suggestion(model: type[BaseModel] | None, loc: tuple) -> str:
     """` (did you mean 'x'?)` when a field of the enclosing model is spelled alike."""
-    model: type[BaseModel] | None = model_cls
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part) if model else None
-        model = _model_in(field.annotation) if field else None
     if model is None or not loc:
         return ""
     names = list(model.model_fields) + [f.alias for f in model.model_fields.values() if f.alias]
