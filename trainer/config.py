@@ -11,6 +11,12 @@ STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=Fals
 (an infinite learning rate would otherwise fail mid-run with an unrelated index error)."""
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 """A seed: torch and numpy take it as a signed 64-bit integer."""
+Device = Literal["auto", "cpu", "cuda"]
+"""Where a model lives: auto = cuda when available, else cpu."""
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+"""A model's weights' dtype: auto = bfloat16 on a CUDA device with bf16, else float32."""
+Template = Literal["r1", "qwen_math", "none"]
+"""A prompt template of trainer/data/templates.py (the Dr. GRPO template study)."""
 
 
 class RolloutConfig(BaseModel):
@@ -70,7 +76,7 @@ class TrainConfig(BaseModel):
     """Track KL to the initial policy (policy/kl) every step; always on when the objective's kl_coef > 0."""
     log_text: bool = True
     """Store each response's text in the rollout table (for the dashboard's rollout viewer)."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Device = "auto"
     """Where the policy lives: auto = cuda when available, else cpu."""
     threads: int | None = Field(None, ge=1)
     """torch CPU threads (null = torch's default)."""

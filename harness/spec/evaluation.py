@@ -7,11 +7,9 @@ its own. The command's flags are built from `EvalSettings`' fields (harness/cli.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field, field_validator
 
-from trainer.config import STRICT
+from trainer.config import STRICT, Device, Dtype, Template
 
 
 class EvalSampling(BaseModel):
@@ -33,40 +31,29 @@ class EvalSampling(BaseModel):
     """Evaluate on the first N problems of each benchmark (left out = all)."""
 
 
-# pydantic orders a model's fields from its last base to its first, then its own: the mixins below put their
-# field first. A run's job id hashes its config in field order, so `eval.every` must stay first.
-class _Every(BaseModel):
-    model_config = STRICT
+class EvalConfig(EvalSampling):
+    """Periodic benchmark evaluation inside a training run (eval/<benchmark>/...)."""
 
     every: int = Field(0, ge=0)
     """Evaluate every N RL steps and after the last (0 = never)."""
 
 
-class _Model(BaseModel):
-    model_config = STRICT
+class EvalSettings(EvalSampling):
+    """One `harness eval`: a model on math benchmarks (each field is a flag of the command)."""
 
     model: str
     """HF model id or local directory (safetensors)."""
-
-
-class EvalConfig(EvalSampling, _Every):
-    """Periodic benchmark evaluation inside a training run (eval/<benchmark>/...)."""
-
-
-class EvalSettings(EvalSampling, _Model):
-    """One `harness eval`: a model on math benchmarks (each field is a flag of the command)."""
-
     benchmarks: list[str] = ["math500", "aime24", "amc23", "gsm8k"]
     """Benchmark names, comma-separated."""
     max_new_tokens: int = Field(3000, ge=1)
     """Generation budget."""
-    template: Literal["r1", "qwen_math", "none"] = "qwen_math"
+    template: Template = "qwen_math"
     """Prompt template."""
     seed: int = 0
     """Seeds sampling."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Device = "auto"
     """Where the model runs: auto = cuda when available, else cpu."""
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Dtype = "auto"
     """Weights' dtype: auto = bfloat16 on a CUDA device with bf16, else float32."""
 
     @field_validator("benchmarks")

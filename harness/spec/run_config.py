@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, Tag, field_validator, model_validator
 from harness.spec.evaluation import EvalConfig
 from harness.spec.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
 from trainer.config import STRICT as _STRICT
-from trainer.config import RolloutConfig, Seed, TrainConfig
+from trainer.config import Dtype, RolloutConfig, Seed, Template, TrainConfig
 from trainer.models.toy_config import ToyModelConfig
 from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
@@ -26,7 +26,7 @@ class _PolicyConfig(BaseModel):
 
     model_config = _STRICT
 
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Dtype = "auto"
     """Weights' dtype: auto = bfloat16 on a CUDA device with bf16, else float32."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute) — for large models."""
@@ -93,7 +93,7 @@ class MathTaskConfig(BaseModel):
     """Field mapping of a file or HF dataset (ignored for a registered benchmark name)."""
     answer_format: Literal["plain", "gsm8k"] = "plain"
     """plain: the answer field is the answer; gsm8k: the answer follows '#### ' in it."""
-    template: Literal["r1", "qwen_math", "none"] = "qwen_math"
+    template: Template = "qwen_math"
     """Prompt template (the Dr. GRPO template study compares them)."""
     dedupe_against: list[str] = ["math500", "aime24", "amc23", "minerva", "olympiad_bench"]
     """Evaluation benchmarks whose problems are removed from the training pool."""
