@@ -65,14 +65,16 @@ class SweepData:
         return self.runs[~self.runs["state"].isin(HISTORY)]
 
     def by_arm(self, key: str, x: str = "step", only: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
-        """Arm → (steps × seeds) frame, columns named by seed: the `current` runs, or only the run ids `only`."""
+        """Arm → (steps × seeds) frame, columns named by seed: the `current` runs, or only the run ids `only`; the
+        steps are those at which at least one of the arm's runs logged `key`."""
         w = self.wide(key, x)
         out = {}
         pool = self.current if only is None else self.runs[self.runs["run_id"].isin(set(only))]
         for arm in self.arms:
             runs = pool[(pool["arm"] == arm) & pool["run_id"].isin(w.columns)]
             if not runs.empty:
-                out[arm] = w[runs["run_id"].tolist()].set_axis([f"seed {s}" for s in runs["seed"]], axis=1)
+                frame = w[runs["run_id"].tolist()].dropna(how="all")
+                out[arm] = frame.set_axis([f"seed {s}" for s in runs["seed"]], axis=1)
         return out
 
     def final(self, key: str, last: int, *, finite: bool = True) -> pd.DataFrame:
