@@ -1,11 +1,15 @@
 """Run a sweep's jobs on this machine: one fresh process per attempt, at most `workers` at a time.
 
-A fresh "spawn" process per attempt (not a fork, not a reused pool worker) means no torch state,
-thread setting or leaked memory carries from one run to the next, and a job that segfaults,
-hangs or is OOM-killed takes only itself down. The child reports back over a pipe; anything
-it cannot report (a kill, a timeout) the parent detects, and `harness.engine.executor.run_attempts`
-records in MLflow, so that no run of a sweep is left RUNNING once `run` returns or raises. A child
-dies with its parent (`die_with_parent`): a sweep killed outright leaves no worker training on, and
+Each attempt is a process of its own, forked from a server process that imported the training stack
+(torch, transformers, MLflow: ~10 s of a 2-core machine's time) once and never ran a job
+(multiprocessing's "forkserver"; "spawn", importing everything again per attempt, where there is no
+fork). So no torch state, thread setting or leaked memory carries from one run to the next, and a job
+that segfaults, hangs or is OOM-killed takes only itself down, as with a freshly started interpreter;
+the child takes the parent's environment variables of the moment it is launched. The child reports
+back over a pipe; anything it cannot report (a kill, a timeout) the parent detects, and
+`harness.engine.executor.run_attempts` records in MLflow, so that no run of a sweep is left RUNNING
+once `run` returns or raises. A child dies with the process that launched it (`die_with_parent`): a
+sweep killed outright leaves no worker training on (and the fork server ends with its last child), and
 its runs RUNNING for the rerun to end FAILED as orphaned.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import os
+import select
 import signal
 import sys
 import threading
@@ -29,43 +34,69 @@ from harness.runs.writer import failure_reason
 
 _KILL_GRACE_S = 5.0
 _POLL_S = 0.5
+PRELOAD = ["harness.engine.training", "harness.engine.executor", "harness.engine.tune"]
+"""What the fork server imports before it forks the first attempt: everything a job or a trial imports."""
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Make this (spawned) process die by SIGKILL as soon as `parent_pid`, its parent, is gone, however the
-    parent ended. Linux: the kernel's parent-death signal; elsewhere a thread watching the parent pid."""
-    if sys.platform.startswith("linux"):
+def die_with_parent(launcher_pid: int) -> None:
+    """Make this worker process die by SIGKILL as soon as `launcher_pid`, the process that launched it, is gone,
+    however it ended (at once if it is gone already). Where the launcher is the parent (spawn) on Linux, the
+    kernel's parent-death signal does it; else (a fork server's child, or not Linux) a thread waits for the
+    launcher's exit on a pidfd, or polls its pid where there is none. The fork server itself cannot pass the news
+    on: it lives until its last child has exited."""
+    if sys.platform.startswith("linux") and os.getppid() == launcher_pid:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
-            if os.getppid() != parent_pid:  # the parent died before the signal was armed
+            if os.getppid() != launcher_pid:  # the parent died before the signal was armed
                 os.kill(os.getpid(), signal.SIGKILL)
             return
+    try:
+        pidfd = os.pidfd_open(launcher_pid)  # Linux >= 5.3: readable once the process has exited
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGKILL)
+    except (AttributeError, OSError):
+        pidfd = None
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+        else:
+            while _alive(launcher_pid):
+                time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
-def worker_setup(parent_pid: int) -> None:
-    """First thing in a worker process: die with the parent; leave Ctrl-C to the parent (it terminates us);
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, another user's: a recycled pid, which only a launcher dead long ago leaves
+    return True
+
+
+def worker_setup(launcher_pid: int) -> None:
+    """First thing in a worker process: die with its launcher; leave Ctrl-C to the parent (it terminates us);
     and give tqdm a thread lock instead of its default named semaphore, which a terminated worker cannot
     unregister (multiprocessing's resource tracker then warns of a "leaked semaphore" at exit)."""
-    die_with_parent(parent_pid)
+    die_with_parent(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())
 
 
-def _child(call: Callable[[], Any], conn: Connection, parent_pid: int) -> None:
+def _child(call: Callable[[], Any], conn: Connection, launcher_pid: int, env: dict[str, str]) -> None:
     """Worker entry point: run the attempt, send ("ok", what it returned) or ("error", one-line reason)."""
-    worker_setup(parent_pid)
+    worker_setup(launcher_pid)
+    os.environ.clear()  # the launcher's environment now, not the fork server's when it started
+    os.environ.update(env)
     try:
         message = ("ok", call())
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent as one line
@@ -89,11 +120,12 @@ class _Processes:
 
     def __init__(self, slots: int):
         self.slots = slots
-        self._ctx = mp.get_context("spawn")
+        self._ctx = worker_context()
 
     def launch(self, call: Callable[[], Any], name: str) -> _Worker:
         reader, writer = self._ctx.Pipe(duplex=False)
-        process = self._ctx.Process(target=_child, args=(call, writer, os.getpid()), name=name, daemon=False)
+        args = (call, writer, os.getpid(), dict(os.environ))
+        process = self._ctx.Process(target=_child, args=args, name=name, daemon=False)
         process.start()
         writer.close()  # the child holds the only writer: EOF then means it is gone
         return _Worker(process, reader)
@@ -114,6 +146,16 @@ class _Processes:
         for worker in handles:
             _stop(worker.process)
             worker.conn.close()
+
+
+def worker_context() -> mp.context.BaseContext:
+    """The fork server (started on first use, then shared by every launcher of this process) where there is one,
+    else "spawn"."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 class LocalExecutor(RetryingExecutor):
