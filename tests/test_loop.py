@@ -59,18 +59,37 @@ def test_several_optimiser_steps_make_gspo_clip(tiny_run_overrides):
     assert tr.step(1)[M.CLIP_FRAC] == 0  # one on-policy step: ratio 1, nothing to clip
 
 
-@pytest.mark.parametrize("preset", ["grpo", "dr_grpo"])
-def test_micro_batches_do_not_change_the_update(tiny_run_overrides, preset):
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "gspo"])
+def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_overrides, preset):
+    """One forward/backward over the whole padded batch, against length-sorted buckets cut to their own longest
+    response (4 buckets, and micro-batches of 3 within 1 bucket): same loss, metrics and weights after 2 steps."""
     runs = []
-    for micro in ("null", "3"):
-        tr = _trainer(tiny_run_overrides, f"objective.preset={preset}", f"train.micro_batch_size={micro}")
+    for micro, buckets in (("null", 1), ("null", 4), ("3", 1)):
+        tr = _trainer(
+            tiny_run_overrides,
+            f"objective.preset={preset}",
+            f"train.micro_batch_size={micro}",
+            f"train.length_buckets={buckets}",
+            "train.mini_batches=2",
+        )
         metrics = [tr.step(s) for s in (1, 2)]
         runs.append((metrics, [p.detach().clone() for p in tr.policy.parameters()]))
-    (m1, p1), (m2, p2) = runs
-    for a, b in zip(m1, m2):
-        for key in (M.LOSS, M.ENTROPY, M.KL, M.ACCURACY, M.ADV_MEAN):
-            assert a[key] == pytest.approx(b[key], abs=1e-5), key
-    assert max((x - y).abs().max().item() for x, y in zip(p1, p2)) < 1e-4
+    (m1, p1), *others = runs
+    for m2, p2 in others:
+        for a, b in zip(m1, m2):
+            for key in (M.LOSS, M.ENTROPY, M.KL, M.ACCURACY, M.ADV_MEAN, M.CLIP_FRAC, M.RATIO_MAX, M.GRAD_NORM):
+                assert a[key] == pytest.approx(b[key], abs=1e-5), key
+        assert max((x - y).abs().max().item() for x, y in zip(p1, p2)) < 1e-4
+
+
+def test_length_buckets_are_sorted_and_cut_to_their_longest_response(tiny_run_overrides):
+    tr = _trainer(tiny_run_overrides, "train.length_buckets=3")
+    lengths = [5, 1, 9, 3, 7, 2, 8]
+    t = {"resp_mask": (torch.arange(10)[None, :] < torch.tensor(lengths)[:, None]).long()}
+    got = [(rows.tolist(), width) for rows, width in tr._micro(torch.arange(7), t)]
+    assert got == [([2, 6, 4], 9), ([0, 3, 5], 5), ([1], 1)]
+    tr.micro_size = 2  # a smaller micro-batch (e.g. after an out-of-memory error) wins
+    assert [w for _, w in tr._micro(torch.arange(7), t)] == [9, 7, 3, 1]
 
 
 def test_cuda_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_run_overrides, monkeypatch):
@@ -79,13 +98,13 @@ def test_cuda_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_run
     start ends."""
     reference = _trainer(tiny_run_overrides, "train.micro_batch_size=4")
     expected = [reference.step(s) for s in (1, 2)]
-    tr = _trainer(tiny_run_overrides)  # a whole mini-batch (16 responses) per forward
+    tr = _trainer(tiny_run_overrides, "train.length_buckets=1")  # a whole mini-batch (16 responses) per forward
     logits = tr._logits
 
-    def small_only(model, t, rows):
+    def small_only(model, t, rows, width):
         if rows.numel() > 4:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return logits(model, t, rows)
+        return logits(model, t, rows, width)
 
     monkeypatch.setattr(tr, "_logits", small_only)
     got = [tr.step(s) for s in (1, 2)]
@@ -99,7 +118,7 @@ def test_cuda_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_run
 def test_out_of_memory_at_one_response_is_raised(tiny_run_overrides, monkeypatch):
     tr = _trainer(tiny_run_overrides, "train.micro_batch_size=1")
 
-    def never(model, t, rows):
+    def never(model, t, rows, width):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
 
     monkeypatch.setattr(tr, "_logits", never)

@@ -85,7 +85,8 @@ def test_diverging_run_ends_failed_with_reason(tmp_path, tiny_run_overrides, mon
         return out
 
     monkeypatch.setattr(trainer.loop, "policy_loss", nan_on_second_step)
-    cfg = load_run_config(TOY_RUN, [*tiny_run_overrides, f"tracking.results_dir={tmp_path}"])
+    one_loss_per_step = "train.length_buckets=1"
+    cfg = load_run_config(TOY_RUN, [*tiny_run_overrides, f"tracking.results_dir={tmp_path}", one_loss_per_step])
     with pytest.raises(trainer.loop.TrainingDiverged, match="diverged at step 2: loss is nan"):
         run_training(cfg, progress=False)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -70,6 +70,10 @@ class TrainConfig(BaseModel):
     """Responses per forward/backward (gradient accumulation); null = a whole mini-batch at once. The
     loss and gradient do not depend on it. On a CUDA out-of-memory error it is halved (and kept) and the
     mini-batch redone, down to 1 (policy/micro_batch_size logs the size in use)."""
+    length_buckets: int = Field(4, ge=1)
+    """Forward/backward batches per mini-batch, of responses sorted by length, each padded only to its own
+    longest response: less padding to compute through. The loss and gradient do not depend on it (only the order
+    of float sums does), so, like `threads`, it is not part of a job's identity."""
     max_gen_rounds: int = Field(8, ge=1)
     """Dynamic sampling: generation rounds allowed per step to fill the batch before the run fails."""
     reference_kl: bool = True

@@ -202,31 +202,49 @@ class Trainer:
             "prompt_len": torch.tensor(P),
         }
 
-    def _logits(self, model: torch.nn.Module, t: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        """Logits ([n, L, V], temperature applied) predicting each response token of `rows`."""
-        attn = t["attn"][rows]
+    def _logits(
+        self, model: torch.nn.Module, t: dict[str, torch.Tensor], rows: torch.Tensor, width: int
+    ) -> torch.Tensor:
+        """Logits ([n, width, V], temperature applied) predicting the first `width` response tokens of `rows`
+        (the batch cut to P + width columns: nothing after them can change these logits)."""
+        P = int(t["prompt_len"])
+        attn = t["attn"][rows, : P + width]
         pos = (attn.cumsum(1) - 1).clamp(min=0)
-        L = t["resp_mask"].shape[1]
-        out = model(input_ids=t["ids"][rows], attention_mask=attn, position_ids=pos, logits_to_keep=L + 1)
+        ids = t["ids"][rows, : P + width]
+        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=width + 1)
         return out.logits[:, :-1, :].float() / self.roll.temperature
 
     def _logprobs(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[N, L] log-probabilities of every response token under `model` (0 after a response's end)."""
         P = int(t["prompt_len"])
         everything = torch.arange(t["ids"].shape[0], device=self.device)
-        with torch.no_grad():
-            return self._fitting(
-                everything,
-                lambda: torch.cat(
-                    [
-                        token_logprobs(self._logits(model, t, rows), t["ids"][rows, P:])
-                        for rows in self._micro(everything)
-                    ]
-                ),
-            )
 
-    def _micro(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        size = self.micro_size or rows.numel()
-        return list(rows.split(size))
+        def work() -> torch.Tensor:
+            parts = [
+                (rows, token_logprobs(self._logits(model, t, rows, w), t["ids"][rows, P : P + w]))
+                for rows, w in self._micro(everything, t)
+            ]
+            out = parts[0][1].new_zeros(t["resp_mask"].shape)
+            for rows, logp in parts:
+                out[rows, : logp.shape[1]] = logp
+            return out
+
+        with torch.no_grad():
+            return self._fitting(everything, work)
+
+    def _micro(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+        """`rows` in forward/backward batches, each with the width of its longest response: longest first, then
+        `train.length_buckets` batches of (nearly) equal count, at most the micro-batch size each. Padding only
+        costs compute: a response's logits do not depend on the columns after it, nor on the other rows."""
+        lengths = t["resp_mask"][rows].sum(-1)
+        rows = rows[torch.sort(lengths, descending=True, stable=True).indices]
+        lengths = t["resp_mask"][rows].sum(-1)
+        size = self._micro_size(rows.numel())
+        return [(r, max(1, int(n.max()))) for r, n in zip(rows.split(size), lengths.split(size))]
+
+    def _micro_size(self, n: int) -> int:
+        """Responses per forward/backward out of `n`."""
+        return min(self.micro_size or n, -(-n // self.cfg.length_buckets))
 
     def _fitting(self, rows: torch.Tensor, work: Callable[[], Any]) -> Any:
         """Run `work` (micro-batches of `rows`); on a CUDA out-of-memory error halve the micro-batch, kept for
@@ -261,16 +279,16 @@ class Trainer:
 
                 def accumulate(mini: torch.Tensor = mini, norm: Normaliser = norm) -> list[dict[str, float]]:
                     parts = []
-                    for rows in self._micro(mini):
-                        logits = self._logits(self.policy, t, rows)
-                        logp = token_logprobs(logits, t["ids"][rows, P:])
+                    for rows, w in self._micro(mini, t):
+                        logits = self._logits(self.policy, t, rows, w)
+                        logp = token_logprobs(logits, t["ids"][rows, P : P + w])
                         out = policy_loss(
                             logp,
-                            old[rows] if several else logp.detach(),
+                            old[rows, :w] if several else logp.detach(),
                             advantages[rows],
-                            mask[rows],
+                            mask[rows, :w],
                             self.obj,
-                            ref_logp=None if ref is None else ref[rows],
+                            ref_logp=None if ref is None else ref[rows, :w],
                             entropy=token_entropy(logits.detach()),
                             norm=norm,
                         )
@@ -290,7 +308,7 @@ class Trainer:
                     {
                         M.GRAD_NORM: grad_norm,
                         M.LR: self.optimiser.param_groups[0]["lr"],
-                        M.MICRO_BATCH: float(self.micro_size or mini.numel()),
+                        M.MICRO_BATCH: float(self._micro_size(mini.numel())),
                     }
                 )
                 self._optimiser_step(step)

@@ -224,9 +224,17 @@ class RunConfig(BaseModel):
         return _hash(self.model_dump_json(exclude={**_EXCLUDE, "seed": True}))
 
 
-NOT_IDENTITY = ("tracking", "objective_preset", "model.cache_dir", "train.device", "train.threads")
+NOT_IDENTITY = (
+    "tracking",
+    "objective_preset",
+    "model.cache_dir",
+    "train.device",
+    "train.threads",
+    "train.length_buckets",
+)
 """Fields (dotted) that do not change what a run computes: where it is logged, a label, where the toy build is
-cached, which device and how many CPU threads. They are left out of the job id and are never an arm's switch.
+cached, which device, how many CPU threads and length buckets (these two change only the order of float sums).
+They are left out of the job id and are never an arm's switch.
 A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""
 
 
