@@ -2,7 +2,8 @@
 
     python benchmarks/command_times.py [--sweep]
 
-Runs in a scratch working directory (its own results/cache and results/mlflow.db) with this checkout's code:
+Runs in a scratch working directory (its own results/mlflow.db, and an empty toy cache through HARNESS_CACHE_DIR)
+with this checkout's code:
 1. the toy model's build (the SFT that the first `harness run` or `harness sweep` does once);
 2. `harness run ablations/toy_run.yaml` on the built model;
 3. with --sweep, `harness sweep ablations/dr_grpo_bias.yaml` on the built model (20 jobs, two at a time).
@@ -35,6 +36,7 @@ def timed(label: str, argv: list[str], cwd: Path) -> dict:
     """Run `argv` in `cwd` with this checkout first on the path; its wall time and the load around it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("HARNESS_DATA_DIR", None)
+    env["HARNESS_CACHE_DIR"] = str(cwd / "results" / "cache")  # nothing cached: the newcomer's first build
     load_before = os.getloadavg()
     start = time.perf_counter()
     subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)

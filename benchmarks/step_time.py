@@ -65,7 +65,6 @@ def main() -> None:
             f"rollout.group_size={args.group}",
             f"rollout.max_new_tokens={args.max_new}",
             f"train.steps={args.steps + warmup}",
-            f"model.cache_dir={ROOT / 'results' / 'cache'}",
             *args.set,
         ],
     )

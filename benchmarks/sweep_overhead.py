@@ -44,7 +44,6 @@ def main() -> None:
                         "train.steps": 1,
                         "rollout.prompts_per_step": 2,
                         "rollout.group_size": 2,
-                        "model.cache_dir": str(ROOT / "results" / "cache"),
                     },
                 }
             )

@@ -50,7 +50,6 @@ def harness_trainer(args: argparse.Namespace):
             f"rollout.group_size={args.group}",
             f"rollout.max_new_tokens={args.max_new}",
             f"train.steps={args.steps + args.warmup}",
-            f"model.cache_dir={args.cache}",
             *args.set,
         ],
     )
@@ -143,7 +142,6 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--cache", default=str(ROOT / "results" / "cache"), help="toy model cache")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="harness run-config override")
     args = ap.parse_args()
     try:

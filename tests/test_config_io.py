@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -192,3 +194,18 @@ def test_load_override_validate_pipeline(tmp_path):
     data = apply_overrides(load_yaml(path), ["trainer.steps=5", "objective.clip_high=0.3"])
     cfg = validate(RunConfig, data, str(path))
     assert (cfg.trainer.steps, cfg.trainer.lr, cfg.objective.clip_high) == (5, 1e-6, 0.3)
+
+
+def test_toy_cache_defaults_to_the_users_cache_shared_by_checkouts(tmp_path, monkeypatch):
+    from harness.spec.run_config import load_run_config
+
+    toy_run = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "mine"))
+    assert load_run_config(toy_run).model.cache_dir == str(tmp_path / "mine")
+    monkeypatch.delenv("HARNESS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert load_run_config(toy_run).model.cache_dir == str(tmp_path / "xdg" / "harness")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_run_config(toy_run).model.cache_dir == str(tmp_path / "home" / ".cache" / "harness")
+    assert load_run_config(toy_run, ["model.cache_dir=here"]).model.cache_dir == "here"  # a config's own wins

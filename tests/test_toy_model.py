@@ -149,6 +149,53 @@ def test_incomplete_build_is_rebuilt_and_concurrent_callers_build_once(tmp_path,
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp dirs left
 
 
+BUILDER = """
+import sys
+import trainer.models.toy as toy
+real = toy._train
+def counted(*args):
+    with open(sys.argv[2], "a") as log:
+        log.write("built\\n")
+    return real(*args)
+toy._train = counted
+config = toy.ToyModelConfig.model_validate_json(sys.argv[3])
+print(toy.ensure_toy_model(config, sys.argv[1]))
+"""
+
+
+def test_two_processes_building_one_model_build_it_once(tmp_path):
+    """Two processes (two checkouts, or a sweep and a run) asking at once for one build into the shared cache:
+    the file lock makes one build and the other wait, and both get the same complete build."""
+    import subprocess
+    import sys
+
+    config = TINY.model_copy(update={"sft_steps": 30, "eval_samples": 0})
+    log = tmp_path / "builds.log"
+    args = [sys.executable, "-c", BUILDER, str(tmp_path / "cache"), str(log), config.model_dump_json()]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].strip().splitlines()[-1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs[0] == outs[1] == str(toy.toy_model_dir(config, tmp_path / "cache"))
+    assert log.read_text().splitlines() == ["built"]
+    assert (toy.toy_model_dir(config, tmp_path / "cache") / toy.COMPLETE_MARKER).exists()
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")] == []
+
+
+def test_sft_in_length_buckets_is_the_one_pass_loss_and_gradient():
+    tokenizer = build_char_tokenizer(CHARS)
+    torch.manual_seed(0)
+    model = toy._new_model(TINY, tokenizer)
+    ids, mask, labels = toy._sft_batch(ToyAdditionTask(TINY.task), tokenizer, np.random.default_rng(0), 16)
+    assert mask.sum(-1).min() < mask.shape[1]  # rows of different lengths: the buckets are cut
+    whole = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    whole.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    loss = toy._backward_in_buckets(model, ids, mask, labels, 4)
+    assert loss.item() == pytest.approx(whole.item(), rel=1e-6)
+    assert max((p.grad - g).abs().max().item() for p, g in zip(model.parameters(), expected)) < 1e-6
+
+
 def test_sft_batch_trains_on_the_response_only():
     tokenizer = build_char_tokenizer(CHARS)
     task = ToyAdditionTask(TINY.task)

@@ -7,6 +7,7 @@ logs is the fully resolved object, every field spelled out.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,18 @@ class _PolicyConfig(BaseModel):
     """Recompute activations in the backward pass (less memory, ~30% more compute) — for large models."""
 
 
+CACHE_ENV = "HARNESS_CACHE_DIR"
+
+
+def default_cache_dir() -> str:
+    """$HARNESS_CACHE_DIR, else $XDG_CACHE_HOME/harness, else ~/.cache/harness: one toy build per user and config,
+    whichever checkout asks (builds are keyed by a hash of their settings, and concurrent builders wait on a lock)."""
+    if os.environ.get(CACHE_ENV):
+        return str(Path(os.environ[CACHE_ENV]).expanduser())
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base).expanduser() / "harness")
+
+
 class ToyModel(_PolicyConfig):
     """The tiny model harness builds itself (SFT on the toy task, cached)."""
 
@@ -39,8 +52,9 @@ class ToyModel(_PolicyConfig):
     """toy: the tiny model harness builds; hf: a transformers model by hub id or local path."""
     toy: ToyModelConfig = ToyModelConfig()
     """Build settings of the toy model; their hash names the cached build."""
-    cache_dir: str = "results/cache"
-    """Where built toy models are cached (relative to the working directory)."""
+    cache_dir: str = Field(default_factory=default_cache_dir)
+    """Where built toy models are cached: by default the user's cache, shared by every checkout
+    (`default_cache_dir`); a relative path is taken from the working directory."""
 
 
 class HFModel(_PolicyConfig):
@@ -160,7 +174,7 @@ class RunConfig(BaseModel):
     max_len defaults to rollout.max_new_tokens (and then dapo's overlong_cache_len to max_len // 5)."""
     task: TaskConfig = ToyTask()
     """Where prompts and rewards come from (`name` picks the task)."""
-    model: ModelConfig = ToyModel()
+    model: ModelConfig = Field(default_factory=ToyModel)
     """Which policy to train (`source` picks the kind)."""
     rollout: RolloutConfig = RolloutConfig()
     train: TrainConfig = TrainConfig()

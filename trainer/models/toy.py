@@ -58,7 +58,7 @@ def config_hash(config: ToyModelConfig) -> str:
 
 def toy_model_dir(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
     """Where the build of `config` lives (complete or not)."""
-    return Path(cache_root) / f"toy-{config_hash(config)}"
+    return Path(cache_root).expanduser() / f"toy-{config_hash(config)}"
 
 
 def ensure_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
@@ -207,9 +207,8 @@ def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[
     bar = tqdm(range(config.sft_steps), desc=f"building toy model {config_hash(config)}", unit="step", mininterval=1.0)
     for _ in bar:
         ids, mask, labels = _sft_batch(task, tokenizer, rng, config.batch_size)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss  # mean over response tokens
         optimiser.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = _backward_in_buckets(model, ids, mask, labels, config.length_buckets)
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimiser.step()
         schedule.step()
@@ -217,6 +216,27 @@ def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[
         bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
     model.eval()
     return model, loss_value
+
+
+def _backward_in_buckets(
+    model: LlamaForCausalLM, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor, buckets: int
+) -> torch.Tensor:
+    """Backward of the batch's mean loss over response tokens, in `buckets` forward/backward passes over its rows
+    sorted by length, each cut to its longest row (right padding only costs compute). Returns the mean loss."""
+    order = torch.sort(mask.sum(-1), descending=True, stable=True).indices
+    tokens = int((labels[:, 1:] != -100).sum())  # the positions the shifted loss scores
+    total = torch.zeros(())
+    for rows in order.tensor_split(min(buckets, len(order))):
+        width = int(mask[rows].sum(-1).max())
+        out = model(
+            input_ids=ids[rows, :width],
+            attention_mask=mask[rows, :width],
+            labels=labels[rows, :width],
+            num_items_in_batch=tokens,  # the loss is this bucket's token sum / the batch's tokens
+        )
+        out.loss.backward()
+        total += out.loss.detach()
+    return total
 
 
 @dataclass(frozen=True)

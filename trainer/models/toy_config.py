@@ -34,6 +34,9 @@ class ToyModelConfig(BaseModel):
     build threads alike (see build.json of each build)."""
     batch_size: int = Field(64, ge=1)
     """Traces per SFT step, each a fresh problem."""
+    length_buckets: int = Field(4, ge=1)
+    """Forward/backward passes per SFT step, over the batch's traces sorted by length, each padded only to its own
+    longest trace: the same mean loss and gradient up to the order of float sums, with less padding to compute."""
     lr: float = Field(3e-3, gt=0)
     """Peak AdamW learning rate (betas 0.9/0.999); at 1600 steps, 6e-3 reached 0.91 clean, 3e-3 0.98 (seed 0)."""
     warmup_steps: int = Field(50, ge=0)
@@ -54,6 +57,8 @@ class ToyModelConfig(BaseModel):
     """The build fails, and nothing is cached, when its sampled accuracy on clean prompts (no hidden digit) is
     below this. The length bias needs incorrect responses to be the ones the model can see failing (a `!`
     answer); a weak build adds failures the model cannot see, which dilute the bias."""
-    build_threads: int = Field(2, ge=1)
+    build_threads: int = Field(1, ge=1)
     """torch CPU threads for the build, whatever the caller uses: float sums depend on the thread count,
-    so this is part of what makes two builds of one config bitwise identical."""
+    so this is part of what makes two builds of one config bitwise identical. One thread: on 2 cores beside a
+    2-thread load, a 2-thread build took 2.45 s per step and a 1-thread build 0.23 s (idle: 0.10 s and 0.17 s;
+    benchmarks/toy_build.py)."""
