@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from trainer.rollout.base import RolloutBatch, SamplingParams
+from trainer.rollout.llama_decode import LlamaDecoder, supports
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the decode batch once at least this share of it has finished: each compaction
@@ -58,9 +59,12 @@ class TransformersBackend:
         device: torch.device | str | None = None,
         eos_token_ids: Sequence[int] | None = None,
         add_special_tokens: bool = True,
+        fast_decode: bool = True,
     ):
         """`eos_token_ids` defaults to the tokenizer's EOS plus the model's generation-config EOS ids;
-        `add_special_tokens` is passed to the tokenizer (e.g. to prepend BOS)."""
+        `add_special_tokens` is passed to the tokenizer (e.g. to prepend BOS); `fast_decode` lets a model that
+        `llama_decode.supports` decode through `LlamaDecoder` (the same samples, a fraction of the overhead)."""
+        self.fast_decode = fast_decode
         self.model = model
         self.tokenizer = tokenizer
         self._device = torch.device(device) if device is not None else None
@@ -151,6 +155,7 @@ class TransformersBackend:
         logits = out.logits[:, -1, :][inverse]
         if unique_ids.shape[0] != n or not torch.equal(inverse, torch.arange(n, device=dev)):
             cache.reorder_cache(inverse)  # fan each prefilled prompt out to its samples
+        fast = LlamaDecoder(self.model, cache) if self.fast_decode and supports(self.model) else None
 
         # the rows still decoding, as indices into the output, with their mask and next position
         rows = torch.arange(n, device=dev)
@@ -179,16 +184,19 @@ class TransformersBackend:
                 if n_done >= COMPACT_FRACTION * rows.shape[0]:
                     keep = (~done).nonzero()[:, 0]
                     rows, token, next_pos, attn = rows[keep], token[keep], next_pos[keep], attn[keep]
-                    cache.reorder_cache(keep)
+                    fast.compact(keep) if fast is not None else cache.reorder_cache(keep)
             # finished rows not yet compacted away keep decoding; what they produce is blanked below
-            out = self.model(
-                input_ids=token[:, None],
-                attention_mask=attn[:, : width + t + 1],
-                position_ids=next_pos[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
+            if fast is not None:
+                logits = fast.step(token, next_pos, attn[:, : width + t + 1])
+            else:
+                out = self.model(
+                    input_ids=token[:, None],
+                    attention_mask=attn[:, : width + t + 1],
+                    position_ids=next_pos[:, None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
         used = int(ends.clamp(max=max_new).max())
         after_end = torch.arange(used, device=dev) >= ends[:, None]
