@@ -6,9 +6,11 @@
 Both train the toy model (built or taken from the cache) with GRPO's loss (per-response token mean, std-scaled
 advantages), one optimiser step per rollout batch, no KL and no reference model, temperature 1, on one CPU thread.
 TRL draws the prompts once per group (its samples of a group share one prompt); harness's task gives each sample
-its own noisy copy, as in every harness run. The steps alternate, A B A B: a callback at the end of each TRL step
-runs one harness step, so both see the same machine load. Prints per-step medians, the generation / update split
-and the ratio harness / TRL (target ≤ 0.5), and writes results/benchmarks/vs_trl.json.
+its own noisy copy, as in every harness run. A step is timed whole on both sides: TRL's from its start to its
+end, harness's `Trainer.step` call with its metrics and rollout table. The steps alternate, A B A B: a callback
+at the end of each TRL step runs one harness step, so both see the same machine load. Prints per-step medians,
+the generation / update split and the ratio harness / TRL (target <= 0.5), and writes
+results/benchmarks/vs_trl.json.
 """
 
 from __future__ import annotations
@@ -120,6 +122,9 @@ def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step
         processing_class=tokenizer,
         callbacks=[Alternate()],
     )
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # no log line at the end
     generate = trainer._generate_and_score_completions
     trainer.generate_s = []
 
@@ -156,7 +161,9 @@ def main() -> None:
 
     def after_trl_step(seconds: float) -> None:
         trl_steps.append(seconds)
-        our_steps.append(ours.step(len(our_steps) + 1))
+        start = time.perf_counter()
+        metrics = ours.step(len(our_steps) + 1)
+        our_steps.append({**metrics, "wall_s": time.perf_counter() - start})  # its metrics and rollout rows included
 
     with tempfile.TemporaryDirectory() as tmp:
         theirs = trl_trainer(args, cfg, path, tmp, after_trl_step)
@@ -172,7 +179,7 @@ def main() -> None:
             "update_s": statistics.median(s - g for s, g in zip(trl_step, trl_gen)),
         },
         "harness": {
-            "step_s": statistics.median(m[M.STEP_S] for m in ours_m),
+            "step_s": statistics.median(m["wall_s"] for m in ours_m),
             "generate_s": statistics.median(m[M.GENERATE_S] for m in ours_m),
             "update_s": statistics.median(m[M.UPDATE_S] for m in ours_m),
             "response_len_mean": statistics.median(m[M.LENGTH_MEAN] for m in ours_m),
