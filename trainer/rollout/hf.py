@@ -73,6 +73,7 @@ class TransformersBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else 0)
         self._keep_kw = _logits_to_keep_kwarg(model)
+        self._cache_kw = _cache_kwarg(model)
 
     @property
     def device(self) -> torch.device:
@@ -148,7 +149,7 @@ class TransformersBackend:
             input_ids=unique_ids,
             attention_mask=unique_mask,
             position_ids=positions,
-            past_key_values=cache,
+            **{self._cache_kw: cache},
             use_cache=True,
             **self._keep_kw,
         )
@@ -193,7 +194,7 @@ class TransformersBackend:
                     input_ids=token[:, None],
                     attention_mask=attn[:, : width + t + 1],
                     position_ids=next_pos[:, None],
-                    past_key_values=cache,
+                    **{self._cache_kw: cache},
                     use_cache=True,
                 )
                 logits = out.logits[:, -1, :]
@@ -265,6 +266,12 @@ def _default_eos(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> 
     if not ids:
         raise ValueError("no end-of-sequence token: pass eos_token_ids")
     return ids
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """The forward's name for the KV cache: `cache` from transformers 5.x (`past_key_values` is deprecated there
+    and warns), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _logits_to_keep_kwarg(model: torch.nn.Module) -> dict[str, int]:
