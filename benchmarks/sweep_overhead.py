@@ -2,8 +2,9 @@
 
     python benchmarks/sweep_overhead.py [--jobs 6] [--workers 1]
 
-Each job is a 1-step toy run, so what remains is the executor's cost per job: a fresh process,
-imports (torch, transformers), loading the cached toy model, and creating and ending the MLflow run.
+Each job is a 1-step toy run, so what remains is the executor's cost per job: a process forked from the
+fork server (whose imports of torch, transformers and MLflow are paid once, by the first job to start),
+loading the cached toy model, and creating and ending the MLflow run.
 Prints a table and writes results/benchmarks/sweep_overhead.json.
 """
 
