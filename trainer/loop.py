@@ -236,9 +236,8 @@ class Trainer:
         """`rows` in forward/backward batches, each with the width of its longest response: longest first, then
         `train.length_buckets` batches of (nearly) equal count, at most the micro-batch size each. Padding only
         costs compute: a response's logits do not depend on the columns after it, nor on the other rows."""
-        lengths = t["resp_mask"][rows].sum(-1)
-        rows = rows[torch.sort(lengths, descending=True, stable=True).indices]
-        lengths = t["resp_mask"][rows].sum(-1)
+        lengths, order = torch.sort(t["resp_mask"][rows].sum(-1), descending=True, stable=True)
+        rows = rows[order]
         size = self._micro_size(rows.numel())
         return [(r, max(1, int(n.max()))) for r, n in zip(rows.split(size), lengths.split(size))]
 

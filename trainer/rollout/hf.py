@@ -185,7 +185,10 @@ class TransformersBackend:
                 if n_done >= COMPACT_FRACTION * rows.shape[0]:
                     keep = (~done).nonzero()[:, 0]
                     rows, token, next_pos, attn = rows[keep], token[keep], next_pos[keep], attn[keep]
-                    fast.compact(keep) if fast is not None else cache.reorder_cache(keep)
+                    if fast is not None:
+                        fast.compact(keep)
+                    else:
+                        cache.reorder_cache(keep)
             # finished rows not yet compacted away keep decoding; what they produce is blanked below
             if fast is not None:
                 logits = fast.step(token, next_pos, attn[:, : width + t + 1])

@@ -6,8 +6,8 @@ on the model's own weights, in the same order and dtypes (RMSNorm in float32, th
 `scaled_dot_product_attention` under the same boolean padding mask), with the q/k/v and gate/up maps each as one
 matmul, and keeps the keys and values itself. On the toy's rollout (16 prompts x 8 samples) it takes about 0.8x
 the time of the model's forward, and gives bitwise the same log-probabilities, so the same samples
-(`tests/test_rollout_contract.py`). Used where `supports` says so (Llama, no grouped keys/values, SDPA or eager
-attention, default RoPE); anything else decodes through the model's own forward.
+(`tests/test_rollout_contract.py`). Used where `supports` says so (Llama, no grouped keys/values, SDPA attention,
+default RoPE); anything else decodes through the model's own forward.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def supports(model: PreTrainedModel) -> bool:
         config.model_type == "llama"
         and config.num_key_value_heads == config.num_attention_heads
         and getattr(config, "pretraining_tp", 1) == 1
-        and config._attn_implementation in ("sdpa", "eager")
+        and config._attn_implementation == "sdpa"
         and config.hidden_act == "silu"
         and rope == "default"
     )
@@ -69,7 +69,7 @@ class LlamaDecoder:
             # ~3x longer per call here); the copy costs less than the kernel saves
             self.keys[i] = torch.cat((self.keys[i], k), dim=2)
             self.values[i] = torch.cat((self.values[i], v), dim=2)
-            out = _attend(q, self.keys[i], self.values[i], visible, attn)
+            out = F.scaled_dot_product_attention(q, self.keys[i], self.values[i], attn_mask=visible, scale=attn.scaling)
             x = x + F.linear(out.transpose(1, 2).reshape(rows, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
             h = layer.post_attention_layernorm(x)
             gate, up = F.linear(h, *self.gate_up[i]).chunk(2, dim=-1)
@@ -88,11 +88,3 @@ def _fused(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, attn) -> torch.Tensor:
-    if attn.config._attn_implementation == "sdpa":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=attn.scaling)
-    weights = torch.matmul(q, k.transpose(2, 3)) * attn.scaling
-    weights = weights.masked_fill(~visible, torch.finfo(weights.dtype).min)
-    return torch.matmul(F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype), v)
