@@ -31,10 +31,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    import os
-
     from harness.spec.plan import load_sweep
 
+    if not args.until_decided and (args.max_seeds is not None or args.batch is not None):
+        raise ConfigError(f"{args.file}: --max-seeds and --batch need --until-decided")
+    if args.until_decided:
+        return _sweep_until_decided(args)
     plan = load_sweep(
         args.file,
         profile=args.profile,
@@ -42,34 +44,11 @@ def _sweep(args: argparse.Namespace) -> int:
         max_jobs=args.max_jobs,
         seeds=args.seeds,
     )
-    if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
-        for job in {j.arm_id: j for j in plan.jobs}.values():
-            check_host(job.config, f"{plan.source}: arm '{job.arm}'")
-    from harness.runs.layout import default_tracking_uri
-
-    uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
+    uri = _sweep_uri(args, plan)
     if args.dry_run:
         _print_jobs(plan, uri)
         return 0
-    settings = plan.settings.executor
-    retries = settings.retries if args.retries is None else args.retries
-    timeout = settings.timeout_s if args.timeout is None else args.timeout
-    if args.executor == "ray":
-        from harness.engine.ray_executor import RayExecutor
-
-        executor = RayExecutor(
-            address=args.address,
-            cpus_per_job=args.cpus_per_job,
-            gpus_per_job=args.gpus_per_job,
-            timeout_s=timeout,
-            retries=retries,
-        )
-    else:
-        from harness.engine.local import LocalExecutor
-
-        threads = max(j.config.train.threads or 1 for j in plan.jobs)
-        workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
-        executor = LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
+    executor = _executor(args, plan)
     from harness.engine.executor import Terminated
     from harness.engine.sweep import SweepRunning, run_sweep
 
@@ -90,6 +69,84 @@ def _sweep(args: argparse.Namespace) -> int:
         f"{len(result.failed)} failed (experiment '{plan.experiment}' at {uri})"
     )
     return 0 if result.ok else 1
+
+
+def _sweep_uri(args: argparse.Namespace, plan) -> str:
+    """The store the sweep's jobs log to, after checking (for a real run here) that this host can run them."""
+    if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
+        for job in {j.arm_id: j for j in plan.jobs}.values():
+            check_host(job.config, f"{plan.source}: arm '{job.arm}'")
+    from harness.runs.layout import default_tracking_uri
+
+    return default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
+
+
+def _executor(args: argparse.Namespace, plan):
+    import os
+
+    settings = plan.settings.executor
+    retries = settings.retries if args.retries is None else args.retries
+    timeout = settings.timeout_s if args.timeout is None else args.timeout
+    if args.executor == "ray":
+        from harness.engine.ray_executor import RayExecutor
+
+        return RayExecutor(
+            address=args.address,
+            cpus_per_job=args.cpus_per_job,
+            gpus_per_job=args.gpus_per_job,
+            timeout_s=timeout,
+            retries=retries,
+        )
+    from harness.engine.local import LocalExecutor
+
+    threads = max(j.config.train.threads or 1 for j in plan.jobs)
+    workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
+    return LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
+
+
+def _sweep_until_decided(args: argparse.Namespace) -> int:
+    from harness import until_decided as ud
+
+    s = ud.prepare(
+        args.file,
+        max_seeds=args.max_seeds if args.max_seeds is not None else ud.MAX_SEEDS,
+        batch=args.batch if args.batch is not None else ud.BATCH,
+        alpha=args.alpha,
+        profile=args.profile,
+        overrides=args.set,
+        seeds=args.seeds,
+        max_jobs=args.max_jobs,
+    )
+    uri = _sweep_uri(args, s.plan)
+    from rich.console import Console
+
+    if args.dry_run:
+        for table in ud.planning_table(s, uri):
+            Console(width=200).print(table)
+        return 0
+    from harness.engine.executor import Terminated
+    from harness.engine.sweep import SweepRunning
+
+    try:
+        outcome = ud.run(s, executor=_executor(args, s.plan), tracking_uri=uri)
+    except SweepRunning as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print("harness: terminated", file=sys.stderr)
+        return 128 + 15
+    for failed in outcome.failed:
+        print(f"harness: job {failed.job_id} FAILED: {failed.reason}", file=sys.stderr)
+    used = {arm: n for r in outcome.rounds for arm, n in r["seeds"].items()}
+    print(
+        f"sweep {s.plan.name}: {len(outcome.rounds)} round(s), {sum(used.values())} runs planned "
+        f"(seeds per arm: {', '.join(f'{a}: {n}' for a, n in used.items())}); experiment '{s.plan.experiment}' at {uri}"
+    )
+    for claim, track in zip(s.claims, outcome.tracks):
+        print(f"{claim.id}: {ud.state(track)}")
+    if outcome.failed:
+        return 1
+    return 1 if any(t.verdict == "contradicted" for t in outcome.tracks) else 0
 
 
 def _print_jobs(plan, uri: str) -> None:
@@ -134,7 +191,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.runs.reader import reader_for
+    from harness.runs.reader import reader_for, sequential_record
     from harness.runs.sweep_data import load_sweep as load_sweep_data
     from harness.spec.at import At
     from report.build import DEFAULT_AT, build
@@ -153,6 +210,7 @@ def _report(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         seed=args.seed,
         claims=claims,
+        sequential=sequential_record(sweep),
     )
     report.warnings += notes
     for v in report.verdicts:
@@ -169,7 +227,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _claims(args: argparse.Namespace) -> int:
     from harness.analysis.claims import judge
-    from harness.runs.reader import reader_for
+    from harness.runs.reader import reader_for, sequential_record
     from harness.runs.sweep_data import load_sweep as load_sweep_data
     from report.select import resolve
 
@@ -180,10 +238,38 @@ def _claims(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none (add a `claims:` list to its file)")
     data = load_sweep_data(reader_for(uri), sweep)
     verdicts = judge(data, claims, alpha=args.alpha)
+    record = sequential_record(sweep)
+    if record:
+        _print_sequential(sweep.name, record)
+        print("fixed-design analysis of all the runs (ignores the looks; for reference):")
     _print_verdicts(sweep.name, verdicts, args.alpha)
     for line in data.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    return 1 if any(v.verdict == "contradicted" for v in verdicts) else 0
+    final = [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
+    return 1 if "contradicted" in final else 0
+
+
+def _print_sequential(name: str, record: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.analysis.verdict_table import sequential_rows, sequential_verdicts
+
+    d = record["design"]
+    for title, rows in (
+        (
+            f"{name}: claims decided sequentially ({record['procedure']}; looks at {d['first']} seeds per arm, "
+            f"+{d['batch']} per round, up to {d['max_seeds']}; α = {d['alpha']})",
+            sequential_verdicts(record),
+        ),
+        ("each claim's path", sequential_rows(record)),
+    ):
+        table = Table(title=title, title_justify="left")
+        for col in rows[0] if rows else ():
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*row.values())
+        Console(width=200).print(table)
 
 
 def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
@@ -463,6 +549,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--gpus-per-job", type=_finite(0, inclusive=True), default=0.0, help="Ray: GPUs declared per job"
+    )
+    sweep.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="run the file's seeds, judge its claims, and add seeds to the arms an undecided claim reads until "
+        "every claim is decided or --max-seeds is reached (group-sequential, error rate kept at --alpha)",
+    )
+    sweep.add_argument(
+        "--max-seeds", type=_at_least(1), default=None, help="--until-decided: seeds per arm at most (default 20)"
+    )
+    sweep.add_argument(
+        "--batch", type=_at_least(1), default=None, help="--until-decided: seeds added per arm per round (default 2)"
+    )
+    sweep.add_argument(
+        "--alpha",
+        type=_finite(0, inclusive=False, below=1),
+        default=0.05,
+        help="--until-decided: familywise error rate across looks and claims (default 0.05)",
     )
     _tracking_uri_option(sweep)
     sweep.set_defaults(func=_sweep)

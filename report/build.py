@@ -51,6 +51,8 @@ class Report:
     """metric → arm → (steps × seeds), for the learning-curve figures."""
     verdicts: list[Verdict] = field(default_factory=list)
     """The sweep's claims judged (harness.analysis.claims), shown first."""
+    sequential: dict | None = None
+    """A `--until-decided` sweep's record (harness.analysis.sequential.record): its verdicts of record."""
 
 
 def build(
@@ -63,6 +65,7 @@ def build(
     alpha: float = 0.05,
     seed: int = 0,
     claims: list[Claim] | None = None,
+    sequential: dict | None = None,
 ) -> Report:
     at = at or At.parse(DEFAULT_AT)
     metrics = [m for m in (metrics or DEFAULT_METRICS)]
@@ -105,6 +108,7 @@ def build(
     )  # the runs counted
     report.findings = _findings(report)
     report.verdicts = judge(data, claims, alpha=alpha) if claims else []
+    report.sequential = sequential
     return report
 
 

@@ -11,7 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.analysis.verdict_table import ci, num, pval, verdict_rows
+from harness.analysis.verdict_table import (
+    SEQUENTIAL_NOTE,
+    ci,
+    num,
+    pval,
+    sequential_rows,
+    sequential_verdicts,
+    verdict_rows,
+)
 from report import figures
 from report.build import Report
 
@@ -202,8 +210,27 @@ def power_lines(r: Report) -> list[str]:
     return lines
 
 
+def sequential_design(r: Report) -> str:
+    d = r.sequential["design"]
+    return (
+        f"Looks at {d['first']} seeds per arm, then every {d['batch']} more, up to {d['max_seeds']}; α = {d['alpha']}."
+    )
+
+
 def to_markdown(r: Report, figure_dir: str | None = None) -> str:
     out = [f"# Report: {r.header['sweep']}", "", *_header_lines(r), ""]
+    if r.sequential:
+        out += [
+            "## Claims, decided sequentially",
+            "",
+            SEQUENTIAL_NOTE,
+            sequential_design(r),
+            "",
+            markdown_table(pd.DataFrame(sequential_verdicts(r.sequential))),
+            "Each claim's path (estimate and repeated CI after each round, the boundary it was tested against):",
+            "",
+            markdown_table(pd.DataFrame(sequential_rows(r.sequential))),
+        ]
     if r.verdicts:
         out += [
             "## Claims",
@@ -265,6 +292,14 @@ def to_html(r: Report) -> str:
         + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>" for line in _header_lines(r))
         + "</ul>",
     ]
+    if r.sequential:
+        body += [
+            "<h2>Claims, decided sequentially</h2>",
+            f"<p>{esc(SEQUENTIAL_NOTE)} {esc(sequential_design(r))}</p>",
+            table(pd.DataFrame(sequential_verdicts(r.sequential))),
+            "<p>Each claim's path:</p>",
+            table(pd.DataFrame(sequential_rows(r.sequential))),
+        ]
     if r.verdicts:
         body += [
             "<h2>Claims</h2>",
@@ -343,6 +378,7 @@ def to_json(r: Report) -> str:
             "header": r.header,
             "settings": settings,
             "verdicts": verdicts,
+            "sequential": r.sequential,
             "findings": r.findings,
             "warnings": r.warnings,
             "arms": records(r.arms),
@@ -399,6 +435,15 @@ def to_latex(r: Report) -> str:
     """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
     name, s = r.header["sweep"], r.settings
     parts = [f"% harness report: {name} (sweep {r.header['sweep_id']}); value of a run: {s['at']}\n"]
+    if r.sequential:
+        parts.append(
+            latex_table(
+                pd.DataFrame(sequential_rows(r.sequential)),
+                f"{name}: the claims decided sequentially (O'Brien-Fleming-type alpha spending, sequential Holm; "
+                f"{sequential_design(r)})",
+                f"tab:{r.header['sweep_id']}-sequential",
+            )
+        )
     if r.verdicts:
         t = verdicts_table(r).drop(columns=["statement"])
         parts.append(

@@ -16,6 +16,7 @@ effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -191,15 +192,29 @@ def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power
 
 def judge(data: SweepData, claims: list[Claim], *, alpha: float = 0.05, power: float = POWER) -> list[Verdict]:
     """Every claim of the sweep judged on its finished runs."""
+    return decide(claims, gather(data, claims, alpha=alpha), alpha=alpha, power=power)
+
+
+def gather(
+    data: SweepData,
+    claims: list[Claim],
+    *,
+    alpha: float = 0.05,
+    keep: Callable[[pd.DataFrame], pd.Series] | None = None,
+) -> list[dict]:
+    """Each claim's `evidence` on the sweep's finished runs; `keep` (a row mask of a claim's values: run_id, arm,
+    seed, ...) restricts the runs, e.g. to the seeds of one look of a sequential sweep."""
     settings = _arm_settings(data)
     names = data.runs.set_index("run_id")["run_name"] if "run_name" in data.runs else None
     found = []
     for claim in claims:
         values = claim_values(data, claim)
+        if keep is not None and not values.empty:
+            values = values[keep(values)].reset_index(drop=True)
         if names is not None:
             values = values.assign(run_name=values["run_id"].map(names))
         found.append(evidence(claim, values, data.varying, settings, alpha))
-    return decide(claims, found, alpha=alpha, power=power)
+    return found
 
 
 def _arm_settings(data: SweepData) -> dict[str, dict]:

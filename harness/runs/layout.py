@@ -43,6 +43,11 @@ N_JOBS_TAG = "n_jobs"
 """On the parent run: how many jobs the sweep plans."""
 JOBS_ARTIFACT = "jobs.json"
 """On the parent run: the planned jobs, read by the dashboard to show progress before a job starts."""
+SEQUENTIAL_ARTIFACT = "sequential.json"
+"""On the parent run of a `--until-decided` sweep: the design, the rounds and each claim's path
+(harness.analysis.sequential.record), rewritten after every look."""
+SEQUENTIAL_TAG = "sequential"
+""""1" on the parent run of a sweep that has a `SEQUENTIAL_ARTIFACT`."""
 STUDY_TAG = "study"
 TRIAL_TAG = "trial"
 

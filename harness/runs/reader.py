@@ -21,7 +21,14 @@ import numpy as np
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from harness.runs.layout import JOBS_ARTIFACT, N_JOBS_TAG, PARENT_TAG, SWEEP_ID_TAG
+from harness.runs.layout import (
+    JOBS_ARTIFACT,
+    N_JOBS_TAG,
+    PARENT_TAG,
+    SEQUENTIAL_ARTIFACT,
+    SEQUENTIAL_TAG,
+    SWEEP_ID_TAG,
+)
 from harness.runs.store_adapter import BULK_RUNS, SqlStore, bulk_history
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # not one bar per artifact read
@@ -232,6 +239,16 @@ def planned_jobs(sweep: Sweep) -> dict | None:
     try:
         return mlflow.artifacts.load_dict(f"{sweep.parent['artifact_uri']}/{JOBS_ARTIFACT}")
     except Exception:  # noqa: BLE001 - an unreadable artifact only costs the planned-job view
+        return None
+
+
+def sequential_record(sweep: Sweep) -> dict | None:
+    """The parent's sequential.json of a `--until-decided` sweep (None for a fixed-seed sweep)."""
+    if sweep.parent is None or str(sweep.parent.get(SEQUENTIAL_TAG)) != "1":
+        return None
+    try:
+        return mlflow.artifacts.load_dict(f"{sweep.parent['artifact_uri']}/{SEQUENTIAL_ARTIFACT}")
+    except Exception:  # noqa: BLE001 - unreadable: the report shows the fixed design only, with a warning
         return None
 
 

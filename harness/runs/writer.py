@@ -33,7 +33,15 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from harness.runs.layout import FAILURE_REASON_TAG, PRUNED, STATUS_TAG, STOP_REASON_TAG, sqlite_path
+from harness.runs.layout import (
+    FAILURE_REASON_TAG,
+    PRUNED,
+    SEQUENTIAL_ARTIFACT,
+    SEQUENTIAL_TAG,
+    STATUS_TAG,
+    STOP_REASON_TAG,
+    sqlite_path,
+)
 from harness.runs.locks import hold
 from harness.spec.yaml_io import flatten
 
@@ -97,6 +105,13 @@ def store_client(uri: str) -> MlflowClient:
     a fresh SQLite file migrates it (use `prepare_store` to create one)."""
     with hold(lock_file(uri, "store")):
         return MlflowClient(tracking_uri=uri)
+
+
+def log_sequential(uri: str, parent_run_id: str, record: dict) -> None:
+    """A sequential sweep's record (design, rounds, each claim's path) on its parent run, replacing the last."""
+    client = store_client(uri)
+    client.log_dict(parent_run_id, record, SEQUENTIAL_ARTIFACT)
+    client.set_tag(parent_run_id, SEQUENTIAL_TAG, "1")
 
 
 def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -106,6 +106,9 @@ class Claim(BaseModel):
     min_effect: float | None = Field(None, gt=0)
     """The smallest effect of interest: an inconclusive claim whose CI lies within threshold ± this is "a small
     effect" rather than "underpowered"; it also sets the seeds a decisive sweep needs."""
+    planning_sd: float | None = Field(None, gt=0)
+    """A guess of the spread of one run's value across seeds within an arm, used only to plan a sequential
+    sweep (`harness sweep --dry-run --until-decided`) before any run exists; the runs' own spread replaces it."""
 
     @field_validator("paper")
     @classmethod
@@ -207,3 +210,13 @@ def check_claims(
                 raise ConfigError(f"{key}.{name}: {_ref_text(ref)!r} matches no arm (arms: {'; '.join(arms)})")
         if sides["arm"] & sides["vs"]:
             raise ConfigError(f"{key}: arm and vs both pick {'; '.join(sorted(sides['arm'] & sides['vs']))}")
+
+
+def claim_arms(claim: Claim, arms: dict[str, dict[str, Any]]) -> set[str]:
+    """The arms (labels) a claim's contrast reads: for a main effect every cell at its `from` or `to` level, for
+    arm/vs the arms each side picks. `arms`: each arm's label → its resolved dotted settings."""
+    c = claim.contrast
+    if c.effect is not None:
+        wanted = {canonical(c.from_), canonical(c.to)}
+        return {label for label, s in arms.items() if c.effect in s and canonical(s[c.effect]) in wanted}
+    return {label for label, s in arms.items() if picks(c.arm, label, s) or picks(c.vs, label, s)}

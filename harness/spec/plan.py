@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,11 +243,20 @@ def load_sweep(
     return SweepPlan(spec.name, experiment, sweep_id, str(path), raw, spec, tuple(jobs))
 
 
+def arm_settings(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:
+    """Each arm's label → its resolved settings as dotted keys (from the arm's first job)."""
+    out: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        if job.arm not in out:
+            out[job.arm] = flatten(job.config.model_dump(mode="json"))
+    return out
+
+
 def _check_claims(path: Path, spec: SweepSpec, jobs: list[Job]) -> None:
     """Every claim's arms, switch and levels exist in this sweep (one `ConfigError` line otherwise)."""
     if not spec.claims:
         return
-    arms = {j.arm: flatten(j.config.model_dump(mode="json")) for j in jobs}
+    arms = arm_settings(jobs)
     levels: dict[str, list[Any]] = {}
     if not spec.cumulative:  # a progression has no factorial model: its claims compare arms
         for job in jobs:

@@ -1,0 +1,188 @@
+"""The sequential procedure (harness.analysis.sequential): boundaries against published values, and its error
+rates by simulation on synthetic arms drawn from known distributions, through the same decision code a
+`--until-decided` sweep uses (claims.evidence → sequential.observe → sequential.decide)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from statsmodels.stats.power import TTestIndPower
+
+from harness.analysis import sequential as seq
+from harness.analysis.claims import evidence
+from harness.spec.claims import Claim
+
+ALPHA = 0.05
+
+
+def _claim(cid: str = "c", min_effect: float | None = 1.0, **kw) -> Claim:
+    return Claim.model_validate(
+        {
+            "id": cid,
+            "statement": "arm A beats arm B",
+            "paper": "2503.20783",
+            "metric": "train/reward_mean",
+            "contrast": {"arm": f"{cid}-A", "vs": f"{cid}-B"},
+            "direction": "increase",
+            "min_effect": min_effect,
+            **kw,
+        }
+    )
+
+
+def test_boundaries_match_the_published_lan_demets_obrien_fleming_values():
+    # ldbounds / gsDesign (two-sided symmetric, α = 0.05, sfLDOF per side), four equally spaced looks
+    got = seq.boundaries((0.25, 0.5, 0.75, 1.0), ALPHA)
+    assert got == pytest.approx((4.3326, 2.9631, 2.3590, 2.0141), abs=2e-4)
+    assert seq.boundaries((1.0,), ALPHA)[0] == pytest.approx(stats.norm.isf(ALPHA / 2), abs=1e-9)
+    assert seq.obf_spent(1.0, ALPHA) == pytest.approx(ALPHA)
+    spent = [seq.obf_spent(t, ALPHA) for t in np.linspace(0.05, 1, 20)]
+    assert np.all(np.diff(spent) > 0)
+
+
+def test_boundaries_spend_alpha_on_an_uneven_schedule():
+    """The crossing probability of the boundaries, by simulating the null Brownian motion directly."""
+    looks = (3, 5, 7, 9, 12, 15, 20)
+    t = np.array(looks, float) / 20
+    c = np.array(seq.boundaries(tuple(t), ALPHA))
+    rng = np.random.default_rng(7)
+    s = np.cumsum(rng.standard_normal((200_000, t.size)) * np.sqrt(np.diff(t, prepend=0.0)), axis=1)
+    crossed = np.abs(s / np.sqrt(t)) >= c
+    assert crossed.any(axis=1).mean() == pytest.approx(ALPHA, abs=0.0025)  # MC SE ≈ 0.0005
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+    by_look = np.bincount(first[first >= 0], minlength=t.size) / first.size
+    wanted = np.diff([seq.obf_spent(x, ALPHA) for x in t], prepend=0.0)
+    assert by_look == pytest.approx(wanted, abs=0.0015)
+
+
+def test_t_statistics_map_to_the_normal_scale_by_their_p_value():
+    for t, df in ((2.5, 3.0), (-4.0, 7.5), (0.3, 30.0)):
+        z = seq.z_of_t(t, df)
+        assert math.copysign(1, z) == math.copysign(1, t)
+        assert stats.norm.sf(abs(z)) == pytest.approx(stats.t.sf(abs(t), df), rel=1e-9)
+        assert seq.t_of_z(abs(z), df) == pytest.approx(abs(t), rel=1e-6)
+
+
+def _experiment(
+    claims: list[Claim], effects: list[float], design: seq.Design, rng: np.random.Generator
+) -> list[seq.Track]:
+    """One sequential experiment on synthetic arms: per claim, arm A ~ N(effect, 1) and arm B ~ N(0, 1); each
+    look adds `batch` seeds to the arms of claims still open."""
+    m = design.max_seeds
+    draws = {c.id: (rng.normal(e, 1.0, m), rng.normal(0.0, 1.0, m)) for c, e in zip(claims, effects)}
+    tracks = [seq.Track(c.id) for c in claims]
+    schedule = design.schedule()
+    for look, n in enumerate(schedule, 1):
+        for claim, track in zip(claims, tracks):
+            if not track.open:
+                continue
+            a, b = draws[claim.id]
+            values = pd.DataFrame(
+                {
+                    "run_id": [f"{claim.id}{i}" for i in range(2 * n)],
+                    "arm": [f"{claim.id}-A"] * n + [f"{claim.id}-B"] * n,
+                    "seed": list(range(n)) * 2,
+                    "value": np.concatenate([a[:n], b[:n]]),
+                }
+            )
+            arms = {f"{claim.id}-A": {}, f"{claim.id}-B": {}}
+            seq.observe(track, look, evidence(claim, values, [], arms, ALPHA), design, claim.threshold)
+        seq.decide(claims, tracks, design, final=look == len(schedule))
+        if not any(t.open for t in tracks):
+            break
+    return tracks
+
+
+def test_under_the_null_the_procedure_reproduces_or_contradicts_at_most_alpha():
+    design = seq.Design(first=3, batch=2, max_seeds=15, alpha=ALPHA)
+    rng = np.random.default_rng(2026)
+    claim = _claim()
+    n = 500
+    decided = sum(_experiment([claim], [0.0], design, rng)[0].verdict != "inconclusive" for _ in range(n))
+    mc = 3 * math.sqrt(ALPHA * (1 - ALPHA) / n)
+    assert decided / n <= ALPHA + mc, f"{decided}/{n} null experiments ended reproduced or contradicted"
+
+
+def test_holm_across_claims_keeps_the_familywise_error():
+    design = seq.Design(first=3, batch=3, max_seeds=12, alpha=ALPHA)
+    rng = np.random.default_rng(11)
+    claims = [_claim("x"), _claim("y")]
+    n = 300
+    any_decided = sum(
+        any(t.verdict != "inconclusive" for t in _experiment(claims, [0.0, 0.0], design, rng)) for _ in range(n)
+    )
+    assert any_decided / n <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / n)
+
+
+def test_at_the_smallest_effect_of_interest_it_needs_fewer_seeds_than_a_fixed_design_of_equal_power():
+    design = seq.Design(first=4, batch=2, max_seeds=24, alpha=ALPHA)
+    rng = np.random.default_rng(5)
+    claim = _claim(min_effect=1.0)
+    tracks = [_experiment([claim], [1.0], design, rng)[0] for _ in range(300)]
+    power = np.mean([t.verdict == "reproduced" for t in tracks])
+    seeds_used = np.mean([t.looks[-1].seeds for t in tracks])
+    fixed = math.ceil(TTestIndPower().solve_power(effect_size=1.0, alpha=ALPHA, power=power, alternative="two-sided"))
+    assert power >= 0.8
+    assert seeds_used < fixed, f"sequential: {seeds_used:.1f} seeds on average at power {power:.2f}; fixed: {fixed}"
+    print(f"\nsequential {seeds_used:.1f} seeds/arm on average at power {power:.2f}; fixed design {fixed}")
+
+
+def test_holm_passes_a_decided_claims_level_to_the_others():
+    """x crosses at α/2; y's |z| lies between its boundary at α/2 and at α, so y is reproduced only because x
+    was (and would not be on its own at α/2)."""
+    design = seq.Design(first=10, batch=1, max_seeds=10, alpha=ALPHA)
+    claims = [_claim("x"), _claim("y")]
+    c_half, c_full = seq.boundaries((1.0,), ALPHA / 2)[0], seq.boundaries((1.0,), ALPHA)[0]
+    z_y = (c_half + c_full) / 2
+    tracks = [seq.Track("x"), seq.Track("y")]
+    for track, z in zip(tracks, (5.0, z_y)):
+        t = seq.t_of_z(z, 1e6)
+        seq.observe(track, 1, {"effect": t, "se": 1.0, "df": 1e6, "seeds": 10}, design, 0.0)
+    seq.decide(claims, tracks, design, final=True)
+    assert [t.verdict for t in tracks] == ["reproduced", "reproduced"]
+    alone = [seq.Track("x"), seq.Track("y")]
+    for track, z in zip(alone, (0.1, z_y)):
+        seq.observe(track, 1, {"effect": seq.t_of_z(z, 1e6), "se": 1.0, "df": 1e6, "seeds": 10}, design, 0.0)
+    seq.decide(claims, alone, design, final=True)
+    assert [(t.verdict, t.stop) for t in alone] == [("inconclusive", "budget"), ("inconclusive", "budget")]
+
+
+def test_a_small_effect_stops_when_the_repeated_ci_lies_within_the_smallest_effect_of_interest():
+    design = seq.Design(first=10, batch=10, max_seeds=40, alpha=ALPHA)
+    claim = _claim(min_effect=1.0)
+    track = seq.Track("c")
+    seq.observe(track, 1, {"effect": 0.02, "se": 0.1, "df": 18.0, "seeds": 10}, design, 0.0)
+    seq.decide([claim], [track], design, final=False)
+    lk = track.looks[-1]
+    assert (track.verdict, track.stop, track.stopped_at) == ("inconclusive", "small effect", 1)
+    assert -1.0 <= lk.low < 0.02 < lk.high <= 1.0
+    wide = seq.Track("c")
+    seq.observe(wide, 1, {"effect": 0.02, "se": 0.5, "df": 18.0, "seeds": 10}, design, 0.0)
+    seq.decide([claim], [wide], design, final=False)
+    assert wide.open
+
+
+def test_a_look_without_new_runs_spends_nothing_and_the_record_round_trips():
+    design = seq.Design(first=3, batch=2, max_seeds=7, alpha=ALPHA)
+    claim = _claim(min_effect=None)
+    track = seq.Track("c")
+    seq.observe(track, 1, {"effect": 0.4, "se": 0.5, "df": 4.0, "seeds": 3}, design, 0.0)
+    seq.decide([claim], [track], design, final=False)
+    seq.observe(track, 2, {"effect": 0.4, "se": 0.5, "df": 4.0, "seeds": 3}, design, 0.0)  # every new job failed
+    assert math.isnan(track.looks[-1].z) and track.fractions() == (3 / 7,)
+    seq.decide([claim], [track], design, final=True)
+    assert (track.verdict, track.stop) == ("inconclusive", "budget")
+    back = seq.tracks_from(seq.record(design, [track], [{"look": 1}]))
+    assert back[0].stop == "budget" and back[0].looks[0].z == pytest.approx(track.looks[0].z)
+    assert math.isnan(back[0].looks[1].z)
+
+
+def test_planning_gives_expected_and_maximum_seeds_and_the_fixed_equivalent():
+    design = seq.Design(first=4, batch=2, max_seeds=24, alpha=ALPHA)
+    plan = seq.operating(design, 1.0, math.sqrt(2), ALPHA, sesoi=1.0)
+    assert plan.max_seeds == 24 and 0.85 < plan.power < 0.97
+    assert plan.expected_seeds < plan.fixed_seeds <= 24
+    null = seq.operating(design, 0.0, math.sqrt(2), ALPHA, sesoi=1.0)
+    assert null.power == pytest.approx(ALPHA, abs=0.01)
