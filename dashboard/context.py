@@ -16,6 +16,7 @@ from harness.runs.reader import (
     Sweep,
     reader_for,
     rollout_table,
+    sequential_record,
     sweep_spec_text,
     sweeps,
 )
@@ -77,6 +78,13 @@ def verdicts(uri: str, key: str) -> tuple[list[Verdict], str]:
         return judge(data, claims), warning
     except Exception as e:  # noqa: BLE001 (the pages go on without verdicts; the message says why)
         return [], f"the claims of sweep {found[0].name} could not be judged: {type(e).__name__}: {e}"
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def sequential(uri: str, key: str) -> dict | None:
+    """The sweep's `--until-decided` record (its verdicts of record), None for a fixed-seed sweep."""
+    found = [s for s in all_sweeps(uri) if s.key == key]
+    return sequential_record(found[0]) if found else None
 
 
 def labels(data: SweepData) -> ArmLabels:

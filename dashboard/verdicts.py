@@ -1,7 +1,8 @@
 """The Claims panel: the verdicts of the sweep's claims (harness.analysis.claims) on the pages whose metrics they read.
 
 Every claim is judged once, all together (`context.verdicts`), so the Holm-adjusted p of a claim is the same on
-every page and in `harness claims` / `harness report`; a page shows the claims that read one of its metrics.
+every page and in `harness claims` / `harness report`; a page shows the claims that read one of its metrics. A sweep
+run with `--until-decided` shows its sequential verdicts (`context.sequential`), the fixed design for reference.
 """
 
 from __future__ import annotations
@@ -49,12 +50,25 @@ def _md(text: str) -> str:
     return _BLOCK.sub(r"\1\\\2", _MARKDOWN.sub(r"\\\1", text))
 
 
-def body(v: Verdict, row: dict[str, str]) -> str:
-    """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why."""
+def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
+    """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why.
+    With `track` (a sequential sweep's path for the claim) the verdict is the sequential one, and the evidence
+    line is the fixed-design analysis of all the runs, for reference."""
     c = v.claim
+    verdict = track["verdict"] if track else v.verdict
     lines = [
-        f"**{v.verdict.upper()}** · `{c.id}` · [arXiv {c.paper}](https://arxiv.org/abs/{c.paper})",
+        f"**{verdict.upper()}** · `{c.id}` · [arXiv {c.paper}](https://arxiv.org/abs/{c.paper})",
         _md(c.statement),
+    ]
+    if track:
+        looks = track["looks"]
+        where = f"look {track['stopped_at']}" if track["stop"] else "still open"
+        lines.append(
+            f"Decided sequentially (`--until-decided`): {_md(track['stop'] or 'open')}, {where}, "
+            f"{looks[-1]['seeds'] if looks else 0} seeds per arm (O'Brien–Fleming spending, Holm across claims). "
+            "Fixed-design analysis of all the runs, for reference:"
+        )
+    lines += [
         (
             f"`{row['metric @ at']}`, {_md(row['contrast'])} (claimed {_md(row['claimed'])}): "
             f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · p = {_md(row['p'])} · "
@@ -62,7 +76,7 @@ def body(v: Verdict, row: dict[str, str]) -> str:
         ),
     ]
     reason = why(v)
-    if reason:
+    if reason and not track:
         lines.append(f"*{_md(reason)}*")
     return "  \n".join(lines)
 
@@ -85,8 +99,10 @@ def panel(page: str) -> None:
         f"against its threshold, Holm-adjusted across all {len(found)} (as `harness claims`). Reproduced: "
         "Holm p < 0.05 on the claimed side; contradicted: on the other; inconclusive: neither."
     )
+    tracks = {t["claim_id"]: t for t in (context.sequential(context.tracking_uri(), key) or {}).get("claims", [])}
     for v, row in zip(shown, verdict_rows(shown)):
-        box, icon = STYLE.get(v.verdict, STYLE["inconclusive"])
-        box(body(v, row), icon=icon)
+        track = tracks.get(v.claim.id)
+        box, icon = STYLE.get(track["verdict"] if track else v.verdict, STYLE["inconclusive"])
+        box(body(v, row, track), icon=icon)
         with st.expander(f"Runs used for {v.claim.id} ({len(v.runs)})"):
             st.markdown("\n".join(f"- {_md(r)}" for r in v.runs) if v.runs else "None.")

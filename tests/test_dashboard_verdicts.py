@@ -131,6 +131,30 @@ def test_each_page_shows_the_verdicts_of_its_claims_with_holm_across_all(tmp_pat
     assert any("incorrect_length" in b for b in boxes) and any("entropy_kept" in b for b in boxes)
 
 
+def test_a_sequential_sweep_shows_its_sequential_verdicts(tmp_path, monkeypatch):
+    """A sweep run with --until-decided: the panel's verdict is the sequential one (here the fixed-design analysis
+    of all the runs would say reproduced, the sequential design stopped it at the budget), the fixed one beside
+    it for reference."""
+    from harness.analysis import sequential as seq
+    from harness.runs.reader import reader_for, sweeps
+    from harness.runs.writer import log_sequential
+
+    uri = _store(tmp_path)
+    parent = sweeps(reader_for(uri).runs())[0].parent["run_id"]
+    design = seq.Design(first=2, batch=2, max_seeds=4)
+    track = seq.Track("incorrect_length", stop="budget", stopped_at=2)
+    track.looks = [
+        seq.Look(1, 2, 0.5, 8.0, 4.0, 2.0, 1.5, 4.3, -40.0, 56.0),
+        seq.Look(2, 4, 1.0, 7.0, 2.0, 5.0, 2.0, 2.9, -1.0, 15.0),
+    ]
+    log_sequential(uri, parent, seq.record(design, [track, seq.Track("entropy_kept")], [{"look": 1}, {"look": 2}]))
+    at = _visit(_app(uri, monkeypatch), "length_bias")
+    assert not at.success, "the fixed design's 'reproduced' must not be the verdict shown"
+    shown = next(b for b in _boxes(at) if "incorrect_length" in b)
+    assert shown.startswith("**INCONCLUSIVE**") and "Decided sequentially" in shown and "budget, look 2" in shown
+    assert "4 seeds per arm" in shown and "Fixed-design analysis of all the runs, for reference" in shown
+
+
 def test_a_sweep_without_claims_shows_no_claims_panel(tmp_path, monkeypatch):
     at = _app(_store(tmp_path, claims=None), monkeypatch)
     for page in (*CURVE_PAGES, "ablation"):
