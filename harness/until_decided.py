@@ -85,11 +85,8 @@ def prepare(
     return Sequential(full, claims, design, tuple(shipped + extra), {c.id: claim_arms(c, arms) for c in claims})
 
 
-def run(
-    s: Sequential, *, executor: Executor, tracking_uri: str, console: bool = True, stop_after: int | None = None
-) -> Outcome:
-    """Run the rounds until every claim is decided or the seed budget is spent (`stop_after`: at most that many
-    rounds, for tests and for a user who wants to look between rounds)."""
+def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool = True) -> Outcome:
+    """Run the rounds until every claim is decided or the seed budget is spent."""
     from harness.analysis.claims import gather  # MLflow: imported only once jobs are about to run
     from harness.engine.sweep import run_sweep
     from harness.runs.reader import reader_for
@@ -131,7 +128,7 @@ def run(
         log_sequential(tracking_uri, result.parent_run_id, seq.record(design, outcome.tracks, outcome.rounds))
         if console:
             Console(width=200).print(look_table(plan.name, s.claims, outcome.tracks, look, design))
-        if not outcome.rounds[-1]["open"] or (stop_after is not None and look >= stop_after):
+        if not outcome.rounds[-1]["open"]:
             break
     return outcome
 

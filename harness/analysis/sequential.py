@@ -180,6 +180,10 @@ def observe(track: Track, look: int, evidence: dict, design: Design, threshold: 
     if track.looks and np.isfinite(z) and lk.fraction <= max(track.fractions(), default=0):
         lk.z = math.nan  # no new information since the last tested look (e.g. every new job failed)
     track.looks.append(lk)
+    if np.isfinite(lk.z):
+        c = boundaries(track.fractions(), design.alpha)[-1]  # the claim's own repeated CI, at α
+        half = t_of_z(c, df) * se
+        lk.low, lk.high = effect - half, effect + half
     return lk
 
 
@@ -214,18 +218,14 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
         if not track.open or not track.looks:
             continue
         lk = track.looks[-1]
-        tested = [x for x in track.looks if np.isfinite(x.z)]
-        if tested and tested[-1] is lk:
-            c = boundaries(track.fractions(), design.alpha)[-1]  # the claim's own RCI, at α
-            half = t_of_z(c, lk.df) * lk.se
-            lk.low, lk.high = lk.effect - half, lk.effect + half
-            if (
-                claim.min_effect is not None
-                and claim.threshold - claim.min_effect <= lk.low
-                and lk.high <= claim.threshold + claim.min_effect
-            ):
-                track.stop, track.stopped_at = "small effect", lk.look
-                continue
+        if (
+            claim.min_effect is not None
+            and np.isfinite(lk.z)
+            and claim.threshold - claim.min_effect <= lk.low
+            and lk.high <= claim.threshold + claim.min_effect
+        ):
+            track.stop, track.stopped_at = "small effect", lk.look
+            continue
         if final:
             track.stop, track.stopped_at = "budget", lk.look
 
