@@ -101,9 +101,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
     schedule = design.schedule()
     for look, target in enumerate(schedule, 1):
         if look > 1:
-            for claim, track in zip(s.claims, outcome.tracks):
-                for arm in s.needs[claim.id] if track.open else ():
-                    given[arm] = target
+            given = more_seeds(given, target, [s.needs[t.claim_id] for t in outcome.tracks if t.open])
         allowed = {arm: set(s.seeds[:n]) for arm, n in given.items()}
         jobs = [j for j in plan.jobs if j.seed in allowed[j.arm]]
         if console:
@@ -131,6 +129,12 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         if not outcome.rounds[-1]["open"]:
             break
     return outcome
+
+
+def more_seeds(given: dict[str, int], target: int, open_needs: list[set[str]]) -> dict[str, int]:
+    """Seeds per arm for the next round: `target` for every arm an open claim reads, the rest unchanged."""
+    wanted = set().union(*open_needs) if open_needs else set()
+    return {arm: max(n, target) if arm in wanted else n for arm, n in given.items()}
 
 
 def _find(tracking_uri: str, plan: SweepPlan) -> list:

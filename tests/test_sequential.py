@@ -195,3 +195,25 @@ def test_planning_gives_expected_and_maximum_seeds_and_the_fixed_equivalent():
     assert plan.expected_seeds < plan.fixed_seeds <= 24
     null = seq.operating(design, 0.0, math.sqrt(2), ALPHA, sesoi=1.0)
     assert null.power == pytest.approx(ALPHA, abs=0.01)
+
+
+def test_only_the_arms_an_open_claim_reads_get_more_seeds():
+    from harness.spec.claims import claim_arms
+    from harness.until_decided import more_seeds
+
+    arms = {
+        "std mean": {"objective.advantage": "group_std", "objective.aggregation": "seq_mean_token_mean"},
+        "nostd mean": {"objective.advantage": "group_mean", "objective.aggregation": "seq_mean_token_mean"},
+        "std const": {"objective.advantage": "group_std", "objective.aggregation": "constant"},
+        "extra": {"objective.advantage": "group_std", "objective.aggregation": "token_mean"},
+    }
+    base = _claim().model_dump(by_alias=True)
+    by_effect = {"effect": "objective.aggregation", "from": "constant", "to": "seq_mean_token_mean"}
+    effect = Claim.model_validate({**base, "contrast": by_effect})
+    by_arms = {"arm": "nostd mean", "vs": {"objective.advantage": "group_std"}}
+    pair = Claim.model_validate({**base, "contrast": by_arms})
+    assert claim_arms(effect, arms) == {"std mean", "nostd mean", "std const"}  # every cell at either level
+    assert claim_arms(pair, arms) == {"nostd mean", "std mean", "std const", "extra"}
+    given = dict.fromkeys(arms, 5)
+    assert more_seeds(given, 7, [{"std mean", "std const"}]) == {**given, "std mean": 7, "std const": 7}
+    assert more_seeds(given, 7, []) == given

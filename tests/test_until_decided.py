@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.cli import main
 from harness.engine.resume import job_runs
 from harness.runs.layout import SEQUENTIAL_ARTIFACT, SEQUENTIAL_TAG
 from harness.spec.plan import load_sweep
@@ -80,7 +81,7 @@ def _record(uri: str) -> dict | None:
     return json.loads(Path(path).read_text())
 
 
-def test_until_decided_runs_rounds_decides_and_resumes_after_a_kill_between_rounds(sweep_file, tmp_path):
+def test_until_decided_runs_rounds_decides_and_resumes_after_a_kill_between_rounds(sweep_file, tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [str(sweep_file), "--until-decided", "--max-seeds", "6", "--batch", "2", "--workers", "2"]
     log = tmp_path / "first.log"
@@ -128,28 +129,24 @@ def test_until_decided_runs_rounds_decides_and_resumes_after_a_kill_between_roun
     assert {j for j, s in statuses.items() if "FINISHED" in s} == wanted
     assert all(statuses[j].count("FINISHED") == 1 for j in wanted)
 
-    claims = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "claims", str(sweep_file), "--tracking-uri", uri],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert claims.returncode == rerun.returncode, claims.stderr[-2000:]
-    assert "claims decided sequentially" in claims.stdout and "each claim's path" in claims.stdout
-    out = tmp_path / "report"
-    report = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "report", str(sweep_file), "--tracking-uri", uri, "--format", "md,json",
-         "--out", str(out)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert report.returncode == 0, report.stderr[-2000:]
-    md = next(out.glob("*.md")).read_text()
+    # the rest in this process (no interpreter start each): harness claims, harness report, a third invocation
+    assert main(["claims", str(sweep_file), "--tracking-uri", uri]) == rerun.returncode
+    out = capsys.readouterr().out
+    assert "claims decided sequentially" in out and "each claim's path" in out
+    folder = tmp_path / "report"
+    args_report = ["report", str(sweep_file), "--tracking-uri", uri, "--format", "md,json", "--out", str(folder)]
+    assert main(args_report) == 0
+    md = next(folder.glob("*.md")).read_text()
     assert md.index("## Claims, decided sequentially") < md.index("## Claims\n")
     assert "O'Brien–Fleming" in md and "Maurer & Bretz 2013" in md
-    assert json.loads(next(out.glob("*.json")).read_text())["sequential"]["claims"] == final["claims"]
+    assert json.loads(next(folder.glob("*.json")).read_text())["sequential"]["claims"] == final["claims"]
 
-    again = subprocess.run(_cli(*args, "--tracking-uri", uri), cwd=ROOT, env=_env(), capture_output=True, text=True)
-    assert again.returncode == rerun.returncode and "0 finished" not in again.stderr
+    capsys.readouterr()
+    assert main(["sweep", *args, "--tracking-uri", uri]) == rerun.returncode
+    err = capsys.readouterr().err
     assert _record(uri)["claims"] == final["claims"]  # a third invocation replays the same design, trains nothing
-    assert all(f"all {n} jobs are done" in again.stderr for n in {2 * r["seeds"]["preset=grpo"] for r in rounds})
+    assert all(f"all {n} jobs are done" in err for n in {2 * r["seeds"]["preset=grpo"] for r in rounds})
+    assert "running" not in err
 
 
 def test_dry_run_plans_expected_and_maximum_seeds(sweep_file, tmp_path):
