@@ -33,8 +33,8 @@ def _run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from harness.spec.plan import load_sweep
 
-    if not args.until_decided and (args.max_seeds is not None or args.batch is not None):
-        raise ConfigError(f"{args.file}: --max-seeds and --batch need --until-decided")
+    if not args.until_decided and (args.max_seeds, args.batch, args.alpha) != (None, None, None):
+        raise ConfigError(f"{args.file}: --max-seeds, --batch and --alpha need --until-decided")
     if args.until_decided:
         return _sweep_until_decided(args)
     plan = load_sweep(
@@ -111,7 +111,7 @@ def _sweep_until_decided(args: argparse.Namespace) -> int:
         args.file,
         max_seeds=args.max_seeds if args.max_seeds is not None else ud.MAX_SEEDS,
         batch=args.batch if args.batch is not None else ud.BATCH,
-        alpha=args.alpha,
+        alpha=args.alpha if args.alpha is not None else ud.ALPHA,
         profile=args.profile,
         overrides=args.set,
         seeds=args.seeds,
@@ -565,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--alpha",
         type=_finite(0, inclusive=False, below=1),
-        default=0.05,
+        default=None,
         help="--until-decided: familywise error rate across looks and claims (default 0.05)",
     )
     _tracking_uri_option(sweep)

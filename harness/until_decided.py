@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.analysis import sequential as seq
-from harness.spec.claims import Claim, claim_arms
+from harness.spec.claims import Claim, canonical, claim_arms, picks
 from harness.spec.plan import SweepPlan, arm_settings, load_sweep
 from harness.spec.yaml_io import ConfigError
 
@@ -31,14 +31,14 @@ MAX_SEEDS = 20
 """Default seeds per arm at most (`--max-seeds`)."""
 BATCH = 2
 """Default seeds added per arm per round (`--batch`)."""
+ALPHA = 0.05
+"""Default familywise error rate across looks and claims (`--alpha`)."""
 
 
 @dataclass
 class Outcome:
-    """What a sequential sweep did: its design, rounds, every claim's path, and the jobs that failed."""
+    """What a sequential sweep did: every claim's path, the rounds, and the jobs that failed."""
 
-    plan: SweepPlan
-    design: seq.Design
     tracks: list[seq.Track]
     rounds: list[dict] = field(default_factory=list)
     failed: list = field(default_factory=list)
@@ -89,7 +89,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
     """Run the rounds until every claim is decided or the seed budget is spent."""
     from harness.analysis.claims import gather  # MLflow: imported only once jobs are about to run
     from harness.engine.sweep import run_sweep
-    from harness.runs.reader import reader_for
+    from harness.runs.reader import reader_for, sweeps_with_id
     from harness.runs.sweep_data import load_sweep as load_data
     from harness.runs.writer import log_sequential
 
@@ -97,7 +97,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
     plan, design = s.plan, s.design
     arms = list(dict.fromkeys(j.arm for j in plan.jobs))
     given = dict.fromkeys(arms, design.first)  # seeds per arm so far
-    outcome = Outcome(plan, design, [seq.Track(c.id) for c in s.claims])
+    outcome = Outcome([seq.Track(c.id) for c in s.claims])
     schedule = design.schedule()
     for look, target in enumerate(schedule, 1):
         if look > 1:
@@ -111,7 +111,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
             tracking_uri=tracking_uri, console=console,
         )  # fmt: skip
         outcome.failed += result.failed
-        found = _find(tracking_uri, plan)
+        found = sweeps_with_id(tracking_uri, plan.sweep_id, plan.experiment)
         data = load_data(reader_for(tracking_uri), found[0])
         open_ = [(c, t) for c, t in zip(s.claims, outcome.tracks) if t.open]
         keep = _keeper(allowed)
@@ -119,14 +119,14 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
             seq.observe(track, look, ev, design, claim.threshold)
         final = target >= design.max_seeds or look == len(schedule)
         seq.decide(s.claims, outcome.tracks, design, final=final)
+        still_open = [t.claim_id for t in outcome.tracks if t.open]
         outcome.rounds.append(
-            {"look": look, "seeds": dict(given), "jobs": len(jobs), "failed": len(result.failed), "open": []}
+            {"look": look, "seeds": dict(given), "jobs": len(jobs), "failed": len(result.failed), "open": still_open}
         )
-        outcome.rounds[-1]["open"] = [t.claim_id for t in outcome.tracks if t.open]
         log_sequential(tracking_uri, result.parent_run_id, seq.record(design, outcome.tracks, outcome.rounds))
         if console:
             Console(width=200).print(look_table(plan.name, s.claims, outcome.tracks, look, design))
-        if not outcome.rounds[-1]["open"]:
+        if not still_open:
             break
     return outcome
 
@@ -135,13 +135,6 @@ def more_seeds(given: dict[str, int], target: int, open_needs: list[set[str]]) -
     """Seeds per arm for the next round: `target` for every arm an open claim reads, the rest unchanged."""
     wanted = set().union(*open_needs) if open_needs else set()
     return {arm: max(n, target) if arm in wanted else n for arm, n in given.items()}
-
-
-def _find(tracking_uri: str, plan: SweepPlan) -> list:
-    from harness.runs.reader import reader_for, sweeps
-
-    runs = reader_for(tracking_uri).runs()
-    return [x for x in sweeps(runs) if x.sweep_id == plan.sweep_id and x.experiment == plan.experiment]
 
 
 def _keeper(allowed: dict[str, set[int]]):
@@ -233,11 +226,10 @@ def _per_seed_factor(claim: Claim, settings: dict[str, dict]) -> float:
     """SE at one seed per arm over one run's SD: √(1/k₁ + fold²/k₂), k the arms (cells) on each side."""
     c = claim.contrast
     if c.effect is not None:
-        one = {label for label in claim_arms(claim, settings) if str(settings[label][c.effect]) == str(c.to)}
-        other = claim_arms(claim, settings) - one
+        cells = claim_arms(claim, settings)
+        one = {label for label in cells if canonical(settings[label][c.effect]) == canonical(c.to)}
+        other = cells - one
         return math.sqrt(1 / max(1, len(one)) + 1 / max(1, len(other)))
-    from harness.spec.claims import picks
-
     k1 = sum(picks(c.arm, label, st) for label, st in settings.items())
     k2 = sum(picks(c.vs, label, st) for label, st in settings.items())
     return math.sqrt(1 / max(1, k1) + c.fold**2 / max(1, k2))
@@ -250,10 +242,10 @@ def _spread_seen(s: Sequential, tracking_uri: str) -> dict[str, tuple[float, str
     if not store_exists(tracking_uri):
         return {}
     from harness.analysis.claims import gather
-    from harness.runs.reader import reader_for
+    from harness.runs.reader import reader_for, sweeps_with_id
     from harness.runs.sweep_data import load_sweep as load_data
 
-    found = _find(tracking_uri, s.plan)
+    found = sweeps_with_id(tracking_uri, s.plan.sweep_id, s.plan.experiment)
     if not found:
         return {}
     data = load_data(reader_for(tracking_uri), found[0])

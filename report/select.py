@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.analysis.claims import stored_claims
 from harness.runs.layout import default_tracking_uri
-from harness.runs.reader import Sweep, reader_for, sweeps
+from harness.runs.reader import Sweep, reader_for, sweeps, sweeps_with_id
 from harness.spec.claims import Claim
 from harness.spec.yaml_io import ConfigError
 
@@ -25,9 +25,7 @@ def resolve(
             raise ConfigError(f"{spec}: no such sweep file")
         plan = load_sweep(path, profile=profile)
         uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, tracking_uri)
-        found = [
-            s for s in sweeps(reader_for(uri).runs()) if s.sweep_id == plan.sweep_id and s.experiment == plan.experiment
-        ]
+        found = sweeps_with_id(uri, plan.sweep_id, plan.experiment)
         hint = f"sweep '{plan.name}' (id {plan.sweep_id}, experiment '{plan.experiment}')"
     else:
         uri = default_tracking_uri("results", tracking_uri)

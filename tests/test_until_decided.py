@@ -167,7 +167,7 @@ def test_dry_run_plans_expected_and_maximum_seeds(sweep_file, tmp_path):
     [
         (["--until-decided"], "", "claims: --until-decided decides claims, and the file declares none"),
         (["--until-decided", "--max-seeds", "1"], CLAIM, "seeds: --max-seeds 1 is below the file's 2 seeds"),
-        (["--batch", "2"], CLAIM, "--max-seeds and --batch need --until-decided"),
+        (["--batch", "2"], CLAIM, "--max-seeds, --batch and --alpha need --until-decided"),
     ],
     ids=["no claims", "max below the file's seeds", "batch without until-decided"],
 )

@@ -210,8 +210,7 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
             if hit is not None:
                 side = math.copysign(1, hit.z) * (1 if claim.direction == "increase" else -1)
                 track.verdict = "reproduced" if side > 0 else "contradicted"
-                if track.open or track.stop != "efficacy":
-                    track.stop, track.stopped_at = "efficacy", hit.look
+                track.stop, track.stopped_at = "efficacy", hit.look
                 rejected.add(track.claim_id)
                 changed = True
     for claim, track in zip(claims, tracks):
@@ -250,15 +249,6 @@ def record(design: Design, tracks: list[Track], rounds: list[dict]) -> dict:
             "claims": [asdict(t) for t in tracks],
         }
     )
-
-
-def tracks_from(record_: dict) -> list[Track]:
-    """The tracks of a logged record (None back to NaN)."""
-    out = []
-    for t in record_.get("claims", []):
-        looks = [Look(**{k: math.nan if v is None else v for k, v in lk.items()}) for lk in t["looks"]]
-        out.append(Track(t["claim_id"], looks, t["stop"], t["verdict"], t["stopped_at"]))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

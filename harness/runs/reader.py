@@ -225,6 +225,11 @@ def sweeps(runs: pd.DataFrame) -> list[Sweep]:
     return sorted(out, key=lambda s: -_start(s))
 
 
+def sweeps_with_id(uri: str, sweep_id: str, experiment: str) -> list[Sweep]:
+    """The sweep(s) of a store with this id in this experiment (a plan's `sweep_id`, `experiment`)."""
+    return [s for s in sweeps(reader_for(uri).runs()) if s.sweep_id == sweep_id and s.experiment == experiment]
+
+
 def _start(s: Sweep) -> float:
     times = s.runs["start_time"] if not s.runs.empty else pd.Series(dtype=float)
     if s.parent is not None:
