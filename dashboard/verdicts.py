@@ -57,7 +57,8 @@ def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
     c = v.claim
     verdict = track["verdict"] if track else v.verdict
     lines = [
-        f"**{verdict.upper()}** · `{c.id}` · [arXiv {c.paper}](https://arxiv.org/abs/{c.paper})",
+        f"**{verdict.upper()}** · `{c.id}` · "
+        + (f"[arXiv {c.paper}](https://arxiv.org/abs/{c.paper})" if c.paper else "harness's own claim"),
         _md(c.statement),
     ]
     if track:

@@ -296,7 +296,7 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
         table.add_row(
             c.id,
             f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else ""),
-            c.paper,
+            c.source(),
             f"{c.metric_text()} @ {c.at}",
             c.contrast.describe(),
             c.expectation(),

@@ -57,3 +57,12 @@ def test_the_wheel_carries_the_math_data(tmp_path):
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "trainer/data/files").rglob("*") if p.is_file()}
     assert len(shipped) == 13  # 12 sets and SOURCES.md
     assert shipped <= set(zipfile.ZipFile(wheel).namelist())
+
+
+def test_trl_is_an_extra_pinned_to_the_tested_series_never_a_core_dependency():
+    from harness.spec.trl_args import TRL_REQUIREMENT
+
+    extras = PROJECT["optional-dependencies"]
+    assert extras["trl"] == [TRL_REQUIREMENT] and TRL_REQUIREMENT in extras["dev"]  # CI tests what users get
+    assert all(Requirement(r).name != "trl" for r in PROJECT["dependencies"])
+    assert all(str(Requirement(r).specifier) == str(Requirement(TRL_REQUIREMENT).specifier) for r in extras["bench"])

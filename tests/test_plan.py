@@ -123,6 +123,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "clip_higher_entropy_peaked": 6,
         "clip_higher_entropy_collapse": 6,
         "gspo_vs_grpo": 6,
+        "engines": 12,
     }
     paper = {
         f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"

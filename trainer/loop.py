@@ -394,15 +394,23 @@ class Trainer:
 
 
 def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:
-    """train/* metrics of the generated samples; the length splits only when defined (GUIDE §3)."""
-    lengths = s.lengths.double()
+    """train/* metrics of the generated samples (see `outcome_metrics`)."""
     correct = torch.tensor([g.correct for g in s.grades])
+    return outcome_metrics(s.lengths, correct, s.truncated, rewards, sum(g.timed_out for g in s.grades))
+
+
+def outcome_metrics(
+    lengths: torch.Tensor, correct: torch.Tensor, truncated: torch.Tensor, rewards: torch.Tensor, timeouts: int = 0
+) -> dict[str, float]:
+    """train/* metrics of one step's responses (one value each: token count, correct, truncated, reward); the
+    length splits only when defined (GUIDE §3). The one home of these definitions, for every engine."""
+    lengths, correct = lengths.double(), correct.bool()
     out = {
-        M.REWARD_MEAN: rewards.mean().item(),
+        M.REWARD_MEAN: rewards.double().mean().item(),
         M.ACCURACY: correct.double().mean().item(),
         M.LENGTH_MEAN: lengths.mean().item(),
-        M.TRUNCATED_FRAC: s.truncated.double().mean().item(),
-        M.GRADE_TIMEOUTS: float(sum(g.timed_out for g in s.grades)),
+        M.TRUNCATED_FRAC: truncated.double().mean().item(),
+        M.GRADE_TIMEOUTS: float(timeouts),
     }
     if correct.any():
         out[M.LENGTH_CORRECT_MEAN] = lengths[correct].mean().item()

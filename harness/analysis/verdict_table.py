@@ -48,7 +48,7 @@ def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
             {
                 "claim": c.id,
                 "verdict": v.verdict + (f" ({reason})" if reason else ""),
-                "paper": f"arXiv {c.paper}",
+                "paper": c.source(),
                 "statement": c.statement,
                 "metric @ at": f"{c.metric_text()} @ {c.at}",
                 "contrast": c.contrast.describe(),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from harness.spec.trl_args import trl_install_problem
 from harness.spec.yaml_io import ConfigError
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ def check_host(cfg: RunConfig, where: str) -> None:
 
 
 def _problem(cfg: RunConfig) -> str | None:
+    if cfg.train.engine == "trl" and (problem := trl_install_problem()):
+        return f"train.engine: trl {problem}"
     if cfg.train.device == "cuda" and not _cuda_available():
         return "train.device: cuda, but this host has no CUDA device (use auto or cpu)"
     model = cfg.model

@@ -65,8 +65,14 @@ def run_training(
     torch.manual_seed(cfg.seed)
     policy, tokenizer = load_policy(path, device, cfg.model.dtype, cfg.model.gradient_checkpointing)
     task = build_task(cfg)
-    backend = build_backend(cfg, path, policy, tokenizer)
-    trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, TrainerSettings.of(cfg))
+    if cfg.train.engine == "trl":  # TRL samples for itself; harness's backend only evaluates
+        from harness.engine.trl_training import TRLJob
+
+        backend: RolloutBackend = TransformersBackend(policy, tokenizer)
+        trainer: Trainer | TRLJob = TRLJob(cfg, policy, tokenizer, task)
+    else:
+        backend = build_backend(cfg, path, policy, tokenizer)
+        trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, TrainerSettings.of(cfg))
     evaluate_at = periodic_eval(cfg, backend)
     tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
     name = run_name(cfg, tags.get(ARM_LABEL_TAG))

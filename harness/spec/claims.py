@@ -92,8 +92,8 @@ class Claim(BaseModel):
     """Short identifier, unique in the file."""
     statement: str = Field(min_length=1)
     """The claim in one sentence."""
-    paper: str
-    """The paper's arXiv id, e.g. 2503.20783."""
+    paper: str | None = None
+    """The paper's arXiv id, e.g. 2503.20783; none for a claim of harness's own (e.g. that two engines agree)."""
     metric: str | Ratio
     """A logged metric (trainer.metric_names), or {ratio: [numerator, denominator]}."""
     at: str = "last-10"
@@ -112,10 +112,14 @@ class Claim(BaseModel):
 
     @field_validator("paper")
     @classmethod
-    def _paper(cls, paper: str) -> str:
-        if not _ARXIV.match(paper):
+    def _paper(cls, paper: str | None) -> str | None:
+        if paper is not None and not _ARXIV.match(paper):
             raise ValueError(f"{paper!r} is not an arXiv id such as 2503.20783")
         return paper
+
+    def source(self) -> str:
+        """Where the claim comes from: `arXiv <id>`, or `harness` for a claim of harness's own."""
+        return f"arXiv {self.paper}" if self.paper else "harness"
 
     @field_validator("at")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, Tag, field_validator, model_validator
 
 from harness.spec.evaluation import EvalConfig
+from harness.spec.trl_args import trl_problems
 from harness.spec.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
 from trainer.config import STRICT as _STRICT
 from trainer.config import Dtype, RolloutConfig, Seed, Template, TrainConfig
@@ -220,22 +221,34 @@ class RunConfig(BaseModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _engine_expresses(self) -> RunConfig:
+        if self.train.engine == "trl":
+            problems = trl_problems(self.objective, self.rollout, self.train)
+            if problems:
+                raise ValueError(f"train.engine: trl cannot express {'; '.join(problems)}")
+        return self
+
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
         """What defines the run's result: every field but `NOT_IDENTITY` (and optionally the seed)."""
-        data = self.model_dump(mode="json", exclude=_EXCLUDE)
-        if not with_seed:
-            data.pop("seed")
-        return data
+        return self.model_dump(mode="json", exclude=self._exclude(with_seed))
 
     @property
     def config_hash(self) -> str:
         """Hash of the config's identity: the job id."""
-        return _hash(self.model_dump_json(exclude=_EXCLUDE))
+        return digest(self.model_dump_json(exclude=self._exclude(True)))
 
     @property
     def arm(self) -> str:
         """Hash of the identity without the seed: runs of one arm differ only in seed."""
-        return _hash(self.model_dump_json(exclude={**_EXCLUDE, "seed": True}))
+        return digest(self.model_dump_json(exclude=self._exclude(False)))
+
+    def _exclude(self, with_seed: bool) -> dict[str, Any]:
+        """`NOT_IDENTITY`, the seed unless `with_seed`, and each `LATER_FIELDS` entry at its default."""
+        out = _exclude(NOT_IDENTITY + tuple(k for k, v in LATER_FIELDS.items() if _get(self, k) == v))
+        if not with_seed:
+            out["seed"] = True
+        return out
 
 
 NOT_IDENTITY = (
@@ -250,6 +263,17 @@ NOT_IDENTITY = (
 cached, which device, how many CPU threads and length buckets (these two change only the order of float sums).
 They are left out of the job id and are never an arm's switch.
 A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""
+
+
+LATER_FIELDS: dict[str, Any] = {"train.engine": "harness"}
+"""Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
+default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def defines_arm(key: str) -> bool:
@@ -269,10 +293,10 @@ def _exclude(dotted: tuple[str, ...]) -> dict[str, Any]:
 
 
 # pydantic's JSON keeps the schema's field order, so the hashes are stable without sorting keys
-_EXCLUDE = _exclude(NOT_IDENTITY)
 
 
-def _hash(text: str) -> str:
+def digest(text: str) -> str:
+    """A run's id from the text of its identity (12 hex digits of its SHA-256)."""
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

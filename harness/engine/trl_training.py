@@ -1,0 +1,137 @@
+"""A job on TRL's `GRPOTrainer` (`train.engine: trl`): the model, task, rewards, seed and budget of harness's own
+engine, every switch through `harness.spec.trl_args`, every metric through `HarnessCallback`.
+
+The prompts are harness's: the run's seed draws the same groups step by step as harness's trainer does, and each
+sample sees its own prompt (the toy task's noisy copies), in harness's order (a sampler in place of TRL's shuffled
+repeats). The reward is the task's grade, 0 for a response truncated without EOS (harness's rule), plus TRL's soft
+overlong punishment when the objective asks for it. TRL samples with its own generation code and RNG, so the
+responses differ from harness's for the same seed: the two engines agree in distribution, not sample by sample.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.integrations.trl import HarnessCallback, check_trl
+from harness.spec.run_config import RunConfig
+from harness.spec.trl_args import grpo_args, overlong_reward_args
+from trainer.tasks.base import Task
+
+
+class TRLJob:
+    """One run on GRPOTrainer; `run` and `rollout_table` as harness's `Trainer` has them."""
+
+    def __init__(self, cfg: RunConfig, policy: Any, tokenizer: Any, task: Task):
+        check_trl()
+        self.cfg, self.policy, self.tokenizer, self.task = cfg, policy, tokenizer, task
+        self.callback: HarnessCallback | None = None
+
+    def run(self, tracker: Any, on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
+        from datasets import Dataset
+        from torch.utils.data import Sampler
+        from trl import GRPOConfig, GRPOTrainer
+        from trl.rewards import get_soft_overlong_punishment
+
+        cfg, task = self.cfg, self.task
+        P, G = cfg.rollout.prompts_per_step, cfg.rollout.group_size
+        rng = np.random.default_rng(cfg.seed)  # as harness's Trainer: one draw of P groups per step
+        groups = [g for _ in range(cfg.train.steps) for g in task.sample_groups(rng, P, G)]
+        data = Dataset.from_dict(
+            {
+                "prompt": [p for g in groups for p in g.prompts],
+                "row": list(range(len(groups) * G)),
+                "problem_id": [g.problem_id for g in groups for _ in range(G)],
+            }
+        )
+        job = self
+
+        def task_reward(prompts, completions, completion_ids, row, **_):
+            ends = set(trainer.eos_token_ids)
+            grades = []
+            for i, text, ids in zip(row, completions, completion_ids):
+                grade = task.grade(groups[i // G], i % G, text)
+                if not ids or ids[-1] not in ends:  # no final answer within the budget: wrong (harness's rule)
+                    grade = replace(grade, reward=0.0, correct=False)
+                grades.append(grade)
+            firsts = row[::G]
+            job.callback.add_metrics(
+                task.step_metrics(
+                    [groups[i // G] for i in firsts],
+                    [grades[k : k + G] for k in range(0, len(grades), G)],
+                    [[len(ids) for ids in completion_ids[k : k + G]] for k in range(0, len(grades), G)],
+                )
+            )
+            return [g.reward for g in grades]
+
+        reward_funcs: list[Any] = [task_reward]
+        overlong = overlong_reward_args(cfg.objective)
+        if overlong is not None:
+            reward_funcs.append(get_soft_overlong_punishment(*overlong))
+
+        class InOrder(Sampler):
+            """The rows in order, each generation batch repeated once per optimiser pass over it (as TRL's
+            RepeatSampler repeats its shuffled groups)."""
+
+            def __init__(self, n: int, batch: int, repeats: int):
+                self.n, self.batch, self.repeats = n, batch, repeats
+
+            def __iter__(self):
+                for start in range(0, self.n, self.batch):
+                    for _ in range(self.repeats):
+                        yield from range(start, min(start + self.batch, self.n))
+
+            def __len__(self) -> int:
+                return self.n * self.repeats
+
+        class HarnessOrderTrainer(GRPOTrainer):
+            def _get_train_sampler(self, dataset=None):
+                n = len(dataset if dataset is not None else self.train_dataset)
+                return InOrder(n, self.args.generation_batch_size, self.num_iterations * self.args.steps_per_generation)
+
+        with tempfile.TemporaryDirectory(prefix="harness-trl-") as out, warnings.catch_warnings():
+            # transformers' renames that TRL 1.16 still calls: a FutureWarning each, every job
+            warnings.filterwarnings("ignore", category=FutureWarning, message=".*gradient_checkpointing.*")
+            args = GRPOConfig(
+                output_dir=out,
+                seed=cfg.seed,
+                report_to="none",
+                logging_steps=1,
+                save_strategy="no",
+                disable_tqdm=True,
+                dataloader_num_workers=0,
+                dataloader_pin_memory=False,
+                shuffle_dataset=False,
+                log_completions=False,
+                bf16=False,
+                fp16=False,
+                **grpo_args(cfg.objective, cfg.rollout, cfg.train),
+            )
+            trainer = HarnessOrderTrainer(
+                model=self.policy,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=data,
+                processing_class=self.tokenizer,
+            )
+            from transformers.trainer_callback import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)  # harness's progress line is the one to read
+            self.callback = HarnessCallback(
+                trainer,
+                correct_reward="task_reward",
+                log_text=cfg.train.log_text,
+                tracker=tracker,
+                on_step=on_step,
+            )
+            trainer.add_callback(self.callback)
+            trainer.train()
+
+    def rollout_table(self) -> pd.DataFrame:
+        return self.callback.rollout_table() if self.callback is not None else pd.DataFrame()

@@ -1,0 +1,1 @@
+"""harness on other trainers: their runs logged with harness's metrics and MLflow layout."""

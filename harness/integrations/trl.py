@@ -1,0 +1,297 @@
+"""`HarnessCallback`: harness's metrics, MLflow layout and rollout table from any TRL `GRPOTrainer` run.
+
+    from harness.integrations.trl import HarnessCallback
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[accuracy, fmt], args=GRPOConfig(..., logging_steps=1),
+                          train_dataset=data)
+    trainer.add_callback(HarnessCallback(trainer, correct_reward="accuracy", experiment="my-trl", sweep="loss_types"))
+    trainer.train()
+
+It changes nothing that TRL trains: it reads the rewards TRL computed and the token ids TRL sampled (it wraps
+`GRPOTrainer._calculate_rewards` and returns its result untouched) and TRL's own logs (entropy, clip fractions,
+KL, loss, gradient norm, learning rate). Every rollout step (one generation batch) becomes one MLflow step with
+harness's metric names (trainer/metric_names.py), so `harness dashboard` and `harness report` read the run like
+their own: the run's settings are logged as harness's keys (`harness.spec.trl_args.settings_of`), the seed and
+arm as tags, and a per-rollout table (`rollouts.parquet`) at the end.
+
+A response is correct when the reward function `correct_reward` (default: the first) gave it more than
+`correct_above`. Its length is its token count (EOS included) and it is truncated when it ends without EOS, both as
+TRL counts them. Policy metrics need TRL to log every step (`logging_steps=1`); otherwise they are logged at TRL's
+logging steps only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from harness.runs.layout import (
+    ARM_LABEL_TAG,
+    ARM_TAG,
+    CONFIG_HASH_TAG,
+    JOB_ID_TAG,
+    NAME_TAG,
+    PRESET_TAG,
+    SEED_TAG,
+    SWEEP_ID_TAG,
+    default_tracking_uri,
+)
+from harness.runs.writer import RunTracker, prepare_store
+from harness.spec.run_config import digest
+from harness.spec.trl_args import TRL_REQUIREMENT, settings_of, trl_install_problem
+from trainer import metric_names as M
+from trainer.loop import outcome_metrics
+from trainer.objective.advantages import advantage_metrics
+from trainer.objective.sampling import group_outcome_metrics
+
+TRL_LOGS = {
+    "entropy": M.ENTROPY,
+    "clip_ratio/low_mean": M.CLIP_FRAC_LOW,
+    "clip_ratio/high_mean": M.CLIP_FRAC_HIGH,
+    "clip_ratio/region_mean": M.CLIP_FRAC,
+    "kl": M.KL,
+    "loss": M.LOSS,
+    "grad_norm": M.GRAD_NORM,
+    "learning_rate": M.LR,
+}
+"""TRL's logged names → harness's (TRL's clip fractions count the same tokens as harness's: r beyond the clip range
+on the side where the advantage's sign makes it bind)."""
+
+
+def check_trl() -> None:
+    """A one-line ImportError naming the extra when TRL is missing or outside `TRL_REQUIREMENT`."""
+    problem = trl_install_problem()
+    if problem:
+        raise ImportError(f"train.engine trl and HarnessCallback {problem}")
+
+
+class HarnessCallback(TrainerCallback):
+    """Logs a `GRPOTrainer`'s run to MLflow as harness logs its own (see the module's docstring).
+
+    `experiment`, `sweep` (runs sharing it form one sweep for the dashboard and `harness report SWEEP`), `arm_label`
+    (the arm's name on the pages; default: its differing settings), `run_name` and `tracking_uri` (default:
+    $MLFLOW_TRACKING_URI, else results/mlflow.db) place a run of one's own script. harness's TRL engine passes
+    `tracker` (an open run, which it ends) and `on_step(step, metrics)`, called once each rollout step is logged."""
+
+    def __init__(
+        self,
+        trainer: Any,
+        *,
+        correct_reward: str | None = None,
+        correct_above: float = 0.0,
+        experiment: str = "trl",
+        sweep: str = "",
+        arm_label: str = "",
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        log_text: bool = True,
+        tracker: RunTracker | None = None,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+    ):
+        check_trl()
+        for member in ("_calculate_rewards", "_logs", "reward_func_names", "num_generations", "eos_token_ids"):
+            if not hasattr(trainer, member):
+                raise TypeError(f"HarnessCallback needs a trl GRPOTrainer ({TRL_REQUIREMENT}); {member} is missing")
+        names = list(trainer.reward_func_names)
+        self.correct_index = names.index(correct_reward) if correct_reward in names else 0
+        if correct_reward is not None and correct_reward not in names:
+            raise ValueError(f"correct_reward: no reward function {correct_reward!r}; the trainer has {names}")
+        self.trainer, self.correct_above, self.log_text = trainer, correct_above, log_text
+        self.place = {"experiment": experiment, "sweep": sweep, "arm_label": arm_label, "run_name": run_name}
+        self.tracking_uri = tracking_uri
+        self.tracker, self.owns_tracker, self.on_step = tracker, tracker is None, on_step
+        self.step, self.tokens_generated, self.step_tokens = 0, 0, 0
+        self.metrics: dict[str, float] = {}
+        self.policy: dict[str, list[float]] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.started = self.generated = 0.0
+        self.open_step = False
+        calculate = trainer._calculate_rewards
+
+        def calculate_rewards(inputs, prompts, completions, completion_ids_list):
+            rewards = calculate(inputs, prompts, completions, completion_ids_list)
+            if trainer.model.training:  # TRL's own evaluation generates too
+                self._record(inputs, prompts, completions, completion_ids_list, rewards)
+            return rewards
+
+        trainer._calculate_rewards = calculate_rewards
+        if self.owns_tracker:
+            train = trainer.train
+
+            def guarded_train(*args, **kwargs):
+                try:
+                    return train(*args, **kwargs)
+                except BaseException as exc:
+                    if self.tracker is not None:
+                        with contextlib.suppress(Exception):  # the table is kept where it can be, as harness keeps it
+                            self.tracker.log_table("rollouts", self.rollout_table())
+                        self.tracker.__exit__(type(exc), exc, exc.__traceback__)  # FAILED, with the reason
+                    raise
+
+            trainer.train = guarded_train
+
+    # ---- the run --------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.owns_tracker and self._main:
+            self.tracker = self._open_run(args, state.max_steps)
+        self.per_generation = max(
+            1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+        )
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step % self.per_generation == 0:
+            self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.per_generation == 0 and not control.should_log:
+            self._finish_step()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key, name in TRL_LOGS.items():
+            if logs and isinstance(logs.get(key), (int, float)):
+                self.policy.setdefault(name, []).append(float(logs[key]))
+        if self.open_step and state.global_step % self.per_generation == 0:
+            self._finish_step()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.open_step:
+            self._finish_step()
+        if self.owns_tracker and self.tracker is not None and self._main:
+            self.tracker.log_table("rollouts", self.rollout_table())
+            self.tracker.__exit__(None, None, None)
+
+    # ---- one rollout step ---------------------------------------------------------------------
+    @property
+    def _main(self) -> bool:
+        return bool(self.trainer.accelerator.is_main_process)
+
+    def _record(self, inputs, prompts, completions, completion_ids, rewards: torch.Tensor) -> None:
+        """One generation batch: its outcome metrics now, its policy metrics when TRL logs them."""
+        t = self.trainer
+        ends = {*t.eos_token_ids, t._tokenizer.pad_token_id}
+        local = [
+            (len(ids), not ids or ids[-1] not in ends, str(row.get("problem_id", "")), p, c)
+            for ids, row, p, c in zip(completion_ids, inputs, prompts, completions)
+        ]
+        if t.accelerator.num_processes > 1:  # TRL's rewards are gathered across processes: so are these
+            from accelerate.utils import gather_object
+
+            local = gather_object(local)
+        rewards = rewards.detach().cpu().double()
+        weights = t.reward_weights.detach().cpu().double()
+        total = (rewards * weights).nansum(dim=1)
+        correct = torch.nan_to_num(rewards[:, self.correct_index], nan=-math.inf) > self.correct_above
+        lengths = torch.tensor([n for n, *_ in local])
+        truncated = torch.tensor([cut for _, cut, *_ in local])
+        G = t.num_generations
+        self.step += 1
+        self.open_step = True
+        self.generated = time.perf_counter()
+        self.step_tokens = int(lengths.sum())
+        self.tokens_generated += self.step_tokens
+        self.metrics.update(
+            {
+                **outcome_metrics(lengths, correct, truncated, total),
+                **group_outcome_metrics(correct.view(-1, G)),
+                M.TOKENS_GENERATED: float(self.tokens_generated),
+                M.GEN_ROUNDS: 1.0,  # TRL has no dynamic sampling: one generation per step, no group dropped
+                M.GROUPS_DROPPED: 0.0,
+                M.MICRO_BATCH: float(t.args.per_device_train_batch_size),
+                M.GENERATE_S: self.generated - self.started,
+            }
+        )
+        names = list(t.reward_func_names)
+        for k, (n, cut, problem, prompt, completion) in enumerate(local):
+            row = {
+                "step": self.step,
+                "prompt_id": problem or str(k // G),
+                "sample_index": k % G,
+                "round": 1,
+                "reward": total[k].item(),
+                "shaped_reward": total[k].item(),
+                "correct": bool(correct[k]),
+                "length": n,
+                "truncated": bool(cut),
+                "advantage": math.nan,
+                "kept": True,
+                **{f"reward_{name}": rewards[k, i].item() for i, name in enumerate(names)},
+            }
+            if self.log_text:
+                row["prompt"], row["response"] = _text(prompt), _text(completion)
+            self.rows.append(row)
+
+    def add_metrics(self, metrics: dict[str, float]) -> None:
+        """Metrics of the rollout step being generated from elsewhere (harness's engine: the task's own, from its reward
+        function), logged with it."""
+        self.metrics.update(metrics)
+
+    def _finish_step(self) -> None:
+        """Log the rollout step: its outcome, TRL's policy metrics (averaged over its optimiser steps) and its time."""
+        self.open_step = False
+        advantages = list(self.trainer._logs["advantages"])
+        mine = [r for r in self.rows[-len(advantages) :] if r["step"] == self.step] if advantages else []
+        if len(mine) == len(advantages):
+            for row, a in zip(mine, advantages):
+                row["advantage"] = float(a)
+            self.metrics.update(advantage_metrics(torch.tensor(advantages)))
+        done = time.perf_counter()
+        metrics = {
+            **self.metrics,
+            **{name: sum(v) / len(v) for name, v in self.policy.items()},
+            M.UPDATE_S: done - self.generated,
+            M.STEP_S: done - self.started,
+            M.TOKENS_PER_S: self.step_tokens / max(done - self.started, 1e-9),
+        }
+        self.metrics, self.policy = {}, {}
+        if self.tracker is not None and self._main:
+            self.tracker.log_metrics(self.step, metrics)
+        if self.on_step is not None:
+            self.on_step(self.step, metrics)
+
+    def rollout_table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    # ---- a plain TRL script's run ----------------------------------------------------------
+    def _open_run(self, args: Any, max_steps: int) -> RunTracker:
+        """The MLflow run of a script that is not harness's: its settings as harness's keys, its tags as harness's."""
+        import trl
+
+        settings = settings_of(args, max_steps, list(self.trainer.reward_funcs))
+        model = getattr(self.trainer.model, "name_or_path", "") or getattr(
+            self.trainer.model.config, "_name_or_path", ""
+        )
+        name = self.place["run_name"] or args.run_name or "trl"
+        config = {"name": "trl", "seed": args.seed, "model": {"name_or_path": str(model)}, **settings}
+        without_seed = {k: v for k, v in config.items() if k != "seed"}
+        uri = default_tracking_uri("results", self.tracking_uri)
+        experiment_id = prepare_store(uri, self.place["experiment"])
+        tags = {
+            SWEEP_ID_TAG: self.place["sweep"],
+            ARM_TAG: digest(json.dumps(without_seed, sort_keys=True, default=str)),
+            CONFIG_HASH_TAG: digest(json.dumps(config, sort_keys=True, default=str)),
+            JOB_ID_TAG: digest(json.dumps(config, sort_keys=True, default=str)),
+            SEED_TAG: str(args.seed),
+            NAME_TAG: name,
+            PRESET_TAG: "",
+            ARM_LABEL_TAG: self.place["arm_label"],
+            "trl_version": trl.__version__,
+        }
+        tracker = RunTracker(uri, experiment_id, run_name=f"{name}-s{args.seed}", tags=tags, config=config).__enter__()
+        tracker.client.log_dict(tracker.run_id, json.loads(args.to_json_string()), "trl_args.json")
+        return tracker
+
+
+def _text(value: Any) -> str:
+    """A prompt or completion as text: a conversation's messages joined."""
+    if isinstance(value, list):
+        return "\n".join(str(m.get("content", m)) if isinstance(m, dict) else str(m) for m in value)
+    return str(value)

@@ -1,0 +1,234 @@
+"""How a run reads as TRL's `GRPOTrainer` (`train.engine: trl`): the switch table, both ways.
+
+`TABLE` is the README's table: every field of the objective, rollout and train settings, with the GRPOConfig argument
+it becomes or why TRL cannot express it. `trl_problems` lists what cannot be expressed (the run config's validation
+calls it, so a sweep fails before any job starts), `grpo_args` builds the arguments, and `settings_of` reads a TRL
+run's arguments back as harness's settings, so that a plain TRL script's run is logged under the keys harness's runs
+have. No TRL import: this is data, checked before TRL is ever loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.config import RolloutConfig, TrainConfig
+from trainer.objective.settings import ObjectiveSettings
+
+TRL_REQUIREMENT = "trl>=1.16,<1.17"
+"""The TRL versions harness is tested with (pyproject's `trl` extra): HarnessCallback reads two private members of
+GRPOTrainer (`_calculate_rewards`, `_logs`), so a version outside the range is refused rather than misread."""
+TRL_EXTRA = 'pip install -c constraints-cpu.txt -e ".[trl]"'
+TRL_STD_EPS = 1e-4
+"""What TRL adds to the reward std before dividing (fixed in its code)."""
+OVERLONG_REWARD = "soft_overlong_punishment_reward"
+"""The `__name__` of TRL's soft overlong punishment reward (trl.rewards.get_soft_overlong_punishment)."""
+
+SCALE_REWARDS = {"group_std": "group", "batch_std": "batch", "group_mean": "none"}
+LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "constant": "dr_grpo", "seq_mean_token_sum": "luspo"}
+IS_LEVELS = {"token": "token", "sequence": "sequence"}
+
+TABLE: dict[str, str] = {
+    "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
+    "group_median has none (error)",
+    "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
+    "objective.aggregation": "`loss_type`: seq_mean_token_mean → grpo, token_mean → dapo, constant → dr_grpo, "
+    "seq_mean_token_sum → luspo",
+    "objective.max_len": "TRL's dr_grpo divides by `max_completion_length`: must equal rollout.max_new_tokens (error)",
+    "objective.ratio": "`importance_sampling_level`: token, sequence; sequence_token has none (error)",
+    "objective.clip_low": "`epsilon`",
+    "objective.clip_high": "`epsilon_high`",
+    "objective.dual_clip": "`delta` (INTELLECT-2's cap on the ratio: the same loss and gradient when c > 1 + "
+    "clip_high; error otherwise)",
+    "objective.kl_coef": "`beta`, with `use_bias_correction_kl=False` (harness's KL term has no ratio weight)",
+    "objective.kl_estimator": "TRL's KL is k3: k1 or k2 with kl_coef > 0 is an error",
+    "objective.overlong_filter": "`mask_truncated_completions`",
+    "objective.overlong_penalty": "TRL's `get_soft_overlong_punishment(max_len, overlong_cache_len)` as a second "
+    "reward function",
+    "objective.overlong_cache_len": "`soft_punish_cache` of that reward function",
+    "objective.dynamic_sampling": "TRL has no dynamic sampling: true is an error",
+    "objective.dynamic_sampling_key": "unused (dynamic sampling only)",
+    "rollout.backend": "transformers → `use_vllm=False`; vllm → `use_vllm=True`, `vllm_mode=colocate`",
+    "rollout.vllm_gpu_memory_utilization": "`vllm_gpu_memory_utilization`",
+    "rollout.prompts_per_step": "`generation_batch_size` = prompts_per_step × group_size; prompts in harness's order, "
+    "each sample its own prompt (the toy's noisy copies)",
+    "rollout.group_size": "`num_generations`",
+    "rollout.max_new_tokens": "`max_completion_length`",
+    "rollout.temperature": "`temperature` (with `top_k=0`, `min_p=None`, `repetition_penalty=1`)",
+    "rollout.top_p": "`top_p`",
+    "train.engine": "trl: this table",
+    "train.steps": "`max_steps` = steps × mini_batches × epochs (TRL counts optimiser steps)",
+    "train.lr": "`learning_rate`",
+    "train.warmup_steps": "`warmup_steps`, `lr_scheduler_type=constant_with_warmup` (its warm-up starts at lr 0, "
+    "harness's at lr/warmup_steps)",
+    "train.weight_decay": "`weight_decay` (`optim=adamw_torch`, `adam_epsilon=1e-8` as torch's AdamW)",
+    "train.betas": "`adam_beta1`, `adam_beta2`",
+    "train.max_grad_norm": "`max_grad_norm` (null → 0: no clipping)",
+    "train.mini_batches": "`steps_per_generation` = mini_batches × accumulation steps; the rollout batch must split "
+    "evenly (error)",
+    "train.epochs": "`num_iterations`",
+    "train.micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps` = mini-batch / "
+    "micro-batch (must divide: error)",
+    "train.length_buckets": "unused (TRL pads each micro-batch to its longest response)",
+    "train.max_gen_rounds": "unused (dynamic sampling only)",
+    "train.reference_kl": "TRL computes the KL only when beta > 0: true with kl_coef 0 is an error",
+    "train.log_text": "the rollout table's prompt and response columns (HarnessCallback)",
+    "train.device": "cpu → `use_cpu=True`; auto, cuda → TRL's (accelerate's) choice",
+    "train.threads": "torch CPU threads, as under harness's engine",
+}
+
+
+def trl_install_problem() -> str | None:
+    """Why TRL cannot be used here (missing, or outside `TRL_REQUIREMENT`), naming the extra; None when it can.
+    Reads the installed version's metadata only: importing TRL takes seconds."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    try:
+        found = version("trl")
+    except PackageNotFoundError:
+        return f"needs TRL, which is not installed: {TRL_EXTRA}"
+    if found not in Requirement(TRL_REQUIREMENT).specifier:
+        return f"is tested with {TRL_REQUIREMENT}, found trl {found}: {TRL_EXTRA}"
+    return None
+
+
+def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list[str]:
+    """Each setting TRL cannot express, as `key: value (why; what to set)`; empty when every switch maps."""
+    out = []
+    if o.advantage not in SCALE_REWARDS:
+        out.append(f"objective.advantage: {o.advantage} (TRL's scale_rewards is group, batch or none)")
+    elif SCALE_REWARDS[o.advantage] != "none" and o.adv_eps != TRL_STD_EPS:
+        out.append(f"objective.adv_eps: {o.adv_eps:g} (TRL adds a fixed 1e-4 to the std: set objective.adv_eps=1e-4)")
+    if o.aggregation not in LOSS_TYPES:
+        out.append(f"objective.aggregation: {o.aggregation} (TRL's loss_type has no equivalent)")
+    if o.aggregation == "constant" and o.max_len != r.max_new_tokens:
+        out.append(
+            f"objective.max_len: {o.max_len} (TRL's dr_grpo divides by max_completion_length, "
+            f"rollout.max_new_tokens = {r.max_new_tokens})"
+        )
+    if o.ratio not in IS_LEVELS:
+        out.append(f"objective.ratio: {o.ratio} (TRL's importance_sampling_level is token or sequence)")
+    if o.dual_clip is not None and o.dual_clip <= 1 + o.clip_high:
+        out.append(
+            f"objective.dual_clip: {o.dual_clip:g} (TRL's delta equals a dual clip only above 1 + clip_high "
+            f"= {1 + o.clip_high:g})"
+        )
+    if o.kl_coef > 0 and o.kl_estimator != "k3":
+        out.append(f"objective.kl_estimator: {o.kl_estimator} (TRL's KL is k3)")
+    if o.dynamic_sampling:
+        out.append("objective.dynamic_sampling: true (TRL has no dynamic sampling)")
+    if t.reference_kl and o.kl_coef == 0:
+        out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
+    batch = r.prompts_per_step * r.group_size
+    if batch % t.mini_batches:
+        out.append(f"train.mini_batches: {t.mini_batches} (TRL splits the {batch} responses of a step evenly)")
+    elif t.micro_batch_size is not None and (batch // t.mini_batches) % t.micro_batch_size:
+        out.append(
+            f"train.micro_batch_size: {t.micro_batch_size} (TRL accumulates whole micro-batches: it must divide "
+            f"the mini-batch of {batch // t.mini_batches})"
+        )
+    return out
+
+
+def grpo_args(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> dict[str, Any]:
+    """GRPOConfig's keyword arguments for these settings (the switches only: where the run writes, its seed and its
+    logging are the engine's); the settings must have no `trl_problems`."""
+    mini = r.prompts_per_step * r.group_size // t.mini_batches
+    micro = t.micro_batch_size or mini
+    accumulation = mini // micro
+    return {
+        "scale_rewards": SCALE_REWARDS[o.advantage],
+        "loss_type": LOSS_TYPES[o.aggregation],
+        "importance_sampling_level": IS_LEVELS[o.ratio],
+        "epsilon": o.clip_low,
+        "epsilon_high": o.clip_high,
+        "delta": o.dual_clip,
+        "beta": o.kl_coef,
+        "use_bias_correction_kl": False,
+        "mask_truncated_completions": o.overlong_filter,
+        "use_vllm": r.backend == "vllm",
+        **(
+            {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": r.vllm_gpu_memory_utilization}
+            if r.backend == "vllm"
+            else {}
+        ),
+        "num_generations": r.group_size,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": t.mini_batches * accumulation,
+        "num_iterations": t.epochs,
+        "max_completion_length": r.max_new_tokens,
+        "temperature": r.temperature,
+        "top_p": r.top_p,
+        "top_k": 0,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+        "max_steps": t.steps * t.mini_batches * t.epochs,
+        "learning_rate": t.lr,
+        "lr_scheduler_type": "constant_with_warmup",
+        "warmup_steps": t.warmup_steps,
+        "optim": "adamw_torch",
+        "adam_beta1": t.betas[0],
+        "adam_beta2": t.betas[1],
+        "adam_epsilon": 1e-8,
+        "weight_decay": t.weight_decay,
+        "max_grad_norm": t.max_grad_norm if t.max_grad_norm is not None else 0.0,
+        "use_cpu": t.device == "cpu",
+    }
+
+
+def overlong_reward_args(o: ObjectiveSettings) -> tuple[int, int] | None:
+    """(max_completion_len, soft_punish_cache) of TRL's soft overlong punishment for these settings, None if off."""
+    if not o.overlong_penalty:
+        return None
+    assert o.max_len is not None and o.overlong_cache_len is not None  # the settings' validation requires both
+    return o.max_len, o.overlong_cache_len
+
+
+def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str, dict[str, Any]]:
+    """A TRL run's GRPOConfig `args` (and its computed `max_steps`, its reward functions) as harness's objective,
+    rollout and train settings, for logging a plain TRL run under harness's keys. A TRL loss or level without a
+    harness equivalent is written `trl:<name>`."""
+    overlong = next((f for f in reward_funcs if getattr(f, "__name__", "") == OVERLONG_REWARD), None)
+    inverse = lambda table, value: next((k for k, v in table.items() if v == value), f"trl:{value}")  # noqa: E731
+    scale = {True: "group", False: "none"}.get(args.scale_rewards, args.scale_rewards)
+    per_generation = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+    return {
+        "objective": {
+            "advantage": inverse(SCALE_REWARDS, scale),
+            "adv_eps": TRL_STD_EPS,
+            "aggregation": inverse(LOSS_TYPES, args.loss_type),
+            "max_len": args.max_completion_length,
+            "ratio": inverse(IS_LEVELS, args.importance_sampling_level),
+            "clip_low": args.epsilon,
+            "clip_high": args.epsilon_high if args.epsilon_high is not None else args.epsilon,
+            "dual_clip": args.delta,
+            "kl_coef": args.beta,
+            "kl_estimator": "k3",
+            "overlong_filter": bool(args.mask_truncated_completions),
+            "overlong_penalty": overlong is not None,
+            "overlong_cache_len": getattr(overlong, "soft_punish_cache", None),
+            "dynamic_sampling": False,
+        },
+        "rollout": {
+            "backend": "vllm" if args.use_vllm else "transformers",
+            "prompts_per_step": args.generation_batch_size // args.num_generations,
+            "group_size": args.num_generations,
+            "max_new_tokens": args.max_completion_length,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+        },
+        "train": {
+            "engine": "trl",
+            "steps": max_steps // max(per_generation, 1),
+            "lr": args.learning_rate,
+            "warmup_steps": args.warmup_steps,
+            "weight_decay": args.weight_decay,
+            "betas": [args.adam_beta1, args.adam_beta2],
+            "max_grad_norm": args.max_grad_norm or None,
+            "mini_batches": args.steps_per_generation // args.gradient_accumulation_steps,
+            "epochs": args.num_iterations,
+            "micro_batch_size": args.per_device_train_batch_size,
+        },
+    }

@@ -1,0 +1,341 @@
+"""TRL as a second engine (`train.engine: trl`) and `HarnessCallback` on a user's own GRPOTrainer: the switch table,
+its errors, real 3-step jobs through `harness run` and a 2x2 `harness sweep`, the dashboard on their runs, and the
+callback leaving TRL's training unchanged. Everything runs on the session's tiny toy model, on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from harness.cli import main
+from harness.spec.run_config import load_run_config
+from harness.spec.trl_args import TABLE, grpo_args, settings_of, trl_problems
+from harness.spec.yaml_io import ConfigError
+from trainer import metric_names as M
+from trainer.config import RolloutConfig, TrainConfig
+from trainer.objective.settings import ObjectiveSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
+EXPRESSIBLE = ["objective.adv_eps=0.0001", "train.reference_kl=false"]  # what every TRL job here sets
+trl = pytest.importorskip("trl", reason="the trl extra (CI installs it with dev)")
+
+
+def _cfg(*sets: str):
+    return load_run_config(TOY_RUN, ["train.engine=trl", *EXPRESSIBLE, *sets])
+
+
+# ---- the table ---------------------------------------------------------------------------
+def test_the_table_names_every_setting_and_the_readme_shows_it():
+    fields = {
+        *(f"objective.{f}" for f in ObjectiveSettings.model_fields),
+        *(f"rollout.{f}" for f in RolloutConfig.model_fields),
+        *(f"train.{f}" for f in TrainConfig.model_fields),
+    }
+    assert set(TABLE) == fields  # a new switch must say how TRL expresses it
+    readme = (ROOT / "README.md").read_text()
+    for key, how in TABLE.items():
+        assert f"| `{key}` | {how} |" in readme, key
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("grpo", {"loss_type": "grpo", "scale_rewards": "group", "importance_sampling_level": "token"}),
+        ("dr_grpo", {"loss_type": "dr_grpo", "scale_rewards": "none", "max_completion_length": 128}),
+        ("gspo", {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
+    ],
+)
+def test_presets_map_to_grpo_config(preset, expected):
+    cfg = _cfg(f"objective.preset={preset}")
+    args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
+    assert expected.items() <= args.items()
+    assert args["per_device_train_batch_size"] == 128 and args["steps_per_generation"] == 1
+    assert args["beta"] == 0 and args["use_bias_correction_kl"] is False and args["max_steps"] == 120
+    trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **args)  # TRL accepts every argument
+
+
+def test_dapo_without_dynamic_sampling_maps_its_other_switches():
+    cfg = _cfg("objective.preset=dapo", "objective.dynamic_sampling=false", "train.mini_batches=4")
+    args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
+    assert args["loss_type"] == "dapo" and args["epsilon_high"] == 0.28 and args["mask_truncated_completions"]
+    assert args["steps_per_generation"] == 4 and args["per_device_train_batch_size"] == 32
+    assert args["max_steps"] == 480  # TRL counts optimiser steps
+
+
+@pytest.mark.parametrize(
+    ("sets", "key"),
+    [
+        (["objective.dynamic_sampling=true"], "objective.dynamic_sampling"),
+        (["objective.advantage=group_median"], "objective.advantage"),
+        (["objective.ratio=sequence_token"], "objective.ratio"),
+        (["objective.kl_coef=0.01", "objective.kl_estimator=k1"], "objective.kl_estimator"),
+        (["objective.dual_clip=1.1"], "objective.dual_clip"),
+        (["objective.preset=dr_grpo", "objective.max_len=100"], "objective.max_len"),
+        (["objective.adv_eps=1e-6"], "objective.adv_eps"),
+        (["train.reference_kl=true"], "train.reference_kl"),
+        (["train.mini_batches=3"], "train.mini_batches"),
+        (["train.micro_batch_size=48"], "train.micro_batch_size"),
+    ],
+)
+def test_a_switch_trl_cannot_express_is_a_one_line_error_naming_it(sets, key):
+    with pytest.raises(ConfigError) as err:
+        _cfg(*sets)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{TOY_RUN}: train.engine: trl cannot express {key}: ")
+
+
+def test_the_error_comes_before_any_job_of_a_sweep(tmp_path, capsys):
+    sweep = tmp_path / "bad.yaml"
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bad",
+                "base": str(TOY_RUN),
+                "set": {"objective.adv_eps": 1e-4, "train.reference_kl": False, "objective.dynamic_sampling": True},
+                "grid": {"train.engine": ["harness", "trl"]},
+                "seeds": [0],
+            }
+        )
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["sweep", str(sweep), "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "objective.dynamic_sampling: true (TRL has no dynamic sampling)" in err[0]
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_without_trl_the_engine_is_a_one_line_error_naming_the_extra(monkeypatch):
+    import importlib.metadata
+
+    from harness.engine.preflight import check_host
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    with pytest.raises(
+        ConfigError, match=r'^job 1: train.engine: trl needs TRL, which is not installed: .*"\.\[trl\]"$'
+    ):
+        check_host(_cfg(), "job 1")
+    check_host(load_run_config(TOY_RUN, []), "job 1")  # harness's own engine needs nothing more
+
+
+def test_settings_read_back_from_grpo_config_are_the_run_config():
+    """The table both ways: a run config → GRPOConfig → harness's settings gives the config's mapped fields."""
+    for preset in ("grpo", "dr_grpo", "gspo"):
+        cfg = _cfg(f"objective.preset={preset}", "train.mini_batches=2", "train.epochs=2", "train.micro_batch_size=16")
+        args = trl.GRPOConfig(
+            output_dir="unused", report_to="none", bf16=False, **grpo_args(cfg.objective, cfg.rollout, cfg.train)
+        )
+        back = settings_of(args, args.max_steps, [])
+        for section in ("objective", "rollout", "train"):
+            mine = getattr(cfg, section).model_dump(mode="json")
+            for key, value in back[section].items():
+                assert mine[key] == value, (preset, section, key)
+        assert not trl_problems(
+            ObjectiveSettings(**back["objective"], dynamic_sampling_key="correct"), cfg.rollout, cfg.train
+        )
+
+
+# ---- real jobs ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tiny_run_overrides):
+    from trainer.models.toy import ensure_toy_model
+
+    cfg = load_run_config(TOY_RUN, tiny_run_overrides)
+    ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)
+    return [*tiny_run_overrides, *EXPRESSIBLE, "train.log_text=true"]
+
+
+# every training metric of the contract; KL only exists with beta > 0 (as in harness's runs without a reference)
+CONTRACT = set(M.TRAINING) - {M.KL}
+
+
+def _runs(uri: str, experiment: str):
+    client = MlflowClient(uri)
+    return client, client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+
+
+def test_a_trl_job_through_harness_run_logs_every_contract_metric(tmp_path, tiny):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = [x for s in [*tiny, "train.engine=trl", "tracking.experiment=trl1"] for x in ("--set", s)]
+    assert main(["run", str(TOY_RUN), *sets, "--tracking-uri", uri, "--quiet"]) == 0
+    client, (run,) = _runs(uri, "trl1")
+    assert run.info.status == "FINISHED" and run.data.params["train.engine"] == "trl"
+    assert CONTRACT <= set(run.data.metrics), CONTRACT - set(run.data.metrics)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, M.ACCURACY)] == [1, 2, 3]
+    table = __import__("pandas").read_parquet(client.download_artifacts(run.info.run_id, "rollouts.parquet"))
+    assert len(table) == 3 * 4 * 4 and table["advantage"].notna().all()
+    assert {"prompt", "response", "correct", "length", "truncated", "reward_task_reward"} <= set(table.columns)
+    assert table.groupby("step")["correct"].mean().tolist() == pytest.approx(
+        [m.value for m in sorted(client.get_metric_history(run.info.run_id, M.ACCURACY), key=lambda m: m.step)]
+    )
+
+
+def test_a_two_by_two_sweep_of_engine_and_preset_and_the_dashboard_on_it(tmp_path, tiny, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard.context import URI_ENV
+
+    sweep = tmp_path / "engines.yaml"
+    sets = dict(s.split("=", 1) for s in tiny)
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "engines_tiny",
+                "base": str(TOY_RUN),
+                "set": {k: yaml.safe_load(v) for k, v in sets.items()},
+                "grid": {"train.engine": ["harness", "trl"]},
+                "zip": [{"objective.aggregation": ["seq_mean_token_mean", "constant"]}],
+                "seeds": [0],
+            }
+        )
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["sweep", str(sweep), "--tracking-uri", uri, "--workers", "2"]) == 0
+    client, runs = _runs(uri, "engines_tiny")
+    jobs = [r for r in runs if r.data.tags.get("sweep_parent") != "1"]
+    assert sorted((r.data.params["train.engine"], r.data.params["objective.aggregation"]) for r in jobs) == [
+        ("harness", "constant"),
+        ("harness", "seq_mean_token_mean"),
+        ("trl", "constant"),
+        ("trl", "seq_mean_token_mean"),
+    ]
+    for run in jobs:
+        assert run.info.status == "FINISHED" and CONTRACT <= set(run.data.metrics), run.data.params["train.engine"]
+    assert main(["sweep", str(sweep), "--tracking-uri", uri]) == 0  # resumes: nothing left to train
+    assert len(_runs(uri, "engines_tiny")[1]) == len(runs)
+
+    monkeypatch.setenv(URI_ENV, uri)
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("views/length_bias.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    charts = [c.proto.spec for c in at.get("plotly_chart")]
+    assert charts and any("engine=trl" in spec for spec in charts)  # the TRL arms are drawn
+
+
+# ---- the callback on a user's own script ----------------------------------------------------
+def _user_script(model_dir: str, tmp: Path, *, with_callback: bool, uri: str = "", fail_at: int = 0):
+    """What a TRL user writes: a dataset, a reward, GRPOConfig and GRPOTrainer (plus, here, HarnessCallback)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.tasks.toy_addition import parse_completion
+
+    data = Dataset.from_dict({"prompt": [f"{a}+{b}=" for a in range(4) for b in range(4)]})
+
+    def sums(prompts, completions, trainer_state, **_):
+        if fail_at and trainer_state.global_step + 1 >= fail_at:
+            raise RuntimeError("the grader's server went away")
+        answers = [parse_completion(c)[0] for c in completions]
+        return [float(a == str(sum(map(int, p[:-1].split("+"))))) for p, a in zip(prompts, answers)]
+
+    args = GRPOConfig(
+        output_dir=str(tmp / "out"),
+        per_device_train_batch_size=32,
+        num_generations=4,
+        max_completion_length=48,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=3,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=sums,
+        args=args,
+        train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+    )
+    if with_callback:
+        from harness.integrations.trl import HarnessCallback
+
+        trainer.add_callback(HarnessCallback(trainer, experiment="mine", sweep="my_trl_study", tracking_uri=uri))
+    losses = []
+    from transformers import TrainerCallback
+
+    class Losses(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if "loss" in logs:
+                losses.append((logs["loss"], logs["grad_norm"], logs["reward"]))
+
+    trainer.add_callback(Losses())
+    trainer.train()
+    return losses, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_the_callback_does_not_change_what_trl_trains_and_its_run_is_read_like_harnesss(tmp_path, tiny):
+    import torch
+
+    from trainer.models.toy import ensure_toy_model
+
+    cfg = load_run_config(TOY_RUN, tiny)
+    model_dir = str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir))
+    torch.set_num_threads(1)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    plain_loss, plain = _user_script(model_dir, tmp_path / "a", with_callback=False)
+    loss, weights = _user_script(model_dir, tmp_path / "b", with_callback=True, uri=uri)
+    assert loss == plain_loss and len(loss) == 2
+    assert any(grad_norm > 0 for _, grad_norm, _ in loss)  # the steps did train
+    assert plain.keys() == weights.keys() and all(torch.equal(plain[k], weights[k]) for k in plain)
+
+    client, (run,) = _runs(uri, "mine")
+    assert run.info.status == "FINISHED" and run.data.tags["sweep_id"] == "my_trl_study"
+    assert run.data.params["objective.aggregation"] == "token_mean"  # TRL's default loss_type, dapo
+    assert run.data.params["rollout.group_size"] == "4" and run.data.params["train.engine"] == "trl"
+    assert CONTRACT - {M.GRADE_TIMEOUTS} <= set(run.data.metrics) | {M.GRADE_TIMEOUTS}
+    assert "rollouts.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    out = tmp_path / "report"
+    assert main(["report", "my_trl_study", "--tracking-uri", uri, "--out", str(out)]) == 0
+    assert any(out.iterdir())
+
+
+def test_the_callback_refuses_a_reward_it_does_not_know(tmp_path, tiny):
+    from harness.integrations.trl import HarnessCallback
+
+    class Fake:
+        reward_func_names = ["accuracy"]
+        num_generations, eos_token_ids, _logs = 2, [1], {}
+
+        def _calculate_rewards(self, *a):
+            return None
+
+    with pytest.raises(ValueError, match=r"correct_reward: no reward function 'correctness'; .*\['accuracy'\]"):
+        HarnessCallback(Fake(), correct_reward="correctness")
+
+
+def test_a_crashing_script_ends_its_run_failed_with_the_reason(tmp_path, tiny):
+    from trainer.models.toy import ensure_toy_model
+
+    cfg = load_run_config(TOY_RUN, tiny)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    model_dir = str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir))
+    with pytest.raises(RuntimeError, match="went away"):
+        _user_script(model_dir, tmp_path, with_callback=True, uri=uri, fail_at=2)
+    client, (run,) = _runs(uri, "mine")
+    assert (
+        run.info.status == "FAILED" and run.data.tags["failure_reason"] == "RuntimeError: the grader's server went away"
+    )
+    assert [m.step for m in client.get_metric_history(run.info.run_id, M.ACCURACY)] == [1]  # step 1 is kept
+    assert "rollouts.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_the_engine_enters_a_job_id_only_when_it_is_trl():
+    """Job ids published before `train.engine` existed stay valid: a sweep of harness's engine resumes its runs."""
+    harness_run = load_run_config(TOY_RUN, [])
+    assert "engine" not in harness_run.identity()["train"]
+    assert harness_run.config_hash == "f7ec719fc993"  # toy_run.yaml's job id at ac76437, before the field
+    trl_run = _cfg()
+    assert trl_run.identity()["train"]["engine"] == "trl"
+    same_but_harness = load_run_config(TOY_RUN, EXPRESSIBLE)
+    assert trl_run.arm != same_but_harness.arm and trl_run.config_hash != same_but_harness.config_hash
