@@ -269,8 +269,9 @@ def _factorial(
         e, caught = stats.factorial_effects(vals, data.varying, alpha=alpha, seed=seed)
         notes += [f"{metric}: {note}" for note in caught]
         effects.append(e.assign(metric=metric))
-        if len(data.varying) > 1:
-            inter.append(stats.interactions(vals, data.varying, alpha=alpha).assign(metric=metric))
+        design = stats.distinct_factors(vals, data.varying)
+        if len(design) > 1:
+            inter.append(stats.interactions(vals, design, alpha=alpha).assign(metric=metric))
     effects_df = pd.concat(effects, ignore_index=True) if effects else pd.DataFrame()
     if not effects_df.empty:
         effects_df["p_holm"] = stats.holm(effects_df["test_p"].to_numpy())

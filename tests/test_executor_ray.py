@@ -1,5 +1,6 @@
 """RayExecutor end to end: tiny toy jobs as tasks of a real local Ray instance, a real SQLite store."""
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from trainer.models.toy import ensure_toy_model  # noqa: E402
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 SWEEP = "sweep-ray-test"
+# with the trl extra (CI has it) one job trains with TRL's GRPOTrainer
+TRL_ENGINE = ("train.engine=trl", "objective.adv_eps=0.0001", "train.reference_kl=false") if find_spec("trl") else ()
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +44,9 @@ def _store(tmp_path, job: Job) -> tuple[str, MlflowClient]:
 def test_jobs_finish_and_a_failing_one_is_retried_then_failed_with_reason(local_ray, tmp_path, tiny_run_overrides):
     jobs = [
         _job(tmp_path, tiny_run_overrides, "seed=0"),
-        _job(tmp_path, tiny_run_overrides, "seed=1"),
+        _job(tmp_path, tiny_run_overrides, "seed=1", *TRL_ENGINE),
         _job(tmp_path, tiny_run_overrides, "seed=2", "train.device=cuda"),
-    ]  # CPU-only: raises in the worker
+    ]  # job 2 is CPU-only: raises in the worker
     uri, client = _store(tmp_path, jobs[0])
     parent = client.create_run(prepare_store(uri, "toy"), run_name="sweep").info.run_id
     events = []
@@ -63,6 +66,7 @@ def test_jobs_finish_and_a_failing_one_is_retried_then_failed_with_reason(local_
         assert run.info.status == "FINISHED" and run.data.tags["status"] == "FINISHED"
         assert run.data.tags["sweep_id"] == SWEEP and run.data.tags["job_id"] == job.job_id
         assert run.data.tags["mlflow.parentRunId"] == parent and run.data.tags["seed"] == str(job.seed)
+        assert run.data.params["train.engine"] == job.config.train.engine and "train/accuracy" in run.data.metrics
     assert failed.status == "FAILED" and failed.attempts == 2
     assert failed.reason == "RuntimeError: train.device is 'cuda' but no CUDA device is available"
     # it failed before creating a run: the executor made one FAILED run per attempt

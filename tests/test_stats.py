@@ -487,3 +487,28 @@ def test_zero_within_cell_variance_is_nan_as_in_compare():
     assert all("no variance within any cell" in n for n in out["note"])
     c = compare([5.0, 5.0, 5.0], [1.0, 1.0, 1.0])
     assert np.isnan(c["welch_p"]) and "no variance within either group" in c["note"]
+
+
+def test_zipped_settings_are_one_factor_of_the_design():
+    """GRPO → Dr. GRPO zips aggregation and advantage: one factor, so engine × preset is a full 2 × 2 design."""
+    from harness.analysis import stats as design
+
+    frame = pd.DataFrame(
+        {
+            "adv": ["std", "std", "mean", "mean"] * 2,
+            "agg": ["tok", "tok", "const", "const"] * 2,
+            "engine": ["harness"] * 4 + ["trl"] * 4,
+            "value": [10.0, 12.0, 5.0, 7.0, 13.0, 15.0, 6.0, 8.0],
+        }
+    )
+    factors = ["adv", "agg", "engine"]
+    assert design.distinct_factors(frame, factors) == ["adv", "engine"]
+    assert design.distinct_factors(frame, factors, first="agg") == ["agg", "engine"]
+    res = design.main_effect(frame, design.distinct_factors(frame, factors, first="engine"), "engine", "trl", "harness")
+    assert res["effect"] == pytest.approx((14 + 7) / 2 - (11 + 6) / 2) and not np.isnan(res["p"])
+    effects, notes = design.factorial_effects(frame, factors)
+    agg = effects[(effects["factor"] == "agg") & (effects["level"] == "const")].iloc[0]
+    assert np.isnan(agg["test_p"]) and "moves with adv" in agg["note"]  # tested once, as adv
+    assert notes == ["agg moves with adv (one factor of the design): its test is adv's"]
+    engine = effects[(effects["factor"] == "engine") & (effects["level"] == "trl")].iloc[0]
+    assert engine["model_effect"] == pytest.approx(2.0) and not np.isnan(engine["test_p"])

@@ -124,11 +124,12 @@ def evidence(
                 "note": f"no finished run has {c.effect} = {c.to if level is None else c.from_}",
                 "rows": values.iloc[:0],
             }
-        res = stats.main_effect(values, varying, c.effect, level, base, null=claim.threshold, alpha=alpha)
+        factors = stats.distinct_factors(values, varying, first=c.effect)
+        res = stats.main_effect(values, factors, c.effect, level, base, null=claim.threshold, alpha=alpha)
         at, ref = values[c.effect].astype(str) == level, values[c.effect].astype(str) == base
         res.update(n1=res.pop("n"), n2=res.pop("n_base"))
         rows = values.loc[at | ref]
-        cells = rows.groupby(varying, observed=True).size()
+        cells = rows.groupby(factors, observed=True).size()
         res["seeds"] = int(cells.min()) if len(cells) else 0
         res["mean1"], res["mean2"] = values.loc[at, "value"].mean(), values.loc[ref, "value"].mean()
     else:

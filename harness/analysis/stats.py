@@ -146,10 +146,13 @@ def factorial_effects(
     just as unbalanced). Also the model's warnings (empty cells), one line each. The report and the dashboard's
     ablation page both show this."""
     effects = main_effects(final, factors, seed=seed)
+    design = distinct_factors(final, factors)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StatsWarning)
-        model = cell_means_effects(final, factors, alpha=alpha)
+        model = cell_means_effects(final, design, alpha=alpha)
     notes = [str(w.message) for w in caught if issubclass(w.category, StatsWarning)]
+    twins = {f: next(k for k in design if _lockstep(final[k], final[f])) for f in factors if f not in design}
+    notes += [f"{f} moves with {lead} (one factor of the design): its test is {lead}'s" for f, lead in twins.items()]
     model = model.rename(
         columns={"effect": "model_effect", "low": "model_low", "high": "model_high", "p": "model_p", "df": "model_df"}
     )
@@ -158,6 +161,8 @@ def factorial_effects(
     e["test_p"] = e["model_p"].where(~welch, e["p"])
     e["test_low"] = e["model_low"].where(~welch, e["welch_low"])
     e["test_high"] = e["model_high"].where(~welch, e["welch_high"])
+    for f, lead in twins.items():  # tested once, as its lead (Holm counts the test once)
+        e.loc[e["factor"] == f, "note"] = f"moves with {lead} (one factor of the design): see its test"
     return e, notes
 
 
@@ -198,6 +203,24 @@ def cell_means_effects(final: pd.DataFrame, factors: list[str], *, alpha: float 
             stacklevel=2,
         )
     return pd.DataFrame(rows, columns=cols)
+
+
+def distinct_factors(final: pd.DataFrame, factors: list[str], first: str | None = None) -> list[str]:
+    """`factors` less each one that varies in lockstep with an earlier one (`first` leads): settings a sweep zips
+    together (GRPO → Dr. GRPO changes aggregation and advantage at once) are one factor of the design, and as two
+    they would leave the cell-means model with empty cells."""
+    order = ([first] if first in factors else []) + [f for f in factors if f != first]
+    kept: list[str] = []
+    for f in order:
+        if not any(_lockstep(final[k], final[f]) for k in kept):
+            kept.append(f)
+    return kept
+
+
+def _lockstep(a: pd.Series, b: pd.Series) -> bool:
+    """Whether each level of `a` comes with one level of `b` and the other way round (as text)."""
+    pairs = pd.DataFrame({"a": a.astype(str), "b": b.astype(str)}).drop_duplicates()
+    return bool(pairs["a"].is_unique and pairs["b"].is_unique)
 
 
 def main_effect(
