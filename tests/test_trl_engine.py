@@ -190,7 +190,12 @@ def test_a_two_by_two_sweep_of_engine_and_preset_and_the_dashboard_on_it(tmp_pat
                 "base": str(TOY_RUN),
                 "set": {k: yaml.safe_load(v) for k, v in sets.items()},
                 "grid": {"train.engine": ["harness", "trl"]},
-                "zip": [{"objective.aggregation": ["seq_mean_token_mean", "constant"]}],
+                "zip": [  # the grpo and dr_grpo presets
+                    {
+                        "objective.aggregation": ["seq_mean_token_mean", "constant"],
+                        "objective.advantage": ["group_std", "group_mean"],
+                    }
+                ],
                 "seeds": [0],
             }
         )

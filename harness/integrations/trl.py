@@ -211,7 +211,7 @@ class HarnessCallback(TrainerCallback):
         for k, (n, cut, problem, prompt, completion) in enumerate(local):
             row = {
                 "step": self.step,
-                "prompt_id": problem or str(k // G),
+                "prompt_id": problem or digest(_text(prompt)),  # the same problem, the same id, every step
                 "sample_index": k % G,
                 "round": 1,
                 "reward": total[k].item(),
