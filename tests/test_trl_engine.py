@@ -4,6 +4,7 @@ callback leaving TRL's training unchanged. Everything runs on the session's tiny
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -176,11 +177,24 @@ def test_a_trl_job_through_harness_run_logs_every_contract_metric(tmp_path, tiny
     )
 
 
-def test_a_two_by_two_sweep_of_engine_and_preset_and_the_dashboard_on_it(tmp_path, tiny, monkeypatch):
+def _dashboard(uri: str, page: str):
+    """The dashboard on `uri`, showing `page` of its newest sweep (AppTest), with no exception."""
     from streamlit.testing.v1 import AppTest
 
     from dashboard.context import URI_ENV
 
+    os.environ[URI_ENV] = uri
+    try:
+        at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
+        at.run()
+        at.switch_page(f"views/{page}.py").run()
+    finally:
+        del os.environ[URI_ENV]
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_two_by_two_sweep_of_engine_and_preset_and_the_dashboard_on_it(tmp_path, tiny):
     sweep = tmp_path / "engines.yaml"
     sets = dict(s.split("=", 1) for s in tiny)
     sweep.write_text(
@@ -215,11 +229,7 @@ def test_a_two_by_two_sweep_of_engine_and_preset_and_the_dashboard_on_it(tmp_pat
     assert main(["sweep", str(sweep), "--tracking-uri", uri]) == 0  # resumes: nothing left to train
     assert len(_runs(uri, "engines_tiny")[1]) == len(runs)
 
-    monkeypatch.setenv(URI_ENV, uri)
-    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("views/length_bias.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _dashboard(uri, "length_bias")
     charts = [c.proto.spec for c in at.get("plotly_chart")]
     assert charts and any("engine=trl" in spec for spec in charts)  # the TRL arms are drawn
 
@@ -302,7 +312,9 @@ def test_the_callback_does_not_change_what_trl_trains_and_its_run_is_read_like_h
     assert "rollouts.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
     out = tmp_path / "report"
     assert main(["report", "my_trl_study", "--tracking-uri", uri, "--out", str(out)]) == 0
-    assert any(out.iterdir())
+    assert "my_trl_study" in (out / "report.md").read_text()
+    at = _dashboard(uri, "length_bias")
+    assert at.session_state["sweep"] == "mine/my_trl_study" and at.get("plotly_chart")
 
 
 def test_the_callback_refuses_a_reward_it_does_not_know(tmp_path, tiny):
