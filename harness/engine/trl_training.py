@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.integrations.trl import HarnessCallback, check_trl
+from harness.integrations.trl import HarnessCallback, check_trl, ended_without_eos
 from harness.spec.run_config import RunConfig
 from harness.spec.trl_args import grpo_args, overlong_reward_args
 from trainer.tasks.base import Task
@@ -50,18 +50,16 @@ class TRLJob:
                 "problem_id": [g.problem_id for g in groups for _ in range(G)],
             }
         )
-        job = self
 
         def task_reward(prompts, completions, completion_ids, row, **_):
-            ends = set(trainer.eos_token_ids)
             grades = []
             for i, text, ids in zip(row, completions, completion_ids):
                 grade = task.grade(groups[i // G], i % G, text)
-                if not ids or ids[-1] not in ends:  # no final answer within the budget: wrong (harness's rule)
+                if ended_without_eos(trainer, ids):  # no final answer within the budget: wrong (harness's rule)
                     grade = replace(grade, reward=0.0, correct=False)
                 grades.append(grade)
             firsts = row[::G]
-            job.callback.add_metrics(
+            self.callback.add_metrics(
                 task.step_metrics(
                     [groups[i // G] for i in firsts],
                     [grades[k : k + G] for k in range(0, len(grades), G)],

@@ -72,6 +72,12 @@ def check_trl() -> None:
         raise ImportError(f"train.engine trl and HarnessCallback {problem}")
 
 
+def ended_without_eos(trainer: Any, ids: list[int]) -> bool:
+    """Whether a completion (its token ids) ended without EOS, as TRL counts it: its last token is neither an EOS
+    of the trainer nor the pad token."""
+    return not ids or ids[-1] not in {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+
+
 class HarnessCallback(TrainerCallback):
     """Logs a `GRPOTrainer`'s run to MLflow as harness logs its own (see the module's docstring).
 
@@ -100,9 +106,9 @@ class HarnessCallback(TrainerCallback):
             if not hasattr(trainer, member):
                 raise TypeError(f"HarnessCallback needs a trl GRPOTrainer ({TRL_REQUIREMENT}); {member} is missing")
         names = list(trainer.reward_func_names)
-        self.correct_index = names.index(correct_reward) if correct_reward in names else 0
         if correct_reward is not None and correct_reward not in names:
             raise ValueError(f"correct_reward: no reward function {correct_reward!r}; the trainer has {names}")
+        self.correct_index = names.index(correct_reward) if correct_reward is not None else 0
         self.trainer, self.correct_above, self.log_text = trainer, correct_above, log_text
         self.place = {"experiment": experiment, "sweep": sweep, "arm_label": arm_label, "run_name": run_name}
         self.tracking_uri = tracking_uri
@@ -175,9 +181,8 @@ class HarnessCallback(TrainerCallback):
     def _record(self, inputs, prompts, completions, completion_ids, rewards: torch.Tensor) -> None:
         """One generation batch: its outcome metrics now, its policy metrics when TRL logs them."""
         t = self.trainer
-        ends = {*t.eos_token_ids, t._tokenizer.pad_token_id}
         local = [
-            (len(ids), not ids or ids[-1] not in ends, str(row.get("problem_id", "")), p, c)
+            (len(ids), ended_without_eos(t, ids), str(row.get("problem_id", "")), p, c)
             for ids, row, p, c in zip(completion_ids, inputs, prompts, completions)
         ]
         if t.accelerator.num_processes > 1:  # TRL's rewards are gathered across processes: so are these
@@ -271,14 +276,15 @@ class HarnessCallback(TrainerCallback):
         )
         name = self.place["run_name"] or args.run_name or "trl"
         config = {"name": "trl", "seed": args.seed, "model": {"name_or_path": str(model)}, **settings}
-        without_seed = {k: v for k, v in config.items() if k != "seed"}
+        job = digest(json.dumps(config, sort_keys=True, default=str))
+        arm = digest(json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str))
         uri = default_tracking_uri("results", self.tracking_uri)
         experiment_id = prepare_store(uri, self.place["experiment"])
         tags = {
             SWEEP_ID_TAG: self.place["sweep"],
-            ARM_TAG: digest(json.dumps(without_seed, sort_keys=True, default=str)),
-            CONFIG_HASH_TAG: digest(json.dumps(config, sort_keys=True, default=str)),
-            JOB_ID_TAG: digest(json.dumps(config, sort_keys=True, default=str)),
+            ARM_TAG: arm,
+            CONFIG_HASH_TAG: job,
+            JOB_ID_TAG: job,
             SEED_TAG: str(args.seed),
             NAME_TAG: name,
             PRESET_TAG: "",

@@ -235,7 +235,8 @@ class RunConfig(BaseModel):
 
     @property
     def config_hash(self) -> str:
-        """Hash of the config's identity: the job id."""
+        """Hash of the config's identity: the job id (pydantic's JSON keeps the schema's field order, so the hash is
+        stable without sorting keys)."""
         return digest(self.model_dump_json(exclude=self._exclude(True)))
 
     @property
@@ -290,9 +291,6 @@ def _exclude(dotted: tuple[str, ...]) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[leaf] = True
     return tree
-
-
-# pydantic's JSON keeps the schema's field order, so the hashes are stable without sorting keys
 
 
 def digest(text: str) -> str:
