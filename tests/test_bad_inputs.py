@@ -199,6 +199,16 @@ CASES = [
     Case("run: max_new_tokens beyond the model", "run", "rollout:\n  max_new_tokens: 4000\n", "max_new_tokens"),
     Case("run: nested brackets", "run", "train:\n  lr: " + NESTED + "\n", "train"),
     Case("run: /dev/zero", "run", None, "/dev/zero", file="/dev/zero"),
+    # sizes no real run reaches: a typo, refused before it runs until killed
+    Case(
+        "steps 10^12",
+        "sweep",
+        SWEEP + "set:\n  train.steps: 1000000000000\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "train.steps",
+    ),
+    Case("run: steps 10^12", "run", "train:\n  steps: 1000000000000\n", "train.steps"),
+    Case("run: toy SFT steps 10^9", "run", "model:\n  toy:\n    sft_steps: 1000000000\n", "model.toy.sft_steps"),
+    Case("run: epochs 10^6", "run", "train:\n  epochs: 1000000\n", "train.epochs"),
 ]
 if not _cuda_present():
     CASES += [
@@ -504,3 +514,17 @@ def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
     with pytest.raises(ConfigError, match="--set train.lr: train.lr is set by this file for every run"):
         load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.lr=0.1"])
     assert load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.steps=5"]).base["train"]["steps"] == 5
+
+
+def test_steps_are_bounded_by_a_size_no_real_run_reaches():
+    from pydantic import ValidationError
+
+    from trainer.config import MAX_EPOCHS, MAX_STEPS, TrainConfig
+    from trainer.models.toy_config import ToyModelConfig
+
+    assert TrainConfig(steps=MAX_STEPS, epochs=MAX_EPOCHS).steps == MAX_STEPS
+    for bad in ({"steps": MAX_STEPS + 1}, {"epochs": MAX_EPOCHS + 1}):
+        with pytest.raises(ValidationError, match="less than or equal to"):
+            TrainConfig(**bad)
+    with pytest.raises(ValidationError, match="less than or equal to 1000000"):
+        ToyModelConfig(sft_steps=MAX_STEPS + 1)

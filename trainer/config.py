@@ -9,6 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 """Every settings model's config: unknown keys, a bool or float given for an int, and inf/nan are errors
 (an infinite learning rate would otherwise fail mid-run with an unrelated index error)."""
+MAX_STEPS = 1_000_000
+"""The most steps a loop may be asked for (RL steps, the toy's SFT steps): far past any published GRPO-family run
+(tens of thousands of steps at most), so the bound refuses only typos, such as 10^12 steps, which would otherwise
+run until killed."""
+MAX_EPOCHS = 1000
+"""The most passes over one rollout batch (PPO-style recipes use 1 to a few dozen)."""
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 """A seed: torch and numpy take it as a signed 64-bit integer."""
 Device = Literal["auto", "cpu", "cuda"]
@@ -50,8 +56,8 @@ class TrainConfig(BaseModel):
     engine: Literal["harness", "trl"] = "harness"
     """Which trainer runs the job: harness's own loop (trainer.loop), or TRL's GRPOTrainer (the `trl` extra) with
     every switch mapped to its GRPOConfig (README "TRL as the engine"; a switch TRL cannot express is an error)."""
-    steps: int = Field(200, ge=0)
-    """RL steps (one rollout batch each); 0 = an evaluation-only run (needs eval.every >= 1)."""
+    steps: int = Field(200, ge=0, le=MAX_STEPS)
+    """RL steps (one rollout batch each), at most `MAX_STEPS`; 0 = an evaluation-only run (needs eval.every >= 1)."""
     lr: float = Field(5e-4, gt=0)
     """AdamW learning rate (the toy default; papers use ~1e-6 for 1.5B models)."""
     warmup_steps: int = Field(0, ge=0)
@@ -67,8 +73,8 @@ class TrainConfig(BaseModel):
     mini_batches: int = Field(1, ge=1)
     """Optimiser steps per pass over a rollout batch. 1 with epochs 1 is the on-policy default; clipping
     (clip-higher, GSPO) only acts when mini_batches × epochs > 1."""
-    epochs: int = Field(1, ge=1)
-    """Passes over each rollout batch."""
+    epochs: int = Field(1, ge=1, le=MAX_EPOCHS)
+    """Passes over each rollout batch (at most `MAX_EPOCHS`)."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Responses per forward/backward (gradient accumulation); null = a whole mini-batch at once. The
     loss and gradient do not depend on it. On a CUDA out-of-memory error it is halved (and kept) and the
