@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import traceback
 from pathlib import Path
 
 import pandas as pd
@@ -64,20 +65,22 @@ def sweep_spec(uri: str, key: str) -> dict | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Judging the claims…")
-def verdicts(uri: str, key: str) -> tuple[list[Verdict], str]:
-    """Every claim logged with the sweep judged on its runs, in one call (Holm across all of them, whichever page
-    shows which), and a warning ('' if none) when the claims cannot be read or judged."""
+def verdicts(uri: str, key: str) -> tuple[list[Verdict], str, str]:
+    """Every claim logged with the sweep judged on its finished runs, in one call (Holm across all of them, whichever
+    page shows which); a warning ('' if none) when the claims cannot be read; and the traceback ('' if none) of a bug
+    met while judging them, which the pages show as a bug and go on without verdicts. No verdicts while no run of the
+    sweep has finished (`current` says so on every page)."""
     found = [s for s in all_sweeps(uri) if s.key == key]
     if not found:
-        return [], ""
+        return [], "", ""
     claims, warning = stored_claims(found[0])
     data = sweep_data(uri, key)
-    if not claims or data is None or data.runs.empty:
-        return [], warning
+    if not claims or data is None or not data.jobs.finished:
+        return [], warning, ""
     try:
-        return judge(data, claims), warning
-    except Exception as e:  # noqa: BLE001 (the pages go on without verdicts; the message says why)
-        return [], f"the claims of sweep {found[0].name} could not be judged: {type(e).__name__}: {e}"
+        return judge(data, claims), warning, ""
+    except Exception:  # noqa: BLE001 (a bug in harness: shown with its traceback, the rest of the page still drawn)
+        return [], warning, traceback.format_exc()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -136,6 +139,13 @@ def current() -> SweepData | None:
     if data is None or data.runs.empty:
         st.info(f"No runs in `{tracking_uri()}` yet. Start one with `harness sweep ablations/dr_grpo_bias.yaml`.")
         return None
+    jobs = data.jobs
+    if not jobs.finished:
+        st.warning(
+            f"No run of this sweep has finished ({jobs.line()}): no statistics, and its claims cannot be judged. "
+            + ("The Sweeps page lists each failed run with its reason." if jobs.failed_runs else ""),
+            icon=":material/block:",
+        )
     return data
 
 

@@ -88,9 +88,13 @@ def panel(page: str) -> None:
     key = st.session_state.get("sweep")
     if not key:
         return
-    found, warning = context.verdicts(context.tracking_uri(), key)
+    found, warning, bug = context.verdicts(context.tracking_uri(), key)
     if warning:
         st.warning(warning)
+    if bug:
+        st.error("Judging this sweep's claims hit a bug in harness; the page goes on without them.")
+        with st.expander("Traceback"):
+            st.code(bug, language=None)
     shown = [v for v in found if on_page(v.claim, page)]
     if not shown:
         return

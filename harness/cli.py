@@ -219,6 +219,8 @@ def _report(args: argparse.Namespace) -> int:
     written = write(report, out, args.format)
     for line in report.findings:
         print(line)
+    if not report.header["finished"]:
+        _print_unfinished(data.jobs)
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)
     print(f"harness report: wrote {', '.join(str(p) for p in written if p.suffix != '.svg')}", file=sys.stderr)
@@ -237,6 +239,16 @@ def _claims(args: argparse.Namespace) -> int:
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none (add a `claims:` list to its file)")
     data = load_sweep_data(reader_for(uri), sweep)
+    jobs = data.jobs
+    if not jobs.finished:
+        print(
+            f"{sweep.name}: no run of this sweep has finished ({jobs.line()}), so none of its {len(claims)} claims "
+            "can be judged"
+        )
+        _print_unfinished(jobs)
+        return 0
+    if jobs.finished < jobs.total:
+        print(f"{sweep.name}: {jobs.line()}; the claims are judged on the finished runs")
     verdicts = judge(data, claims, alpha=args.alpha)
     record = sequential_record(sweep)
     if record:
@@ -247,6 +259,14 @@ def _claims(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     final = [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
     return 1 if "contradicted" in final else 0
+
+
+def _print_unfinished(jobs) -> None:
+    """A sweep with no finished run: each failed run with its reason, each job never started."""
+    for failed in jobs.failed_runs:
+        print(f"  failed: {failed.line()}")
+    for arm, seed in jobs.missing_jobs:
+        print(f"  never started: {arm} · seed {seed}")
 
 
 def _print_sequential(name: str, record: dict) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,9 @@ def build(
     sequential: dict | None = None,
 ) -> Report:
     at = at or At.parse(DEFAULT_AT)
+    header = _header(data)
+    if not header["finished"]:  # nothing to compare: say which jobs failed and why, and compute nothing
+        return _without_statistics(data, header, at, test, alpha, seed, claims or [], sequential)
     metrics = [m for m in (metrics or DEFAULT_METRICS)]
     missing = [m for m in metrics if m not in data.keys]
     metrics = [m for m in metrics if m in data.keys]
@@ -83,22 +86,9 @@ def build(
     effects, inter, more = _factorial(data, values, alpha, seed)
     warnings += more
     report = Report(
-        header=_header(data),
+        header=header,
         arms=_arms(data),
-        settings={
-            "metrics": metrics,
-            "at": at.describe(),
-            "at_spec": at,
-            "baseline": base,
-            "test": test,
-            "test_name": TESTS[test][1],
-            "alpha": alpha,
-            "seed": seed,
-            "power": POWER,
-            "resamples": stats.N_RESAMPLES,
-            "cumulative": data.cumulative,
-            "factors": data.varying,
-        },
+        settings=_settings(data, metrics, at, base, test, alpha, seed),
         per_arm=per_arm,
         comparisons=comparisons,
         effects=effects,
@@ -110,6 +100,55 @@ def build(
     report.verdicts = judge(data, claims, alpha=alpha) if claims else []
     report.sequential = sequential
     return report
+
+
+def _settings(data: SweepData, metrics: list[str], at: At, base, test: str, alpha: float, seed: int) -> dict[str, Any]:
+    return {
+        "metrics": metrics,
+        "at": at.describe(),
+        "at_spec": at,
+        "baseline": base,
+        "test": test,
+        "test_name": TESTS[test][1],
+        "alpha": alpha,
+        "seed": seed,
+        "power": POWER,
+        "resamples": stats.N_RESAMPLES,
+        "cumulative": data.cumulative,
+        "factors": data.varying,
+    }
+
+
+def _without_statistics(
+    data: SweepData,
+    header: dict[str, Any],
+    at: At,
+    test: str,
+    alpha: float,
+    seed: int,
+    claims: list[Claim],
+    sequential: dict | None,
+) -> Report:
+    """The report of a sweep with no finished run: its header (planned, failed and never-started jobs, each failed
+    run with its reason), its arms, one finding that says so, and no statistics, curves or verdicts."""
+    finding = f"No run of this sweep has finished ({data.jobs.line()}): no statistics"
+    if claims:
+        finding += (
+            f", and its {len(claims)} claim{'s' if len(claims) != 1 else ''} ({', '.join(c.id for c in claims)}) "
+        )
+        finding += "cannot be judged"
+    return Report(
+        header=header,
+        settings=_settings(data, [], at, None, test, alpha, seed),
+        arms=_arms(data),
+        per_arm=pd.DataFrame(columns=PER_ARM_COLUMNS),
+        comparisons=pd.DataFrame(),
+        effects=pd.DataFrame(),
+        interactions=pd.DataFrame(),
+        warnings=list(data.warnings),
+        findings=[finding + "."],
+        sequential=sequential,
+    )
 
 
 def _baseline(data: SweepData, wanted: str | None) -> str | None:
@@ -126,19 +165,17 @@ def _baseline(data: SweepData, wanted: str | None) -> str | None:
 
 
 def _header(data: SweepData) -> dict[str, Any]:
-    """Who, when and how much: failures are runs whose job never finished (a failed attempt of a job that a
-    later invocation finished is history, counted as `retried`); the start is the sweep's first (its parent's
+    """Who, when and how much. Jobs are counted by `SweepData.jobs`: a failed attempt of a job that a later invocation
+    finished is history (`retried`), not a failure; `failures` lists each failed run of a job that never finished,
+    with its reason, and `never_started` each planned job with no run. The start is the sweep's first (its parent's
     original start or its earliest run), not a resume's."""
-    runs, sweep = data.runs, data.sweep
+    runs, sweep, jobs = data.runs, data.sweep, data.jobs
     done = runs[runs["state"] == "done"]
     secs = ((done["end_time"] - done["start_time"]) / 1000).sum()
     parent = [sweep.parent["start_time"]] if sweep.parent is not None else []
     starts = pd.to_numeric(pd.concat([runs["start_time"], pd.Series(parent, dtype=float)]), errors="coerce").dropna()
     times = pd.concat([starts, pd.to_numeric(runs["end_time"], errors="coerce")]).dropna()
-    failed = runs[runs["state"] == "failed"]
     commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()) - {""})
-    planned = {j["job_id"] for j in data.planned}
-    finished = set(done.get("job_id", pd.Series(dtype=str)).dropna())
     return {
         "sweep": sweep.name,
         "sweep_id": sweep.sweep_id,
@@ -146,15 +183,17 @@ def _header(data: SweepData) -> dict[str, Any]:
         "code_version": commits or ["unknown"],
         "seeds": sorted(int(s) for s in runs["seed"].unique() if s >= 0),
         "runs": len(runs),
-        "finished": len(done),
-        "failed": len(failed),
+        "jobs": jobs.total,
+        "planned": len({j["job_id"] for j in data.planned}),
+        "finished": jobs.finished,
+        "failed": jobs.failed,
+        "failed_runs": len(jobs.failed_runs),
         "retried": int((runs["state"] == "retried").sum()),
-        "running": int(runs["state"].isin(["running", "stalled"]).sum()),
-        "planned": len(planned),
-        "not_finished": len(planned - finished),
-        "failures": [
-            f"{r.arm} · seed {r.seed}: {r.failure_reason or 'no reason recorded'}" for r in failed.itertuples()
-        ],
+        "running": jobs.running,
+        "never_started": jobs.missing,
+        "not_finished": jobs.total - jobs.finished,
+        "failures": [asdict(f) for f in jobs.failed_runs],
+        "never_started_jobs": [{"arm": arm, "seed": seed} for arm, seed in jobs.missing_jobs],
         "compute_hours": float(secs) / 3600,
         "wall_clock_hours": float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
         "started": f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else "",
@@ -281,13 +320,8 @@ def _factorial(
 def _findings(r: Report) -> list[str]:
     """One sentence per effect: the switch (or arm), the metric, Δ with its CI and p-values; where there is no
     estimate or test, the reason instead of a NaN."""
-    h, a = r.header, r.settings["alpha"]
+    a = r.settings["alpha"]
     out = []
-    if not h["finished"]:
-        out.append(
-            f"No run of this sweep has finished: nothing to compare ({h['failed']} failed, {h['running']} "
-            f"running{_never_ran(h)})."
-        )
     if not r.effects.empty:
         for e in r.effects[
             r.effects["level"] != r.effects.groupby(["metric", "factor"])["level"].transform("first")
@@ -327,10 +361,6 @@ def _comparison_finding(c, s: dict) -> str:
 
 def _runs(n: int) -> str:
     return f"{int(n)} finished run{'' if n == 1 else 's'}"
-
-
-def _never_ran(h: dict) -> str:
-    return f"; {h['not_finished']} of {h['planned']} planned jobs have no finished run" if h["planned"] else ""
 
 
 def _verdict(p: float, alpha: float) -> str:

@@ -20,6 +20,7 @@ from harness.analysis.verdict_table import (
     sequential_verdicts,
     verdict_rows,
 )
+from harness.runs.sweep_data import FailedRun
 from report import figures
 from report.build import Report
 
@@ -33,8 +34,8 @@ def arms_table(r: Report) -> pd.DataFrame:
         {
             "arm": r.arms["arm"],
             "arm id": r.arms["arm_id"],
-            "seeds": r.arms["seeds"].map(lambda s: ", ".join(map(str, s)) or "—"),
-            "failed": r.arms["failed"].map(lambda s: ", ".join(map(str, s)) or "—"),
+            "seeds finished": r.arms["seeds"].map(lambda s: ", ".join(map(str, s)) or "—"),
+            "seeds failed": r.arms["failed"].map(lambda s: ", ".join(map(str, s)) or "—"),
             "config hashes": r.arms["config_hashes"].map(lambda h: ", ".join(h)),
         }
     )
@@ -153,38 +154,73 @@ def markdown_table(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+LISTED = 50
+"""Failed runs and never-started jobs listed by name in Markdown, HTML and LaTeX (report.json has every one)."""
+
+
+def _listed(items: list[str]) -> list[str]:
+    more = len(items) - LISTED
+    return items[:LISTED] + ([f"… and {more} more (report.json lists every one)"] if more > 0 else [])
+
+
+def has_statistics(r: Report) -> bool:
+    """False for a sweep with no finished run: its report is the header, and the jobs that did not finish."""
+    return bool(r.header["finished"])
+
+
 def _header_lines(r: Report) -> list[str]:
     h, s = r.header, r.settings
+    if h["planned"] == h["jobs"]:
+        jobs = f"{h['jobs']} planned"
+    else:  # runs of jobs outside the current plan (an earlier profile), or a sweep from before jobs.json
+        jobs = f"{h['jobs']}" + (f" ({h['planned']} planned)" if h["planned"] else "")
     lines = [
         f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
         f"- code version (git): {', '.join(h['code_version'])}",
-        f"- seeds: {', '.join(map(str, h['seeds']))}; runs: {h['finished']} finished, {h['failed']} failed"
+        f"- seeds: {', '.join(map(str, h['seeds'])) or '—'}",
+        f"- jobs: {jobs}: {h['finished']} finished, {h['failed']} failed"
+        + (f" ({h['failed_runs']} failed runs)" if h["failed_runs"] != h["failed"] else "")
         + (f", {h['running']} still running (left out)" if h["running"] else "")
+        + f", {h['never_started']} never started"
         + (
             f"; {h['retried']} failed attempt{'s' if h['retried'] != 1 else ''} of a job that later finished "
             f"(history, not counted)"
             if h.get("retried")
             else ""
         ),
-        *(
-            [
-                f"- jobs: {h['not_finished']} of {h['planned']} planned jobs have no finished run"
-                + (" (never ran, failed, or still running)" if h["not_finished"] else "")
-            ]
-            if h.get("planned")
-            else []
-        ),
         f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
         f"{h['wall_clock_hours']:.2f} h",
-        f"- value of a run: {s['at']}",
-        f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over the "
-        f"family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
-        f"(switches × metrics)",
-        f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
-        f"at {int(s['power'] * 100)}% power",
     ]
-    lines += [f"- failed: {f}" for f in h["failures"]]
+    if has_statistics(r):
+        lines += [
+            f"- value of a run: {s['at']}",
+            f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over "
+            f"the family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
+            f"(switches × metrics)",
+            f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
+            f"at {int(s['power'] * 100)}% power",
+        ]
+    lines += [f"- failed: {line}" for line in _listed([FailedRun(**f).line() for f in h["failures"]])]
+    lines += [f"- never started: {line}" for line in _listed([_job(j) for j in h["never_started_jobs"]])]
     return lines
+
+
+def _job(j: dict) -> str:
+    return f"{j['arm']} · seed {j['seed']}"
+
+
+def unfinished_table(r: Report) -> pd.DataFrame:
+    """The jobs that did not finish, for the LaTeX report of a sweep with none finished: each failed run with its
+    reason, then each job that never started."""
+    h = r.header
+    rows = [
+        {"job": _job(f), "run": f["run_id"], "state": "failed", "reason": f["reason"] or "no reason recorded"}
+        for f in h["failures"]
+    ]
+    rows += [{"job": _job(j), "run": "—", "state": "never started", "reason": "—"} for j in h["never_started_jobs"]]
+    more = len(rows) - LISTED
+    rows = rows[:LISTED] + ([{"job": f"… and {more} more (report.json lists every one)"}] if more > 0 else [])
+    return pd.DataFrame(rows, columns=["job", "run", "state", "reason"]).fillna("")
 
 
 def power_lines(r: Report) -> list[str]:
@@ -247,6 +283,8 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
         out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
     if r.warnings:
         out += ["## Warnings", "", *[f"- ⚠ {w}" for w in r.warnings], ""]
+    if not has_statistics(r):
+        return "\n".join([*out, "## Arms", "", markdown_table(arms_table(r))])
     if power_lines(r):
         out += ["## Power", "", *[f"- {line}" for line in power_lines(r)], ""]
     out += ["## Arms", "", markdown_table(arms_table(r))]
@@ -313,6 +351,8 @@ def to_html(r: Report) -> str:
         body += ["<h2>Findings</h2><ul>" + "".join(f"<li>{esc(f)}</li>" for f in r.findings) + "</ul>"]
     if r.warnings:
         body += ["<h2>Warnings</h2><ul class='warn'>" + "".join(f"<li>{esc(w)}</li>" for w in r.warnings) + "</ul>"]
+    if not has_statistics(r):
+        return _html_page(r, [*body, "<h2>Arms</h2>", table(arms_table(r))])
     if power_lines(r):
         body += ["<h2>Power</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in power_lines(r)) + "</ul>"]
     body += ["<h2>Arms</h2>", table(arms_table(r))]
@@ -329,6 +369,11 @@ def to_html(r: Report) -> str:
         body += ["<h2>Main effects</h2>", table(effects_table(r))]
     if not r.interactions.empty:
         body += ["<h2>Two-way interactions</h2>", table(interactions_table(r))]
+    return _html_page(r, body)
+
+
+def _html_page(r: Report, body: list[str]) -> str:
+    esc = html.escape
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px} table.t{border-collapse:collapse;"
         "font-size:13px;margin:.5em 0 1.5em} table.t td,table.t th{border-bottom:1px solid #ddd;padding:3px 8px;"
@@ -434,6 +479,13 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 def to_latex(r: Report) -> str:
     """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
     name, s = r.header["sweep"], r.settings
+    if not has_statistics(r):
+        return f"% harness report: {name} (sweep {r.header['sweep_id']})\n" + latex_table(
+            unfinished_table(r),
+            f"{name}: no run finished ({r.header['finished']} of {r.header['jobs']} jobs), so no statistics: the jobs "
+            "that did not finish.",
+            f"tab:{r.header['sweep_id']}-unfinished",
+        )
     parts = [f"% harness report: {name} (sweep {r.header['sweep_id']}); value of a run: {s['at']}\n"]
     if r.sequential:
         parts.append(

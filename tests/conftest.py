@@ -112,3 +112,35 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
         tags=[RunTag("sweep_id", "dash01")],
     )
     return uri
+
+
+FAILED_SWEEP_TIMEOUT_S = 3
+"""The failed-sweep fixture's `--timeout`: each job asks for 10^5 RL steps, which no machine trains in 3 s."""
+
+
+@pytest.fixture(scope="session")
+def failed_sweep(tmp_path_factory, tiny_run_overrides) -> tuple[Path, str]:
+    """(sweep file, tracking URI) of a real sweep whose every job failed through `harness sweep FILE --timeout 3`:
+    2 arms (GRPO's and Dr. GRPO's aggregation) × 1 seed, each job killed by the executor and left FAILED with its
+    reason, none finished. The file declares two claims (a switch's main effect, and arm vs arm)."""
+    from harness.cli import main
+
+    root = tmp_path_factory.mktemp("failed-sweep")
+    (root / "toy_run.yaml").write_text((Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml").read_text())
+    values = {**dict(item.split("=", 1) for item in tiny_run_overrides), "train.steps": "100000"}
+    sets = "".join(f"  {key}: {value}\n" for key, value in values.items())
+    claim = "    paper: '2503.20783'\n    statement: s\n    metric: train/length_incorrect_mean\n    at: last-10\n"
+    path = root / "all_failed.yaml"
+    path.write_text(
+        f"name: all_failed\nbase: toy_run.yaml\nset:\n{sets}"
+        "grid:\n  objective.aggregation: [seq_mean_token_mean, constant]\nseeds: [0]\nclaims:\n"
+        f"  - id: longer_incorrect\n{claim}"
+        "    contrast: {effect: objective.aggregation, from: constant, to: seq_mean_token_mean}\n"
+        "    direction: increase\n    min_effect: 5\n"
+        f"  - id: arm_vs_arm\n{claim}"
+        "    contrast: {arm: aggregation=seq_mean_token_mean, vs: aggregation=constant}\n    direction: increase\n"
+    )
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    code = main(["sweep", str(path), "--workers", "2", "--timeout", str(FAILED_SWEEP_TIMEOUT_S), "--tracking-uri", uri])
+    assert code == 1
+    return path, uri

@@ -172,7 +172,8 @@ def test_tables_match_numpy_and_scipy(store):
         for f in r.findings
     )
     assert len(r.interactions) == 2  # one pair of 2-level switches × 2 metrics
-    assert r.header["failed"] == 1 and r.header["failures"] == [f"{base} · seed 9: timeout after 5 s"]
+    assert r.header["failed"] == 1
+    assert [(f["arm"], f["seed"], f["reason"]) for f in r.header["failures"]] == [(base, 9, "timeout after 5 s")]
     assert r.header["code_version"] == ["abc1234"] and r.header["seeds"] == [0, 1, 2, 9]
 
 
@@ -253,26 +254,34 @@ def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
     assert message in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.skipif(
+needs_pdflatex = pytest.mark.skipif(
     shutil.which("pdflatex") is None,
     reason="needs pdflatex (Debian texlive-latex-base and texlive-latex-recommended; .ci/run installs them)",
 )
-def test_latex_tables_compile(store, tmp_path):
-    assert main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path), "--format", "latex"]) == 0
-    (tmp_path / "doc.tex").write_text(
+
+
+def compile_latex(folder) -> int:
+    """Compile `folder`/report.tex inside a paper's preamble; the PDF's size in bytes."""
+    (folder / "doc.tex").write_text(
         "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n"
         "\\usepackage{booktabs,graphicx}\n\\begin{document}\n\\input{report.tex}\n"
         "\\end{document}\n"
     )
     done = subprocess.run(
         ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
-        cwd=tmp_path,
+        cwd=folder,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-3000:]
-    assert (tmp_path / "doc.pdf").stat().st_size > 10_000
+    return (folder / "doc.pdf").stat().st_size
+
+
+@needs_pdflatex
+def test_latex_tables_compile(store, tmp_path):
+    assert main(["report", "bias_report", "--tracking-uri", store, "--out", str(tmp_path), "--format", "latex"]) == 0
+    assert compile_latex(tmp_path) > 10_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +362,12 @@ def test_partial_sweep_says_how_many_jobs_never_ran_and_prints_no_nan(tmp_path):
     from report.render import to_markdown
 
     md = to_markdown(r)
-    assert "13 of 20 planned jobs have no finished run" in md
+    assert "- jobs: 20 planned: 7 finished, 1 failed, 12 never started" in md
+    assert (
+        "- failed: D · seed 0 (run " in md
+        and md.count("- never started: ") == 12
+        and "- never started: C · seed 4" in md
+    )
 
 
 def test_all_failed_sweep_writes_a_report_listing_the_failures(tmp_path, capsys):
@@ -362,8 +376,8 @@ def test_all_failed_sweep_writes_a_report_listing_the_failures(tmp_path, capsys)
     out = tmp_path / "rep"
     assert main(["report", "fake", "--tracking-uri", uri, "--out", str(out), "--format", "md,html,json,latex"]) == 0
     md = (out / "report.md").read_text()
-    assert "boom A0" in md and "boom B1" in md and "4 failed" in md
-    assert "no finished run" in md.lower()
+    assert "boom A0" in md and "boom B1" in md and "4 planned: 0 finished, 4 failed" in md
+    assert "No run of this sweep has finished" in md and "## Power" not in md
     assert json.loads((out / "report.json").read_text())["header"]["failed"] == 4
     # an unreadable store or a crash must leave no half-written folder: render first, then write
     from report import render
@@ -385,7 +399,10 @@ def test_sweep_with_no_job_run_yet_says_so(tmp_path):
     out = tmp_path / "rep"
     assert main(["report", "fake", "--tracking-uri", uri, "--out", str(out), "--format", "md"]) == 0
     md = (out / "report.md").read_text()
-    assert "No run of this sweep has finished" in md and "2 of 2 planned jobs have no finished run" in md
+    assert (
+        "No run of this sweep has finished" in md and "- jobs: 2 planned: 0 finished, 0 failed, 2 never started" in md
+    )
+    assert "- never started: A · seed 0" in md and "- never started: A · seed 1" in md
 
 
 def test_sweep_name_cannot_escape_the_reports_folder(tmp_path, monkeypatch):

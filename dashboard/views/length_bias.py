@@ -24,25 +24,28 @@ else:
         "Mean over seeds, 95% bootstrap band over seeds. GRPO's 1/|o_i| normaliser lets incorrect "
         "responses grow long; Dr. GRPO's constant normaliser does not (arXiv 2503.20783, Fig. 1)."
     )
-    last = st.slider("Final window (last N logged steps)", 1, 50, 10, key="len_last")
     done = set(data.runs.loc[data.runs["state"] == "done", "run_id"])
-    rows = []
-    for arm in data.arms:
-        row = {"arm": arm}
-        for name, key in (
-            ("incorrect length", M.LENGTH_INCORRECT_MEAN),
-            ("correct length", M.LENGTH_CORRECT_MEAN),
-            ("accuracy", M.ACCURACY),
-        ):
-            final = data.final(key, last)
-            m, lo, hi = mean_ci(final.loc[(final["arm"] == arm) & final["run_id"].isin(done), "value"])
-            row[name] = f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if pd.notna(lo) else f"{m:.3g}"
-        rows.append(row)
-    st.caption(
-        f"Finished runs: mean over seeds of each run's last {last} logged steps (all of them in a shorter "
-        "run), with a 95% bootstrap CI over seeds."
-    )
-    st.dataframe(with_settings(pd.DataFrame(rows), kw["labels"]), hide_index=True, width="stretch")
+    if not done:
+        st.caption("No table of final lengths: no run has finished.")
+    else:
+        last = st.slider("Final window (last N logged steps)", 1, 50, 10, key="len_last")
+        rows = []
+        for arm in data.arms:
+            row = {"arm": arm}
+            for name, key in (
+                ("incorrect length", M.LENGTH_INCORRECT_MEAN),
+                ("correct length", M.LENGTH_CORRECT_MEAN),
+                ("accuracy", M.ACCURACY),
+            ):
+                final = data.final(key, last)
+                m, lo, hi = mean_ci(final.loc[(final["arm"] == arm) & final["run_id"].isin(done), "value"])
+                row[name] = f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if pd.notna(lo) else f"{m:.3g}"
+            rows.append(row)
+        st.caption(
+            f"Finished runs: mean over seeds of each run's last {last} logged steps (all of them in a shorter "
+            "run), with a 95% bootstrap CI over seeds."
+        )
+        st.dataframe(with_settings(pd.DataFrame(rows), kw["labels"]), hide_index=True, width="stretch")
 
 st.subheader("Reward and accuracy")
 st.plotly_chart(

@@ -40,17 +40,16 @@ runs = data.runs
 st.header(data.sweep.name)
 for warning in data.warnings:  # what the reader set aside (a job run twice), as the report prints it
     st.warning(warning)
-# planned jobs, plus any run of the sweep outside the current plan (an earlier profile, say)
-planned = len({j["job_id"] for j in data.planned} | set(runs.get("job_id", pd.Series(dtype=str)).dropna()))
+status = data.jobs  # planned jobs, plus any job of the sweep run outside the current plan (an earlier profile, say)
 counts = runs["state"].value_counts()
-done = int(counts.get("done", 0))
-cols = st.columns(5)
-cols[0].metric("planned", planned)
-cols[1].metric("done", done)
+cols = st.columns(6)
+cols[0].metric("planned", status.total)
+cols[1].metric("done", status.finished)
 cols[2].metric("running", int(counts.get("running", 0)))
 cols[3].metric("stalled", int(counts.get("stalled", 0)), help="RUNNING in MLflow but silent for 10 min")
-cols[4].metric("failed", int(counts.get("failed", 0)))
-st.progress(min(1.0, done / planned) if planned else 0.0, text=f"{done} of {planned} jobs done")
+cols[4].metric("failed", status.failed, help="Jobs whose every run failed (the reasons are below)")
+cols[5].metric("never started", status.missing)
+st.progress(min(1.0, status.finished / status.total) if status.total else 0.0, text=status.line())
 
 if data.sweep.parent is not None:
     spec = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])
@@ -72,6 +71,5 @@ if data.planned:
     jobs = pd.concat([jobs, pending], ignore_index=True) if not pending.empty else jobs
 st.subheader("Jobs")
 st.dataframe(jobs[show], hide_index=True, width="stretch")
-failed = runs[runs["state"] == "failed"]
-for r in failed.itertuples():
-    st.error(f"{r.arm} · seed {r.seed} ({r.run_id}): {r.failure_reason or 'no reason recorded'}")
+for failed in status.failed_runs:
+    st.error(failed.line())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,50 @@ from trainer import metric_names as M
 
 STALE_S = 600  # a RUNNING run with no metric for this long is shown as stalled
 HISTORY = ("duplicate", "retried")  # states of runs that do not stand for their job (see _one_run_per_job)
+JobState = Literal["finished", "running", "pruned", "failed", "missing"]
+"""Where a job stands, from the best of its runs in this order: a run done, one still running (or stalled), one
+stopped early on purpose (an Optuna trial), only failed runs, or no run at all (a planned job never started)."""
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A run of a job that has not finished, ended FAILED or KILLED, with the reason harness recorded."""
+
+    arm: str
+    seed: int
+    run_id: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.arm} · seed {self.seed} (run {self.run_id}): {self.reason or 'no reason recorded'}"
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """Where a sweep's jobs stand: every planned job (jobs.json), plus any job of the sweep run outside the
+    current plan (an earlier profile, say), each counted once by `JobState`. The one account of a sweep's
+    progress that the report, `harness claims` and the dashboard print."""
+
+    total: int
+    """Jobs planned or run."""
+    finished: int
+    running: int
+    pruned: int
+    failed: int
+    """Jobs whose runs all failed."""
+    missing: int
+    """Planned jobs with no run at all."""
+    failed_runs: tuple[FailedRun, ...] = ()
+    """Every failed run of a job that has not finished (a retried job's earlier failures are history, not here)."""
+    missing_jobs: tuple[tuple[str, int], ...] = ()
+    """(arm, seed) of each planned job with no run."""
+
+    def line(self) -> str:
+        """E.g. '0 of 2 jobs finished: 2 failed, 0 running, 0 never started'."""
+        parts = [f"{self.failed} failed", f"{self.running} running"]
+        if self.pruned:
+            parts.append(f"{self.pruned} pruned")
+        return f"{self.finished} of {self.total} jobs finished: {', '.join(parts)}, {self.missing} never started"
 
 
 @dataclass
@@ -58,6 +103,11 @@ class SweepData:
             cols = [c for c in w.columns if c in t.columns]
             return pd.concat({c: w[c].set_axis(t[c].reindex(w.index).to_numpy()).dropna() for c in cols}, axis=1)
         return w
+
+    @property
+    def jobs(self) -> Jobs:
+        """Where the sweep's jobs stand (`Jobs`)."""
+        return job_states(self.runs, self.planned)
 
     @property
     def current(self) -> pd.DataFrame:
@@ -167,6 +217,37 @@ def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
     ]
 
 
+def job_states(runs: pd.DataFrame, planned: list[dict]) -> Jobs:
+    """`Jobs` from a sweep's runs (with `state`, as `load_sweep` sets it) and its planned jobs (jobs.json); a run
+    without a job id (a single run) is a job of its own."""
+    key = runs[JOB_ID_TAG].fillna(runs["run_id"]) if JOB_ID_TAG in runs else runs["run_id"]
+    rank = {"done": 0, "running": 1, "stalled": 1, "pruned": 2, "failed": 3}
+    names = ("finished", "running", "pruned", "failed")
+    best = runs["state"].map(rank).groupby(key).min().dropna()  # duplicate and retried runs rank nowhere
+    state = {job: names[int(r)] for job, r in best.items()}
+    never = [j for j in dict.fromkeys(p["job_id"] for p in planned) if j not in set(key)]
+    counts = pd.Series(list(state.values()), dtype=object).value_counts()
+    stuck = runs[(runs["state"] == "failed") & key.map(state).eq("failed")]
+    where = {p["job_id"]: (str(p["arm"]), int(p["seed"])) for p in planned}
+    return Jobs(
+        total=len(state) + len(never),
+        finished=int(counts.get("finished", 0)),
+        running=int(counts.get("running", 0)),
+        pruned=int(counts.get("pruned", 0)),
+        failed=int(counts.get("failed", 0)),
+        missing=len(never),
+        failed_runs=tuple(
+            FailedRun(str(r.arm), int(r.seed), str(r.run_id), _text(r.failure_reason))
+            for r in stuck.sort_values("start_time").itertuples()
+        ),
+        missing_jobs=tuple(where[j] for j in never),
+    )
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def non_finite(values: pd.DataFrame, metric: str, runs: pd.DataFrame) -> str:
     """'' when every value of `metric` (a frame run_id, arm, seed, value) is finite, else one line naming
     each run whose value is ±inf: the statistics refuse such values (NaN, no value, is simply left out)."""
@@ -187,8 +268,8 @@ def arm_setting(data: SweepData, key: str) -> dict[str, str]:
     """Arm → the value of param `key` in its runs (e.g. objective.ratio)."""
     if key not in data.params:
         return {}
-    vals = data.runs.join(data.params[key].rename("_v"), on="run_id")
-    return vals.groupby("arm")["_v"].first().astype(str).to_dict()
+    vals = data.runs.join(data.params[key].rename("_v"), on="run_id").dropna(subset=["_v"])
+    return vals.groupby("arm")["_v"].first().astype(str).to_dict()  # an arm whose runs logged no params is absent
 
 
 def _state(run) -> str:
