@@ -11,7 +11,8 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from harness.engine.preflight import check_host
+from harness.engine.preflight import check_host, check_store, check_writable
+from harness.runs.layout import default_tracking_uri, tracking_uri_key
 from harness.spec.evaluation import EvalSettings
 from harness.spec.yaml_io import ConfigError
 
@@ -23,6 +24,12 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = load_run_config(args.config, args.set)  # every config error surfaces here, before anything starts
     check_host(cfg, args.config)
+    explicit = args.tracking_uri or cfg.tracking.uri
+    check_store(
+        default_tracking_uri(cfg.tracking.results_dir, explicit),
+        tracking_uri_key(explicit, "--tracking-uri" if args.tracking_uri else "tracking.uri"),
+        args.config,
+    )
     from harness.engine.training import run_training
 
     result = run_training(cfg, tracking_uri=args.tracking_uri, progress=not args.quiet)
@@ -73,12 +80,13 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _sweep_uri(args: argparse.Namespace, plan) -> str:
     """The store the sweep's jobs log to, after checking (for a real run here) that this host can run them."""
+    uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
     if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
         for job in {j.arm_id: j for j in plan.jobs}.values():
             check_host(job.config, f"{plan.source}: arm '{job.arm}'")
-    from harness.runs.layout import default_tracking_uri
-
-    return default_tracking_uri(plan.jobs[0].config.tracking.results_dir, args.tracking_uri)
+    if not args.dry_run:  # the driver writes the sweep's parent run there too
+        check_store(uri, tracking_uri_key(args.tracking_uri, "--tracking-uri"), str(plan.source))
+    return uri
 
 
 def _executor(args: argparse.Namespace, plan):
@@ -176,8 +184,6 @@ def _dashboard(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from harness.runs.layout import default_tracking_uri
-
     uri = default_tracking_uri("results", args.tracking_uri)
     from dashboard.launch import dashboard_command
 
@@ -199,7 +205,11 @@ def _report(args: argparse.Namespace) -> int:
     from report.select import resolve
 
     at = At.parse(args.at or DEFAULT_AT)  # argument errors before anything is read
+    if args.out:
+        check_writable(args.out, "--out")  # before the store is read
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
+    out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
+    check_writable(str(out), "--out")
     data = load_sweep_data(reader_for(uri), sweep)
     report = build(
         data,
@@ -215,7 +225,6 @@ def _report(args: argparse.Namespace) -> int:
     report.warnings += notes
     for v in report.verdicts:
         print(v.summary())
-    out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
     written = write(report, out, args.format)
     for line in report.findings:
         print(line)
@@ -332,6 +341,11 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     s = _from_options(EvalSettings, args)  # a bad value is a config error before torch is imported
+    check_store(
+        default_tracking_uri("results", args.tracking_uri),
+        tracking_uri_key(args.tracking_uri, "--tracking-uri"),
+        "eval",
+    )
     from harness.engine.evaluation import print_table, run_eval
 
     result = run_eval(s, tracking_uri=args.tracking_uri, experiment=args.experiment)
@@ -345,6 +359,10 @@ def _tune(args: argparse.Namespace) -> int:
     plan = load_tune(args.file, args.set)  # every config error before Optuna, MLflow or torch is imported
     if args.address is None:
         check_host(plan.trial_config({}), f"{args.file}: base")
+    uri = default_tracking_uri(plan.results_dir, args.tracking_uri)
+    check_store(uri, tracking_uri_key(args.tracking_uri, "--tracking-uri"), args.file)
+    storage_key = "--storage" if args.storage else ("storage" if plan.spec.storage else "tracking.results_dir")
+    check_store(plan.storage_url(args.storage), storage_key, args.file)
     from harness.engine.tune import run_tune
 
     result = run_tune(

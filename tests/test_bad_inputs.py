@@ -210,6 +210,24 @@ CASES = [
     Case("run: toy SFT steps 10^9", "run", "model:\n  toy:\n    sft_steps: 1000000000\n", "model.toy.sft_steps"),
     Case("run: epochs 10^6", "run", "train:\n  epochs: 1000000\n", "train.epochs"),
 ]
+if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
+    CASES += [
+        Case(
+            "cache_dir in /proc",
+            "sweep",
+            SWEEP + "set:\n  model.cache_dir: /proc/nope\ngrid:\n  train.lr: [0.1, 0.2]\n",
+            "model.cache_dir",
+        ),
+        Case("run: cache_dir in /proc", "run", "model:\n  cache_dir: /proc/nope\n", "model.cache_dir"),
+        Case("run: results_dir in /proc", "run", "tracking:\n  results_dir: /proc/nope\n", "tracking.results_dir"),
+        Case(
+            "store in /proc",
+            "sweep",
+            SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n",
+            "--tracking-uri",
+            args=["--tracking-uri", "sqlite:////proc/nope/mlflow.db"],
+        ),
+    ]
 if not _cuda_present():
     CASES += [
         Case(
@@ -514,6 +532,51 @@ def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
     with pytest.raises(ConfigError, match="--set train.lr: train.lr is set by this file for every run"):
         load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.lr=0.1"])
     assert load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.steps=5"]).base["train"]["steps"] == 5
+
+
+BOUND_UNWRITABLE_S = 1.0
+"""Issue 30: an unwritable cache folder is answered in under a second."""
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_an_unwritable_cache_dir_is_one_line_exit_2_within_a_second_and_creates_no_store(tmp_path, command):
+    # /proc refuses a new folder to root too, whom permission bits (os.access) let through
+    file = ROOT / "ablations" / ("toy_run.yaml" if command == "run" else "dr_grpo_bias.yaml")
+    db = tmp_path / "mlflow.db"
+    args = [command, str(file), "--set", "model.cache_dir=/proc/nope", "--tracking-uri", f"sqlite:///{db}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for _ in range(2):  # the machine is shared: over the bound alone, the command is run once more
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - start
+        if wall < BOUND_UNWRITABLE_S:
+            break
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    assert str(file) in err and "model.cache_dir: /proc/nope cannot be created (/proc: " in err, err
+    assert not db.exists() and not list(tmp_path.iterdir())
+    assert wall < BOUND_UNWRITABLE_S, f"{wall:.2f} s (load {os.getloadavg()[0]:.1f})"
+
+
+def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path):
+    from harness.engine.preflight import check_store, unwritable
+    from harness.spec.yaml_io import ConfigError
+
+    assert unwritable(str(tmp_path / "a" / "b"), "k") is None and not list(tmp_path.iterdir())
+    assert unwritable(str(tmp_path), "k") is None and not list(tmp_path.iterdir())
+    (tmp_path / "f").write_text("")
+    assert unwritable(str(tmp_path / "f" / "x"), "model.cache_dir") == (
+        f"model.cache_dir: {tmp_path / 'f' / 'x'} cannot be created ({tmp_path / 'f'} is not a folder)"
+    )
+    with pytest.raises(ConfigError, match=r"^s.yaml: --tracking-uri: /.*/f is not a folder$"):
+        check_store(f"sqlite:///{tmp_path / 'f' / 'mlflow.db'}", "--tracking-uri", "s.yaml")
+    check_store("http://127.0.0.1:5000", "--tracking-uri", "s.yaml")  # a server is not probed
+    if Path("/proc/self").is_dir():
+        assert unwritable("/proc/nope", "k").startswith("k: /proc/nope cannot be created (/proc: ")
+    if os.geteuid() != 0:  # root writes a read-only folder anyway
+        (tmp_path / "ro").mkdir(mode=0o500)
+        assert unwritable(str(tmp_path / "ro"), "k").startswith(f"k: {tmp_path / 'ro'} cannot be written")
 
 
 def test_steps_are_bounded_by_a_size_no_real_run_reaches():

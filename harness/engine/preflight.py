@@ -1,8 +1,11 @@
 """Checks of a valid run config against this host, before any job starts: the device, the model's
-files or hub access, its positions, and a writable cache. Each problem is one `ConfigError` line.
+files or hub access, its positions, and every folder a job writes to (the toy build's cache, the store's
+folder, the temporary folder, the hub cache a download goes to). Each problem is one `ConfigError` line
+naming the key.
 
 Cheap by design (a sweep checks every arm): torch is imported only to confirm CUDA on a host that
-has a CUDA driver, and the hub is probed once, with a short timeout, only for a model not cached.
+has a CUDA driver, the hub is probed once, with a short timeout, only for a model not cached, and a
+folder is probed once by making and removing an empty folder in it.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import json
 import os
 import socket
 import sys
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from harness.runs.layout import sqlite_path
 from harness.spec.trl_args import trl_install_problem
 from harness.spec.yaml_io import ConfigError
 
@@ -33,14 +38,39 @@ def check_host(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: {problem}")
 
 
+def check_store(uri: str, key: str, where: str) -> None:
+    """Raise a one-line `ConfigError` (prefixed with `where`, naming `key`, the setting that chose `uri`) if a
+    SQLite store's folder cannot be created or written: every job writes its database, locks and artifacts there.
+    Other stores (a tracking server) are not probed: a job's first write reports them."""
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    problem = unwritable(str(db.parent), key)
+    if problem is None and db.exists() and not os.access(db, os.R_OK | os.W_OK):
+        problem = f"{key}: {db} cannot be written"
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+
+
+def check_writable(folder: str, key: str) -> None:
+    """Raise a one-line `ConfigError` naming `key` and `folder` if the folder cannot be created or written."""
+    problem = unwritable(folder, key)
+    if problem:
+        raise ConfigError(problem)
+
+
 def _problem(cfg: RunConfig) -> str | None:
     if cfg.train.engine == "trl" and (problem := trl_install_problem()):
         return f"train.engine: trl {problem}"
     if cfg.train.device == "cuda" and not _cuda_available():
         return "train.device: cuda, but this host has no CUDA device (use auto or cpu)"
+    try:
+        tempfile.gettempdir()  # a job stages its artifacts there; Python finds the first writable candidate
+    except OSError as exc:
+        return f"TMPDIR: {' '.join(str(exc).split())}"
     model = cfg.model
     if model.source == "toy":
-        return _unwritable(model.cache_dir)
+        return unwritable(model.cache_dir, "model.cache_dir")
     path = Path(model.name_or_path).expanduser()
     if path.is_dir():
         return _positions(cfg, path / "config.json")
@@ -59,16 +89,23 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-@lru_cache
-def _unwritable(cache_dir: str) -> str | None:
-    """Why the toy model could not be built into `cache_dir` (None if it can); creates nothing."""
-    path = Path(cache_dir).expanduser().absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    if not path.is_dir():
-        return f"model.cache_dir: {cache_dir} cannot be created ({path} is not a folder)"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return f"model.cache_dir: {cache_dir} cannot be written ({path} is not writable)"
+def unwritable(folder: str, key: str) -> str | None:
+    """Why `folder` (the value of setting `key`) could not be created or written here, None if it can. Probed by
+    making and removing an empty folder in it, or in its nearest existing ancestor when it is not there yet, so
+    nothing is left behind: permission bits alone say yes to root on read-only mounts and on /proc or /sys."""
+    path = Path(folder).expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    verb = "written" if existing == path else "created"
+    if not existing.is_dir():
+        return f"{key}: {folder} " + (
+            "is not a folder" if existing == path else f"cannot be created ({existing} is not a folder)"
+        )
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".harness-probe-", dir=existing))
+    except OSError as exc:
+        return f"{key}: {folder} cannot be {verb} ({existing}: {exc.strerror or type(exc).__name__})"
     return None
 
 
@@ -92,6 +129,8 @@ def _hub_problem(model_id: str) -> str | None:
     """Why hub model `model_id` cannot be loaded here: not cached, and the hub is off or unreachable."""
     if _in_hf_cache(model_id):
         return None
+    if problem := unwritable(str(_hf_hub_cache()), "HF_HUB_CACHE"):  # the download goes there
+        return f"model.name_or_path: {model_id} is not in the local Hugging Face cache, and {problem}"
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return f"model.name_or_path: {model_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
     endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
@@ -106,9 +145,12 @@ def _hub_problem(model_id: str) -> str | None:
     return None
 
 
+def _hf_hub_cache() -> Path:
+    """Where huggingface_hub keeps models: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+
+
 def _in_hf_cache(model_id: str) -> bool:
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub"
-    )
-    snapshots = Path(hub) / f"models--{model_id.replace('/', '--')}" / "snapshots"
+    snapshots = _hf_hub_cache() / f"models--{model_id.replace('/', '--')}" / "snapshots"
     return snapshots.is_dir() and any(snapshots.iterdir())

@@ -37,12 +37,6 @@ ORPHAN = "orphaned: the tune process died while this trial was running"
 MAX_FAILURES = 3  # consecutive failed trials (after their retries): a broken config, not bad luck
 
 
-def default_storage(plan: TunePlan, explicit: str | None = None) -> str:
-    """--storage, else the file's storage, else sqlite:///<abs results dir>/optuna.db."""
-    url = explicit or plan.spec.storage
-    return url or "sqlite:///" + str((Path(plan.results_dir) / "optuna.db").resolve())
-
-
 def storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage; SQLite waits for a locked database instead of failing (several workers)."""
     if url.startswith("sqlite:///"):
@@ -116,7 +110,7 @@ def run_tune(
     plan = load_tune(path, overrides)
     spec = plan.spec
     n_trials = trials or spec.trials
-    url = default_storage(plan, storage_url)
+    url = plan.storage_url(storage_url)
     uri = default_tracking_uri(plan.results_dir, tracking_uri)
     experiment_id = prepare_store(uri, plan.experiment)  # once, before any worker touches the store
     with sole_invocation(uri, plan.study_id, f"study {spec.name}"):  # so RUNNING below means orphaned

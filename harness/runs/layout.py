@@ -104,6 +104,14 @@ def default_tracking_uri(results_dir: str | os.PathLike, explicit: str | None = 
     return SQLITE_PREFIX + str((Path(results_dir) / "mlflow.db").resolve())
 
 
+def tracking_uri_key(explicit: str | None, key: str) -> str:
+    """The setting that chose `default_tracking_uri(results_dir, explicit)`, for error messages: `key` (the name of
+    `explicit`, e.g. --tracking-uri) when it is given, else $MLFLOW_TRACKING_URI when set, else tracking.results_dir."""
+    if explicit:
+        return key
+    return ENV_TRACKING_URI if os.environ.get(ENV_TRACKING_URI) else "tracking.results_dir"
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///` URI, None for any other store or in-memory SQLite."""
     if not uri.startswith(SQLITE_PREFIX):

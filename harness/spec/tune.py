@@ -152,6 +152,11 @@ class TunePlan:
     """Stable id of (name, experiment): the MLflow `sweep_id` of the study's runs."""
     results_dir: str
 
+    def storage_url(self, explicit: str | None = None) -> str:
+        """The Optuna storage: --storage, else the file's storage, else sqlite:///<abs results dir>/optuna.db."""
+        url = explicit or self.spec.storage
+        return url or "sqlite:///" + str((Path(self.results_dir) / "optuna.db").resolve())
+
     def trial_config(self, params: dict[str, Any]) -> RunConfig:
         return validate(RunConfig, set_dotted(self.base, params, f"{self.source}: trial"), f"{self.source}: trial")
 
