@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import traceback
 import types
 from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -541,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _tracking_uri_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress line")
-    run.set_defaults(func=_run)
+    run.set_defaults(func=_run, failure="run failed")
 
     sweep = sub.add_parser(
         "sweep",
@@ -607,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="--until-decided: familywise error rate across looks and claims (default 0.05)",
     )
     _tracking_uri_option(sweep)
-    sweep.set_defaults(func=_sweep)
+    sweep.set_defaults(func=_sweep, failure="sweep failed")
 
     dash = sub.add_parser(
         "dashboard",
@@ -624,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Optuna storage of the Studies page (default sqlite:///results/optuna.db)",
     )
-    dash.set_defaults(func=_dashboard)
+    dash.set_defaults(func=_dashboard, failure=None)
 
     rep = sub.add_parser(
         "report",
@@ -661,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, help="output folder (default results/reports/<sweep>)")
     rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(rep)
-    rep.set_defaults(func=_report)
+    rep.set_defaults(func=_report, failure=None)
 
     cl = sub.add_parser(
         "claims",
@@ -677,7 +678,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(cl)
-    cl.set_defaults(func=_claims)
+    cl.set_defaults(func=_claims, failure=None)
 
     ev = sub.add_parser(
         "eval",
@@ -688,7 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     _settings_options(ev, EvalSettings)
     ev.add_argument("--experiment", default="eval", help="MLflow experiment (default eval)")
     _tracking_uri_option(ev)
-    ev.set_defaults(func=_eval)
+    ev.set_defaults(func=_eval, failure="evaluation failed")
 
     tu = sub.add_parser(
         "tune",
@@ -714,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a run-config key for every trial (repeatable)",
     )
     _tracking_uri_option(tu)
-    tu.set_defaults(func=_tune)
+    tu.set_defaults(func=_tune, failure="tune failed")
     return parser
 
 
@@ -728,8 +729,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 (the run is already marked FAILED in MLflow with the traceback)
-        print(f"harness: run failed: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 (one line where a run failed; the traceback where harness has a bug)
+        what = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        if args.failure:  # a command that trains: the run is marked FAILED in MLflow, with its traceback
+            print(f"harness: {args.failure}: {what}", file=sys.stderr)
+        else:  # a command that only reads the store: nothing failed but harness itself
+            traceback.print_exc()
+            print(
+                f"harness {args.command}: internal error (a bug in harness; the traceback is above): {what}",
+                file=sys.stderr,
+            )
         return 1
 
 

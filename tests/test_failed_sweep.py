@@ -1,8 +1,9 @@
 """A sweep whose every job failed, on the real store `harness sweep FILE --timeout 3` leaves (conftest.failed_sweep):
 the report in every format, `harness claims` and every dashboard page say that no run finished, list each failed run
-with its reason, and compute no statistics."""
+with its reason, and compute no statistics; a bug in a command that only reads the store shows as a bug."""
 
 import json
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -13,6 +14,7 @@ from tests.test_report import compile_latex, needs_pdflatex
 
 NO_RUN = "No run of this sweep has finished"
 REASON = "timeout after 3 s"  # conftest.FAILED_SWEEP_TIMEOUT_S
+TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 
 
 @pytest.mark.parametrize("by", ["file", "name"])
@@ -83,3 +85,38 @@ def test_every_dashboard_page_says_no_run_finished(failed_sweep, monkeypatch):
         assert not at.exception, (page, [e.value for e in at.exception])
         assert any(w.value.startswith(NO_RUN) for w in at.warning), (page, [w.value for w in at.warning])
         assert not any("bug" in e.value for e in at.error), page
+
+
+def test_a_bug_in_report_or_claims_is_shown_as_a_bug_not_as_a_failed_run(failed_sweep, monkeypatch, capsys, tmp_path):
+    import harness.analysis.claims
+    import report.build
+    from harness.runs.sweep_data import Jobs, SweepData
+
+    def bug(*args, **kwargs):
+        raise TypeError("an index of nothing")
+
+    path, uri = failed_sweep
+    monkeypatch.setattr(report.build, "build", bug)
+    monkeypatch.setattr(harness.analysis.claims, "judge", bug)
+    finished = Jobs(total=2, finished=2, running=0, pruned=0, failed=0, missing=0)
+    monkeypatch.setattr(SweepData, "jobs", property(lambda self: finished))  # so that claims reach `judge`
+    for args in (
+        ["report", str(path), "--tracking-uri", uri, "--out", str(tmp_path / "report")],
+        ["claims", str(path), "--tracking-uri", uri],
+    ):
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and "TypeError: an index of nothing" in err, err
+        assert err.strip().splitlines()[-1].startswith(f"harness {args[0]}: internal error (a bug in harness")
+        assert "run failed" not in err
+
+
+def test_a_run_that_fails_still_says_run_failed(monkeypatch, capsys, tmp_path):
+    import harness.engine.training
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(harness.engine.training, "run_training", fail)
+    assert main(["run", str(TOY_RUN), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 1
+    assert capsys.readouterr().err.strip() == "harness: run failed: RuntimeError: out of memory"
