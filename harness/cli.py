@@ -251,9 +251,10 @@ def _claims(args: argparse.Namespace) -> int:
     data = load_sweep_data(reader_for(uri), sweep)
     jobs = data.jobs
     if not jobs.finished:
+        n = len(claims)
         print(
-            f"{sweep.name}: no run of this sweep has finished ({jobs.line()}), so none of its {len(claims)} claims "
-            "can be judged"
+            f"{sweep.name}: no run of this sweep has finished ({jobs.line()}), so none of its {n} "
+            f"claim{'s' if n != 1 else ''} can be judged"
         )
         _print_unfinished(jobs)
         return 0
