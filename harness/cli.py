@@ -210,7 +210,8 @@ def _report(args: argparse.Namespace) -> int:
         check_writable(args.out, "--out")  # before the store is read
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
     out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
-    check_writable(str(out), "--out")
+    if not args.out:
+        check_writable(str(out), "--out")
     data = load_sweep_data(reader_for(uri), sweep)
     report = build(
         data,
@@ -273,11 +274,14 @@ def _claims(args: argparse.Namespace) -> int:
 
 
 def _print_unfinished(jobs) -> None:
-    """A sweep with no finished run: each failed run with its reason, each job never started."""
+    """A sweep with no finished run (`jobs`, its `harness.runs.sweep_data.Jobs`): each failed run with its reason,
+    each job never started."""
+    from harness.runs.sweep_data import job_label
+
     for failed in jobs.failed_runs:
         print(f"  failed: {failed.line()}")
     for arm, seed in jobs.missing_jobs:
-        print(f"  never started: {arm} · seed {seed}")
+        print(f"  never started: {job_label(arm, seed)}")
 
 
 def _print_sequential(name: str, record: dict) -> None:

@@ -17,7 +17,7 @@ from harness.spec.claims import Claim
 from harness.spec.yaml_io import ConfigError
 from trainer import metric_names as M
 
-# GUIDE §5 / issue 6: the length-bias question's metrics
+# the length-bias question's metrics: does the normaliser lengthen incorrect (and correct) responses, at what cost
 DEFAULT_METRICS = (M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ACCURACY, M.REWARD_MEAN, M.ENTROPY)
 DEFAULT_AT = "last-10"
 TESTS = {
@@ -133,10 +133,8 @@ def _without_statistics(
     run with its reason), its arms, one finding that says so, and no statistics, curves or verdicts."""
     finding = f"No run of this sweep has finished ({data.jobs.line()}): no statistics"
     if claims:
-        finding += (
-            f", and its {len(claims)} claim{'s' if len(claims) != 1 else ''} ({', '.join(c.id for c in claims)}) "
-        )
-        finding += "cannot be judged"
+        ids, n = ", ".join(c.id for c in claims), len(claims)
+        finding += f", and its {n} claim{'s' if n != 1 else ''} ({ids}) cannot be judged"
     return Report(
         header=header,
         settings=_settings(data, [], at, None, test, alpha, seed),
@@ -191,7 +189,6 @@ def _header(data: SweepData) -> dict[str, Any]:
         "retried": int((runs["state"] == "retried").sum()),
         "running": jobs.running,
         "never_started": jobs.missing,
-        "not_finished": jobs.total - jobs.finished,
         "failures": [asdict(f) for f in jobs.failed_runs],
         "never_started_jobs": [{"arm": arm, "seed": seed} for arm, seed in jobs.missing_jobs],
         "compute_hours": float(secs) / 3600,

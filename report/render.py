@@ -20,7 +20,7 @@ from harness.analysis.verdict_table import (
     sequential_verdicts,
     verdict_rows,
 )
-from harness.runs.sweep_data import FailedRun
+from harness.runs.sweep_data import FailedRun, job_label
 from report import figures
 from report.build import Report
 
@@ -158,9 +158,10 @@ LISTED = 50
 """Failed runs and never-started jobs listed by name in Markdown, HTML and LaTeX (report.json has every one)."""
 
 
-def _listed(items: list[str]) -> list[str]:
+def _capped(items: list) -> tuple[list, str]:
+    """The first `LISTED` items, and a line saying how many more there are ('' when none)."""
     more = len(items) - LISTED
-    return items[:LISTED] + ([f"… and {more} more (report.json lists every one)"] if more > 0 else [])
+    return items[:LISTED], (f"… and {more} more (report.json lists every one)" if more > 0 else "")
 
 
 def has_statistics(r: Report) -> bool:
@@ -170,10 +171,12 @@ def has_statistics(r: Report) -> bool:
 
 def _header_lines(r: Report) -> list[str]:
     h, s = r.header, r.settings
-    if h["planned"] == h["jobs"]:
+    if not h["planned"]:  # a sweep run before harness recorded its plan
+        jobs = f"{h['jobs']} (no plan recorded)"
+    elif h["planned"] == h["jobs"]:
         jobs = f"{h['jobs']} planned"
-    else:  # runs of jobs outside the current plan (an earlier profile), or a sweep from before jobs.json
-        jobs = f"{h['jobs']}" + (f" ({h['planned']} planned)" if h["planned"] else "")
+    else:  # runs of jobs outside the current plan (an earlier profile, say)
+        jobs = f"{h['jobs']} ({h['planned']} planned)"
     lines = [
         f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
         f"- code version (git): {', '.join(h['code_version'])}",
@@ -200,13 +203,13 @@ def _header_lines(r: Report) -> list[str]:
             f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
             f"at {int(s['power'] * 100)}% power",
         ]
-    lines += [f"- failed: {line}" for line in _listed([FailedRun(**f).line() for f in h["failures"]])]
-    lines += [f"- never started: {line}" for line in _listed([_job(j) for j in h["never_started_jobs"]])]
+    for kind, listed in (
+        ("failed", [FailedRun(**f).line() for f in h["failures"]]),
+        ("never started", [job_label(j["arm"], j["seed"]) for j in h["never_started_jobs"]]),
+    ):
+        shown, more = _capped(listed)
+        lines += [f"- {kind}: {line}" for line in shown] + ([f"- {more}"] if more else [])
     return lines
-
-
-def _job(j: dict) -> str:
-    return f"{j['arm']} · seed {j['seed']}"
 
 
 def unfinished_table(r: Report) -> pd.DataFrame:
@@ -214,13 +217,20 @@ def unfinished_table(r: Report) -> pd.DataFrame:
     reason, then each job that never started."""
     h = r.header
     rows = [
-        {"job": _job(f), "run": f["run_id"], "state": "failed", "reason": f["reason"] or "no reason recorded"}
+        {
+            "job": job_label(f["arm"], f["seed"]),
+            "run": f["run_id"],
+            "state": "failed",
+            "reason": f["reason"] or "no reason recorded",
+        }
         for f in h["failures"]
     ]
-    rows += [{"job": _job(j), "run": "—", "state": "never started", "reason": "—"} for j in h["never_started_jobs"]]
-    more = len(rows) - LISTED
-    rows = rows[:LISTED] + ([{"job": f"… and {more} more (report.json lists every one)"}] if more > 0 else [])
-    return pd.DataFrame(rows, columns=["job", "run", "state", "reason"]).fillna("")
+    rows += [
+        {"job": job_label(j["arm"], j["seed"]), "run": "—", "state": "never started", "reason": "—"}
+        for j in h["never_started_jobs"]
+    ]
+    shown, more = _capped(rows)
+    return pd.DataFrame(shown + ([{"job": more}] if more else []), columns=["job", "run", "state", "reason"]).fillna("")
 
 
 def power_lines(r: Report) -> list[str]:

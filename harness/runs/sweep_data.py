@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -18,9 +17,11 @@ from trainer import metric_names as M
 
 STALE_S = 600  # a RUNNING run with no metric for this long is shown as stalled
 HISTORY = ("duplicate", "retried")  # states of runs that do not stand for their job (see _one_run_per_job)
-JobState = Literal["finished", "running", "pruned", "failed", "missing"]
-"""Where a job stands, from the best of its runs in this order: a run done, one still running (or stalled), one
-stopped early on purpose (an Optuna trial), only failed runs, or no run at all (a planned job never started)."""
+
+
+def job_label(arm: str, seed: int) -> str:
+    """A job as the report, `harness claims` and the dashboard name it."""
+    return f"{arm} · seed {seed}"
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,15 @@ class FailedRun:
     reason: str
 
     def line(self) -> str:
-        return f"{self.arm} · seed {self.seed} (run {self.run_id}): {self.reason or 'no reason recorded'}"
+        return f"{job_label(self.arm, self.seed)} (run {self.run_id}): {self.reason or 'no reason recorded'}"
 
 
 @dataclass(frozen=True)
 class Jobs:
     """Where a sweep's jobs stand: every planned job (jobs.json), plus any job of the sweep run outside the
-    current plan (an earlier profile, say), each counted once by `JobState`. The one account of a sweep's
+    current plan (an earlier profile, say), each counted once by the best of its runs: a run done, else one still
+    running (or stalled), else one stopped early on purpose (an Optuna trial), else only failed runs; a planned job
+    with no run never started. The one account of a sweep's
     progress that the report, `harness claims` and the dashboard print."""
 
     total: int
