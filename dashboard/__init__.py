@@ -1,1 +1,1 @@
-"""Streamlit dashboard over the MLflow store (see issue 5)."""
+"""Streamlit dashboard over the MLflow store: the papers' bias analyses redrawn on a sweep's runs."""

@@ -1,1 +1,1 @@
-"""`harness report`: across-seed statistics of a sweep (GUIDE §5), as Markdown, HTML, JSON and LaTeX."""
+"""`harness report`: across-seed statistics of a sweep, as Markdown, HTML, JSON and LaTeX."""

@@ -1,5 +1,5 @@
 """Benchmark evaluation: k samples per problem, graded as in training; avg@k, pass@k, maj@k and the
-length of correct vs incorrect responses (GUIDE §3 `eval/<benchmark>/...`)."""
+length of correct vs incorrect responses, logged as `eval/<benchmark>/...`."""
 
 from __future__ import annotations
 

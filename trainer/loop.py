@@ -403,7 +403,8 @@ def outcome_metrics(
     lengths: torch.Tensor, correct: torch.Tensor, truncated: torch.Tensor, rewards: torch.Tensor, timeouts: int = 0
 ) -> dict[str, float]:
     """train/* metrics of one step's responses (one value each: token count, correct, truncated, reward); the
-    length splits only when defined (GUIDE §3). The one home of these definitions, for every engine."""
+    length splits only when defined (a step with no correct response logs no correct length, rather than 0). The
+    one home of these definitions, for every engine."""
     lengths, correct = lengths.double(), correct.bool()
     out = {
         M.REWARD_MEAN: rewards.double().mean().item(),

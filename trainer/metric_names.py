@@ -1,4 +1,4 @@
-"""Metric names: the contract between trainer, tracker, dashboard and report (GUIDE §3).
+"""Metric names: the contract between trainer, tracker, dashboard and report.
 
 Every module that logs or reads a metric takes its name from here.
 """

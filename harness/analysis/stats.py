@@ -1,4 +1,5 @@
-"""Across-seed statistics shared by the dashboard and the report (GUIDE §5)."""
+"""Across-seed statistics shared by the dashboard and the report: per-arm summaries with bootstrap CIs, arm vs
+baseline tests and effect sizes with Holm, the factorial main effects and interactions, and power."""
 
 from __future__ import annotations
 
@@ -304,7 +305,7 @@ def _empty_cells(levels: dict[str, list[str]], factor: str, at: tuple[str, str],
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-arm summaries and arm-vs-baseline comparisons (GUIDE §5)
+# Per-arm summaries and arm-vs-baseline comparisons
 # ---------------------------------------------------------------------------------------------
 
 EXACT_LIMIT = 100_000  # enumerate every split of the pooled seeds up to this many

@@ -2,7 +2,7 @@
 artifact.
 
 The writer (`harness.runs.writer`, the engine) sets these and the reader (`harness.runs.reader`, `sweep_data`)
-reads them; neither spells a tag's name itself. GUIDE §3 gives the meaning of the run tags.
+reads them; neither spells a tag's name itself. Each tag's docstring below says what it means.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ RUN_NAME_MAX = 250
 
 
 def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
-    """GUIDE §3 tags: sweep id, arm, config hash (= job id), seed, and the code version."""
+    """A run's tags: sweep id, arm, config hash (= job id), seed, name, preset and the code version (git commit)."""
     return {
         SWEEP_ID_TAG: sweep_id,
         ARM_TAG: cfg.arm,

@@ -2,9 +2,9 @@
 
 Plumbing only (no torch). Every call goes through an `MlflowClient` bound to an explicit
 tracking URI, so several trackers (or stores) can live in one process and nothing depends on
-MLflow's global active run. GUIDE §6: `log_batch` is ~170x faster than one call per metric and
-takes at most 1000 metrics / 100 params / 100 tags; a fresh SQLite store must be created once
-(`prepare_store`) before jobs fan out.
+MLflow's global active run. MLflow's `log_batch` is ~170x faster than one call per metric and takes
+at most 1000 metrics / 100 params / 100 tags per call; several processes creating a fresh SQLite store
+at once crash in its schema migration, so the store is created once (`prepare_store`) before jobs fan out.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every mode divides by counts taken over the whole optimisation batch
 (`Normaliser`), and returns one micro-batch's *contribution*: summing the
 contributions of any split of the batch gives exactly the full-batch loss and
-gradient. Dividing by micro-batch counts instead is the pitfall GUIDE §2 names.
+gradient. Dividing by micro-batch counts instead (a pitfall frameworks have shipped) makes the gradient depend on
+how the batch is split.
 """
 
 from __future__ import annotations

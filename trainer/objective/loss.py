@@ -107,7 +107,7 @@ def policy_loss(
         metrics[M.CLIP_FRAC] = metrics[M.CLIP_FRAC_LOW] + metrics[M.CLIP_FRAC_HIGH]
         if s.dual_clip is not None:
             metrics[M.DUAL_CLIP_FRAC] = share(sur.dual_clipped)
-        if entropy is not None:  # always a token mean, whatever the aggregation (GUIDE §3)
+        if entropy is not None:  # a token mean whatever the aggregation: comparable across arms
             metrics[M.ENTROPY] = masked(entropy.detach(), m).sum().double() / n_tok
         if kl is not None:
             metrics[M.KL] = masked(kl.detach(), m).sum().double() / n_tok

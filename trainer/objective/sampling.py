@@ -27,7 +27,7 @@ def dynamic_sampling_filter(values: torch.Tensor, best: float = 1.0) -> GroupFil
 
     DAPO: Yu et al. 2025 (arXiv 2503.14476), §3.2 and eq. 11: a group whose rewards are all
     equal has zero advantage and gives no gradient, so it only shrinks the effective batch.
-    The trainer samples further prompts until the batch is full (GUIDE §2).
+    The trainer samples further prompts until the batch is full, failing after `train.max_gen_rounds` rounds.
     """
     flat = (values == values[:, :1]).all(dim=1)
     all_best = flat & (values[:, 0] == best)

@@ -1,4 +1,4 @@
-"""The objective's settings: one validated object, and the named presets (GUIDE §2)."""
+"""The objective's settings: one validated object, and the named presets (grpo, dr_grpo, dapo, gspo)."""
 
 from __future__ import annotations
 
