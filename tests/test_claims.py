@@ -48,7 +48,7 @@ def test_contrast_is_welch_and_tests_a_fold_against_a_threshold():
     res = stats.contrast(a, b, fold=2, null=1)
     assert res["effect"] == pytest.approx(est) and res["se"] == pytest.approx(np.sqrt(se2))
     assert res["p"] == pytest.approx(2 * sps.t.sf(abs(est - 1) / np.sqrt(se2), df))
-    assert np.isnan(stats.contrast([1.0], b)["p"]) and "fewer than 2" in stats.contrast([1.0], b)["note"]
+    assert np.isnan(stats.contrast([1.0], b)["p"]) and "single run" in stats.contrast([1.0], b)["note"]
 
 
 def test_main_effect_against_a_threshold_shifts_only_the_test():
@@ -59,7 +59,7 @@ def test_main_effect_against_a_threshold_shifts_only_the_test():
     assert zero["effect"] == shifted["effect"] and (zero["low"], zero["high"]) == (shifted["low"], shifted["high"])
     t = (zero["effect"] - 3.0) / zero["se"]
     assert shifted["p"] == pytest.approx(2 * sps.t.sf(abs(t), zero["df"]))
-    assert zero["df"] == 16 - 4 and zero["n"] == zero["n_base"] == 8
+    assert 3 <= zero["df"] <= 16 - 4 and zero["n"] == zero["n_base"] == 8  # Satterthwaite: within 4 cells' 3 df each
 
 
 def test_seeds_needed_is_the_smallest_count_with_the_power():

@@ -164,7 +164,9 @@ def test_tables_match_numpy_and_scipy(store):
     assert eff["effect"] == pytest.approx(-24.0 + 1.5 / 6)
     assert eff["p"] < 0.01 and eff["welch_low"] < eff["effect"] < eff["welch_high"]
     # the factorial model removes the advantage switch's +15 from the noise: a narrower interval than Welch's
-    assert eff["model_effect"] == pytest.approx(eff["effect"]) and eff["model_df"] == 12 - 4
+    assert (
+        eff["model_effect"] == pytest.approx(eff["effect"]) and 2 <= eff["model_df"] <= 12 - 4
+    )  # Satterthwaite: between one cell's df and the pooled df
     assert eff["model_high"] - eff["model_low"] < eff["welch_high"] - eff["welch_low"]
     assert eff["test_p"] == eff["model_p"] and eff["p_holm"] >= eff["test_p"]
     assert any(

@@ -375,8 +375,8 @@ def test_cell_means_effects_against_hand_computed_anova_contrast():
     cells = {("a0", "b0"): 1.0, ("a1", "b0"): 5.0, ("a0", "b1"): 3.0, ("a1", "b1"): 9.0}
     rows = [{"A": a, "B": b, "value": m + e} for (a, b), m in cells.items() for e in (-1.0, 1.0)]
     out = cell_means_effects(pd.DataFrame(rows), ["A", "B"]).set_index("factor")
-    # effect of A: mean(5, 9) - mean(1, 3) = 5; pooled within-cell variance s² = 2 (each cell: (1+1)/1),
-    # df = 8 - 4 = 4, SE = sqrt(2 · (¼/2 · 4)) = sqrt(2 · 0.5) = 1
+    # effect of A: mean(5, 9) - mean(1, 3) = 5; each cell's variance s² = (1+1)/1 = 2, weight ±½:
+    # SE² = 4 · (¼ · 2/2) = 1; Welch–Satterthwaite df = 1² / (4 · (¼)²/1) = 4 (equal variances: the pooled df)
     assert out.loc["A", "effect"] == pytest.approx(5.0) and out.loc["A", "df"] == 4
     t = sps.t(4)
     assert out.loc["A", "p"] == pytest.approx(2 * t.sf(5.0))
@@ -384,9 +384,34 @@ def test_cell_means_effects_against_hand_computed_anova_contrast():
         5.0 + t.ppf(0.975)
     )
     assert out.loc["B", "effect"] == pytest.approx(3.0)  # mean(3, 9) - mean(1, 5)
-    # one run per cell leaves no residual df: estimate only
+    # one run per cell leaves no variance estimate: estimate only
     single = cell_means_effects(pd.DataFrame([{"A": a, "B": b, "value": m} for (a, b), m in cells.items()]), ["A", "B"])
     assert single["effect"].tolist() == pytest.approx([5.0, 3.0]) and single["p"].isna().all()
+
+
+def test_main_effect_weighs_each_cell_by_its_own_variance():
+    from scipy import stats as sps
+
+    from harness.analysis.stats import cell_contrast, main_effect
+
+    # 2×2, 3 runs per cell; cell a1b0 is noisy: values (cell mean) + (−d, 0, +d), so s² = d²
+    spread = {("a0", "b0"): 1.0, ("a1", "b0"): 10.0, ("a0", "b1"): 1.0, ("a1", "b1"): 1.0}
+    means = {("a0", "b0"): 0.0, ("a1", "b0"): 4.0, ("a0", "b1"): 1.0, ("a1", "b1"): 3.0}
+    rows = [{"A": a, "B": b, "value": means[a, b] + e * spread[a, b]} for (a, b) in means for e in (-1.0, 0.0, 1.0)]
+    res = main_effect(pd.DataFrame(rows), ["A", "B"], "A", "a1", "a0")
+    # effect = (4 + 3)/2 − (0 + 1)/2 = 3; parts c²s²/n = ¼·s²/3: 100/12 and 1/12 ×3; SE² = 103/12
+    parts = [100 / 12, 1 / 12, 1 / 12, 1 / 12]
+    se = (sum(parts)) ** 0.5
+    df = sum(parts) ** 2 / sum(p**2 / 2 for p in parts)  # ≈ 2.12: the noisy cell's 2 df dominate
+    assert res["effect"] == pytest.approx(3.0) and res["se"] == pytest.approx(se) and res["df"] == pytest.approx(df)
+    assert res["p"] == pytest.approx(2 * sps.t.sf(3.0 / se, df))
+    # with equal n the pooled variance gives the same SE here, but it claims df = 12 − 4 = 8 (t₀.₉₇₅ 2.31, not 4.2)
+    assert 2.1 < res["df"] < 2.2
+    # two cells with weights (1, −1): Welch's t-test
+    x, y = [1.0, 2.0, 4.0], [0.0, 0.5, 0.4, 0.3]
+    welch = sps.ttest_ind(x, y, equal_var=False)
+    two = cell_contrast([x, y], [1.0, -1.0])
+    assert two["p"] == pytest.approx(welch.pvalue) and two["df"] == pytest.approx(welch.df)
 
 
 def test_cell_means_effects_ignores_runs_without_settings():
