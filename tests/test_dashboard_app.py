@@ -173,6 +173,39 @@ def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
     assert 0.2 < ranges[1][1] < 0.3 and ranges[2][1] < 0.3, ranges
 
 
+def test_token_and_sequence_ratios_are_compared_in_clipped_tokens(tmp_path, monkeypatch):
+    """The levels panel draws policy/clip_frac_tokens, not clip_frac (sequences under GSPO); a run without it (from
+    before harness logged it) is named in a caption instead."""
+    import base64
+
+    import numpy as np
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    def run(arm, ratio, seqs, tokens):
+        values = {
+            M.CLIP_FRAC: [seqs] * 3,
+            M.ENTROPY: [1.0] * 3,
+            **({M.CLIP_FRAC_TOKENS: [tokens] * 3} if tokens else {}),
+        }
+        return FakeRun(arm, 0, values=values, params={"objective.ratio": ratio})
+
+    runs = [
+        run("grpo", "token", 0.002, 0.002),
+        run("gspo", "sequence", 0.3, 0.4),
+        run("old_gspo", "sequence", 0.3, None),
+    ]
+    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "entropy_clipping")
+    fig = _figure(at, "ratio = sequence (share of clipped tokens)")
+    y = {t["name"]: t["y"] for t in fig["data"] if t.get("y") and t.get("xaxis") == "x2"}  # plotly's binary arrays
+    drawn = {arm: np.frombuffer(base64.b64decode(v["bdata"]), v["dtype"]).tolist() for arm, v in y.items()}
+    assert drawn == {"gspo": pytest.approx([0.4] * 3)}  # its tokens' share, not its sequences' 0.3
+    assert any("old_gspo" in c.value and "clip_frac_tokens" in c.value for c in at.caption), [
+        c.value for c in at.caption
+    ]
+
+
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():
     import pandas as pd
 

@@ -55,6 +55,8 @@ def test_several_optimiser_steps_make_gspo_clip(tiny_run_overrides):
     # step first has a mixed group depends on the toy the session built (its float sums follow the threads)
     m = next(m for m in map(tr.step, range(1, 6)) if m[M.GROUPS_MIXED_FRAC] > 0)
     assert m[M.CLIP_FRAC] > 0  # with 3e-4/4e-4, sequence-level clipping acts once the policy has moved
+    # GSPO's clip_frac counts responses; every token of a clipped response counts as clipped
+    assert m[M.CLIP_FRAC_SEQS] == pytest.approx(m[M.CLIP_FRAC]) and m[M.CLIP_FRAC_TOKENS] > 0
     tr = _trainer(tiny_run_overrides, "objective.preset=gspo")
     assert tr.step(1)[M.CLIP_FRAC] == 0  # one on-policy step: ratio 1, nothing to clip
 

@@ -17,6 +17,7 @@ from trainer.objective import (
     clipped_surrogate,
     dynamic_sampling_filter,
     group_outcome_metrics,
+    merge_metrics,
     overlong_filter,
     policy_loss,
     soft_overlong_penalty,
@@ -186,6 +187,42 @@ def test_gspo_sequence_clipping_with_tiny_epsilon():
     # the same tokens under token-level GRPO clipping: the 1.5 ratio clips
     tok = policy_loss(logp.detach(), old, adv, torch.ones(4, 2), ObjectiveSettings.preset("grpo"))
     assert tok.metrics[M.CLIP_FRAC_HIGH].item() == pytest.approx(1 / 8)
+
+
+# Three responses of 4, 2 and 3 loss tokens (9 in all), π_old = 1 everywhere; the padding holds ratios that would
+# clip if it counted (5 with A > 0, 0.1 with A < 0). Clip range [0.8, 1.2].
+CLIP_RATIOS = T([1.5, 1.0, 1.0, 1 / 1.5], [0.5, 0.5, 0.1, 0.1], [1.1, 1.1, 2.0, 5.0])
+CLIP_MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+CLIP_ADV = torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "ratio, low, high, tokens, seqs",
+    [
+        # token: r0's 1.5 (A > 0; its 0.67 is below 0.8 but A > 0), r1's two 0.5 (A < 0), r2's 2.0 (A > 0):
+        # 4 of 9 tokens, 2 low and 2 high; each response has a clipped token: 3 of 3
+        ("token", 2 / 9, 2 / 9, 4 / 9, 3 / 3),
+        # sequence: s_0 = (1.5·1·1·(1/1.5))^(1/4) = 1, s_1 = 0.5 (A < 0: low), s_2 = (1.1·1.1·2)^(1/3) = 1.343
+        # (A > 0: high): 2 of 3 responses, and their 2 + 3 = 5 of 9 tokens
+        ("sequence", 1 / 3, 1 / 3, 5 / 9, 2 / 3),
+        ("sequence_token", 1 / 3, 1 / 3, 5 / 9, 2 / 3),  # the same values as sequence
+    ],
+)
+def test_clip_fractions_in_tokens_and_in_sequences(ratio, low, high, tokens, seqs):
+    s = ObjectiveSettings.preset("grpo", ratio=ratio)
+    logp = CLIP_RATIOS.log()
+    out = policy_loss(logp, torch.zeros_like(logp), CLIP_ADV, CLIP_MASK, s)
+    got = {k: v.item() for k, v in out.metrics.items()}
+    assert got[M.CLIP_FRAC_LOW] == pytest.approx(low) and got[M.CLIP_FRAC_HIGH] == pytest.approx(high)
+    assert got[M.CLIP_FRAC] == pytest.approx(low + high)  # the ratio's own unit: tokens, else sequences
+    assert got[M.CLIP_FRAC_TOKENS] == pytest.approx(tokens) and got[M.CLIP_FRAC_SEQS] == pytest.approx(seqs)
+    # split into micro-batches {r0, r1} and {r2} with the batch's counts: the contributions add up to the same
+    norm = Normaliser.from_mask(CLIP_MASK)
+    parts = [
+        policy_loss(logp[rows], torch.zeros_like(logp[rows]), CLIP_ADV[rows], CLIP_MASK[rows], s, norm=norm).metrics
+        for rows in (torch.tensor([0, 1]), torch.tensor([2]))
+    ]
+    assert merge_metrics(parts) == pytest.approx(got)
 
 
 # ---- aggregation ------------------------------------------------------------------------

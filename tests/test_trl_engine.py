@@ -142,6 +142,16 @@ def test_settings_read_back_from_grpo_config_are_the_run_config():
         )
 
 
+def test_trl_clip_fractions_are_mapped_only_in_their_own_unit():
+    from harness.integrations.trl import trl_logs
+
+    token, sequence = (dict((name, key) for key, name in trl_logs(level)) for level in ("token", "sequence"))
+    # one TRL number, clip_ratio/region_mean: a share of loss tokens at level token, of responses at level sequence
+    assert token[M.CLIP_FRAC] == token[M.CLIP_FRAC_TOKENS] == "clip_ratio/region_mean" and M.CLIP_FRAC_SEQS not in token
+    assert sequence[M.CLIP_FRAC] == sequence[M.CLIP_FRAC_SEQS] == "clip_ratio/region_mean"
+    assert M.CLIP_FRAC_TOKENS not in sequence
+
+
 # ---- real jobs ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny(tiny_run_overrides):
@@ -152,8 +162,9 @@ def tiny(tiny_run_overrides):
     return [*tiny_run_overrides, *EXPRESSIBLE, "train.log_text=true"]
 
 
-# every training metric of the contract; KL only exists with beta > 0 (as in harness's runs without a reference)
-CONTRACT = set(M.TRAINING) - {M.KL}
+# every training metric of the contract; KL only exists with beta > 0 (as in harness's runs without a reference), and
+# TRL logs no share of responses clipped at importance_sampling_level token (`trl_logs`)
+CONTRACT = set(M.TRAINING) - {M.KL, M.CLIP_FRAC_SEQS}
 
 
 def _runs(uri: str, experiment: str):
@@ -168,6 +179,8 @@ def test_a_trl_job_through_harness_run_logs_every_contract_metric(tmp_path, tiny
     client, (run,) = _runs(uri, "trl1")
     assert run.info.status == "FINISHED" and run.data.params["train.engine"] == "trl"
     assert CONTRACT <= set(run.data.metrics), CONTRACT - set(run.data.metrics)
+    assert run.data.metrics[M.CLIP_FRAC_TOKENS] == run.data.metrics[M.CLIP_FRAC]  # level token: both count tokens
+    assert M.CLIP_FRAC_SEQS not in run.data.metrics
     assert [m.step for m in client.get_metric_history(run.info.run_id, M.ACCURACY)] == [1, 2, 3]
     table = __import__("pandas").read_parquet(client.download_artifacts(run.info.run_id, "rollouts.parquet"))
     assert len(table) == 3 * 4 * 4 and table["advantage"].notna().all()

@@ -22,9 +22,20 @@ GROUPS_DROPPED = "train/groups_dropped"
 
 # policy (computed with the loss, see trainer.objective)
 ENTROPY = "policy/entropy"
+# Clip fractions: where clipping acted (r < 1 − ε_low with A < 0, or r > 1 + ε_high with A > 0; dual clipping is
+# policy/dual_clip_frac's). Each is a share within one optimiser step's mini-batch (its micro-batches pooled: summed
+# counts over the mini-batch's own totals), then the mean over the rollout step's mini_batches × epochs optimiser
+# steps, each weighing the same. low, high and clip_frac (= low + high) count in the ratio's own unit: loss tokens
+# (mask 1) under `objective.ratio: token`, responses with a loss token under sequence and sequence_token.
 CLIP_FRAC_LOW = "policy/clip_frac_low"
 CLIP_FRAC_HIGH = "policy/clip_frac_high"
 CLIP_FRAC = "policy/clip_frac"
+# Share of loss tokens clipped under every ratio (the unit GSPO, arXiv 2507.18071, compares with GRPO): under
+# sequence and sequence_token, every loss token of a response whose sequence ratio is clipped; = clip_frac under token.
+CLIP_FRAC_TOKENS = "policy/clip_frac_tokens"
+# Share of responses (with a loss token) with a clipped token: under sequence and sequence_token, those whose
+# sequence ratio is clipped (= clip_frac); under token, those with at least one clipped token.
+CLIP_FRAC_SEQS = "policy/clip_frac_seqs"
 DUAL_CLIP_FRAC = "policy/dual_clip_frac"
 KL = "policy/kl"
 LOSS = "policy/loss"
@@ -76,6 +87,8 @@ TRAINING = (
     CLIP_FRAC_LOW,
     CLIP_FRAC_HIGH,
     CLIP_FRAC,
+    CLIP_FRAC_TOKENS,
+    CLIP_FRAC_SEQS,
     KL,
     LOSS,
     GRAD_NORM,

@@ -39,15 +39,21 @@ level = arm_setting(data, "objective.ratio")
 groups = {}
 for arm in data.arms:
     groups.setdefault(level.get(arm, "unknown"), []).append(arm)
-clip = data.by_arm(M.CLIP_FRAC, x)
+clip = data.by_arm(M.CLIP_FRAC_TOKENS, x)  # one unit under every ratio: GSPO's comparison (arXiv 2507.18071)
 panels = [
-    (
-        f"ratio = {lvl}"
-        + (" (share of clipped sequences)" if lvl.startswith("sequence") else " (share of clipped tokens)"),
-        {a: clip[a] for a in arms if a in clip},
-    )
+    (f"ratio = {lvl} (share of clipped tokens)", {a: clip[a] for a in arms if a in clip})
     for lvl, arms in groups.items()
 ]
 st.plotly_chart(figures.curves_by_arm(panels, data.arms, fit_y=True, **kw), key="ent_levels")
+st.caption(
+    "A token of a response whose sequence ratio is clipped counts as clipped (`policy/clip_frac_tokens`); "
+    "the clip fractions above count sequences under a sequence ratio."
+)
+missing = [a for a in data.arms if a not in clip]
+if missing:
+    st.caption(
+        "Not drawn, no `policy/clip_frac_tokens` logged (a run from before harness logged it, or TRL at "
+        "`importance_sampling_level` sequence): " + ", ".join(kw["labels"](a) for a in missing)
+    )
 if len(groups) < 2:
     st.caption("Every arm of this sweep uses the same ratio level; `ablations/gspo_vs_grpo.yaml` compares them.")

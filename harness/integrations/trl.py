@@ -64,6 +64,23 @@ TRL_LOGS = {
 """TRL's logged names → harness's (TRL's clip fractions count the same tokens as harness's: r beyond the clip range
 on the side where the advantage's sign makes it bind)."""
 
+TRL_LOGS_BY_LEVEL = {
+    "token": {"clip_ratio/region_mean": M.CLIP_FRAC_TOKENS},
+    "sequence": {"clip_ratio/region_mean": M.CLIP_FRAC_SEQS},
+}
+"""TRL's names → more of harness's, by `importance_sampling_level`. TRL's `clip_ratio/*`, like harness's low, high and
+`policy/clip_frac`, count in the ratio's own unit: loss tokens at level token, so region_mean is also
+`policy/clip_frac_tokens`; responses at level sequence, so it is also `policy/clip_frac_seqs` (TRL divides by every
+response, one masked whole by `mask_truncated_completions` included; harness by those with a loss token). TRL logs no
+share of tokens at level sequence nor of responses at level token: its runs have no `policy/clip_frac_tokens` at
+level sequence and no `policy/clip_frac_seqs` at level token. TRL averages its micro-batches' shares, where harness
+pools an optimiser step's micro-batches."""
+
+
+def trl_logs(level: str) -> list[tuple[str, str]]:
+    """(TRL's logged name, harness's) pairs of a run at `importance_sampling_level` `level`; a TRL name may feed two."""
+    return [*TRL_LOGS.items(), *TRL_LOGS_BY_LEVEL.get(level, {}).items()]
+
 
 def check_trl() -> None:
     """A one-line ImportError naming the extra when TRL is missing or outside `TRL_REQUIREMENT`."""
@@ -116,6 +133,7 @@ class HarnessCallback(TrainerCallback):
         self.step, self.tokens_generated, self.step_tokens = 0, 0, 0
         self.metrics: dict[str, float] = {}
         self.policy: dict[str, list[float]] = {}
+        self.logs = trl_logs("token")
         self.rows: list[dict[str, Any]] = []
         self.started = self.generated = 0.0
         self.open_step = False
@@ -147,6 +165,7 @@ class HarnessCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if self.owns_tracker and self._main:
             self.tracker = self._open_run(args, state.max_steps)
+        self.logs = trl_logs(args.importance_sampling_level)
         self.per_generation = max(
             1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
         )
@@ -160,7 +179,7 @@ class HarnessCallback(TrainerCallback):
             self._finish_step()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        for key, name in TRL_LOGS.items():
+        for key, name in self.logs:
             if logs and isinstance(logs.get(key), (int, float)):
                 self.policy.setdefault(name, []).append(float(logs[key]))
         if self.open_step and state.global_step % self.per_generation == 0:

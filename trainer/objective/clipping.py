@@ -23,6 +23,11 @@ class Surrogate:
     dual_clipped: torch.Tensor
     """A < 0 and the loss was capped at −c·A."""
 
+    @property
+    def clipped(self) -> torch.Tensor:
+        """Clipped on either side (clipped_low | clipped_high): the token's ratio gets no gradient."""
+        return self.clipped_low | self.clipped_high
+
 
 def clipped_surrogate(
     log_ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float, dual_clip: float | None = None

@@ -85,19 +85,20 @@ def policy_loss(
         metrics = {M.LOSS: loss.detach()}
         m = mask.bool()
         n_tok = max(norm.num_tokens, 1)
-        if s.per_sequence_ratio:  # clipping decides per sequence: count sequences (GSPO)
 
-            def share(ind: torch.Tensor) -> torch.Tensor:
-                return (ind & m).any(-1).sum().double() / max(norm.num_scored, 1)
+        def token_share(ind: torch.Tensor) -> torch.Tensor:  # of the batch's loss tokens
+            return (ind & m).sum().double() / n_tok
 
+        def seq_share(ind: torch.Tensor) -> torch.Tensor:  # of the batch's responses with a loss token
+            return (ind & m).any(-1).sum().double() / max(norm.num_scored, 1)
+
+        if s.per_sequence_ratio:  # clipping decides per sequence: the ratio's own unit is sequences (GSPO)
+            share = seq_share
             has_tokens = m.any(-1)
             values = sur.ratio[:, 0][has_tokens] if sur.ratio.shape[1] else sur.ratio.new_zeros(0)
             metrics[M.RATIO_MEAN] = values.double().sum() / max(norm.num_scored, 1)
         else:
-
-            def share(ind: torch.Tensor) -> torch.Tensor:
-                return (ind & m).sum().double() / n_tok
-
+            share = token_share
             values = sur.ratio[m]
             metrics[M.RATIO_MEAN] = values.double().sum() / n_tok
         metrics[M.RATIO_MIN] = values.min() if values.numel() else torch.tensor(float("inf"))
@@ -105,6 +106,9 @@ def policy_loss(
         metrics[M.CLIP_FRAC_LOW] = share(sur.clipped_low)
         metrics[M.CLIP_FRAC_HIGH] = share(sur.clipped_high)
         metrics[M.CLIP_FRAC] = metrics[M.CLIP_FRAC_LOW] + metrics[M.CLIP_FRAC_HIGH]
+        # in fixed units under every ratio: a sequence ratio's clip covers every token of its response
+        metrics[M.CLIP_FRAC_TOKENS] = token_share(sur.clipped)
+        metrics[M.CLIP_FRAC_SEQS] = seq_share(sur.clipped)
         if s.dual_clip is not None:
             metrics[M.DUAL_CLIP_FRAC] = share(sur.dual_clipped)
         if entropy is not None:  # a token mean whatever the aggregation: comparable across arms
