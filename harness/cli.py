@@ -19,6 +19,9 @@ from harness.spec.yaml_io import ConfigError
 
 S = TypeVar("S", bound=BaseModel)
 
+ALPHA = 0.05
+"""Significance level of `harness claims` and `harness report` by default (`--alpha`)."""
+
 
 def _run(args: argparse.Namespace) -> int:
     from harness.spec.run_config import load_run_config
@@ -239,9 +242,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from harness.analysis.claims import judge
-    from harness.runs.reader import reader_for, sequential_record
-    from harness.runs.sweep_data import load_sweep as load_sweep_data
     from report.select import resolve
 
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
@@ -249,6 +249,17 @@ def _claims(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none (add a `claims:` list to its file)")
+    return 1 if "contradicted" in _print_claims(uri, sweep, claims, args.alpha) else 0
+
+
+def _print_claims(uri: str, sweep, claims: list, alpha: float) -> list[str]:
+    """`claims` judged on the finished runs of `sweep` (a `harness.runs.reader.Sweep` in the store at `uri`) and
+    printed: the sequential verdicts of an `--until-decided` sweep, then the fixed-design table. Returns the
+    verdicts of record (none when no run has finished: each failed or missing job is listed)."""
+    from harness.analysis.claims import judge
+    from harness.runs.reader import reader_for, sequential_record
+    from harness.runs.sweep_data import load_sweep as load_sweep_data
+
     data = load_sweep_data(reader_for(uri), sweep)
     jobs = data.jobs
     if not jobs.finished:
@@ -258,19 +269,18 @@ def _claims(args: argparse.Namespace) -> int:
             f"claim{'s' if n != 1 else ''} can be judged"
         )
         _print_unfinished(jobs)
-        return 0
+        return []
     if jobs.finished < jobs.total:
         print(f"{sweep.name}: {jobs.line()}; the claims are judged on the finished runs")
-    verdicts = judge(data, claims, alpha=args.alpha)
+    verdicts = judge(data, claims, alpha=alpha)
     record = sequential_record(sweep)
     if record:
         _print_sequential(sweep.name, record)
         print("fixed-design analysis of all the runs (ignores the looks; for reference):")
-    _print_verdicts(sweep.name, verdicts, args.alpha)
+    _print_verdicts(sweep.name, verdicts, alpha)
     for line in data.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    final = [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
-    return 1 if "contradicted" in final else 0
+    return [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
 
 
 def _print_unfinished(jobs) -> None:
@@ -655,7 +665,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation",
     )
     rep.add_argument(
-        "--alpha", type=_finite(0, inclusive=False, below=1), default=0.05, help="significance level (default 0.05)"
+        "--alpha",
+        type=_finite(0, inclusive=False, below=1),
+        default=ALPHA,
+        help=f"significance level (default {ALPHA:g})",
     )
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     rep.add_argument(
@@ -679,7 +692,10 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it last ran with)"
     )
     cl.add_argument(
-        "--alpha", type=_finite(0, inclusive=False, below=1), default=0.05, help="significance level (default 0.05)"
+        "--alpha",
+        type=_finite(0, inclusive=False, below=1),
+        default=ALPHA,
+        help=f"significance level (default {ALPHA:g})",
     )
     cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(cl)
