@@ -19,6 +19,10 @@ from harness.spec.yaml_io import ConfigError
 
 S = TypeVar("S", bound=BaseModel)
 
+ALPHA = 0.05
+"""Significance level of `harness claims` and `harness report` (their `--alpha` default) and of the verdicts a
+fixed-seed `harness sweep` ends with."""
+
 
 def _run(args: argparse.Namespace) -> int:
     from harness.spec.run_config import load_run_config
@@ -43,6 +47,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
     if not args.until_decided and (args.max_seeds, args.batch, args.alpha) != (None, None, None):
         raise ConfigError(f"{args.file}: --max-seeds, --batch and --alpha need --until-decided")
+    if args.until_decided and args.no_claims:
+        raise ConfigError(f"{args.file}: --no-claims: an --until-decided sweep's answer is its claims")
     if args.until_decided:
         return _sweep_until_decided(args)
     plan = load_sweep(
@@ -76,7 +82,40 @@ def _sweep(args: argparse.Namespace) -> int:
         f"sweep {plan.name}: {len(result.finished)} finished, {len(result.skipped)} already done, "
         f"{len(result.failed)} failed (experiment '{plan.experiment}' at {uri})"
     )
-    return 0 if result.ok else 1
+    if plan.settings.claims and not args.no_claims:
+        _sweep_claims(args, plan, uri)
+    return 0 if result.ok else 1  # a contradicted claim is a finding: `harness claims` is the command that exits 1
+
+
+def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> None:
+    """After the jobs: the file's claims judged and printed as `harness claims FILE` does, then where to look next.
+    A bug in judging costs only the verdicts (its traceback and one line), not the sweep's exit status."""
+    from harness.runs.reader import sweeps_with_id
+
+    try:
+        (sweep, *_) = sweeps_with_id(uri, plan.sweep_id, plan.experiment)  # newest first, as `harness claims`
+        _print_claims(uri, sweep, list(plan.settings.claims), ALPHA, unfinished=False)  # the jobs listed failures
+    except Exception as exc:  # noqa: BLE001 (the runs are in the store whatever happens here)
+        traceback.print_exc()
+        print(
+            f"harness sweep: the claims could not be judged (a bug in harness; the traceback is above): "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}",
+            file=sys.stderr,
+        )
+    print(_next_commands(args, uri))
+
+
+def _next_commands(args: argparse.Namespace, uri: str) -> str:
+    """The line a sweep ends with: the dashboard and the report on its store (`--tracking-uri` written out unless
+    it is the store those commands read by default) and its profile."""
+    import shlex
+
+    store = "" if uri == default_tracking_uri("results") else f" --tracking-uri {shlex.quote(uri)}"
+    profile = f" --profile {shlex.quote(args.profile)}" if args.profile else ""
+    return (
+        f"figures: harness dashboard{store}; all the statistics: harness report {shlex.quote(args.file)}"
+        f"{profile}{store}"
+    )
 
 
 def _sweep_uri(args: argparse.Namespace, plan) -> str:
@@ -153,6 +192,7 @@ def _sweep_until_decided(args: argparse.Namespace) -> int:
     )
     for claim, track in zip(s.claims, outcome.tracks):
         print(f"{claim.id}: {ud.state(track)}")
+    print(_next_commands(args, uri))
     if outcome.failed:
         return 1
     return 1 if any(t.verdict == "contradicted" for t in outcome.tracks) else 0
@@ -239,9 +279,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from harness.analysis.claims import judge
-    from harness.runs.reader import reader_for, sequential_record
-    from harness.runs.sweep_data import load_sweep as load_sweep_data
     from report.select import resolve
 
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
@@ -249,6 +286,17 @@ def _claims(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none (add a `claims:` list to its file)")
+    return 1 if "contradicted" in _print_claims(uri, sweep, claims, args.alpha) else 0
+
+
+def _print_claims(uri: str, sweep, claims: list, alpha: float, *, unfinished: bool = True) -> list[str]:
+    """`claims` judged on the finished runs of `sweep` (a `harness.runs.reader.Sweep` in the store at `uri`) and
+    printed: the sequential verdicts of an `--until-decided` sweep, then the fixed-design table. Returns the
+    verdicts of record (none when no run has finished; `unfinished` then lists each failed or missing job)."""
+    from harness.analysis.claims import judge
+    from harness.runs.reader import reader_for, sequential_record
+    from harness.runs.sweep_data import load_sweep as load_sweep_data
+
     data = load_sweep_data(reader_for(uri), sweep)
     jobs = data.jobs
     if not jobs.finished:
@@ -257,20 +305,20 @@ def _claims(args: argparse.Namespace) -> int:
             f"{sweep.name}: no run of this sweep has finished ({jobs.line()}), so none of its {n} "
             f"claim{'s' if n != 1 else ''} can be judged"
         )
-        _print_unfinished(jobs)
-        return 0
+        if unfinished:
+            _print_unfinished(jobs)
+        return []
     if jobs.finished < jobs.total:
         print(f"{sweep.name}: {jobs.line()}; the claims are judged on the finished runs")
-    verdicts = judge(data, claims, alpha=args.alpha)
+    verdicts = judge(data, claims, alpha=alpha)
     record = sequential_record(sweep)
     if record:
         _print_sequential(sweep.name, record)
         print("fixed-design analysis of all the runs (ignores the looks; for reference):")
-    _print_verdicts(sweep.name, verdicts, args.alpha)
+    _print_verdicts(sweep.name, verdicts, alpha)
     for line in data.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    final = [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
-    return 1 if "contradicted" in final else 0
+    return [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
 
 
 def _print_unfinished(jobs) -> None:
@@ -553,10 +601,16 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep",
         help="run an ablation grid x seeds as resumable jobs",
         description="Expand a sweep file into jobs and run those not yet FINISHED in MLflow, "
-        "in parallel here or on a Ray cluster. Rerunning resumes.",
+        "in parallel here or on a Ray cluster. Rerunning resumes. A file with claims ends with their verdicts.",
     )
     sweep.add_argument("file", help="sweep file (YAML), e.g. ablations/dr_grpo_bias.yaml")
     sweep.add_argument("--dry-run", action="store_true", help="print the job table (with MLflow status) and exit")
+    sweep.add_argument(
+        "--no-claims",
+        action="store_true",
+        help="end after the jobs: without it, a file with claims ends with the table `harness claims FILE` prints "
+        "(a contradicted claim leaves the exit code 0). --until-decided ends with its sequential verdicts instead",
+    )
     sweep.add_argument("--profile", default=None, help="a named profile of the sweep file, e.g. paper")
     sweep.add_argument(
         "--set",
@@ -655,7 +709,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation",
     )
     rep.add_argument(
-        "--alpha", type=_finite(0, inclusive=False, below=1), default=0.05, help="significance level (default 0.05)"
+        "--alpha",
+        type=_finite(0, inclusive=False, below=1),
+        default=ALPHA,
+        help=f"significance level (default {ALPHA:g})",
     )
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     rep.add_argument(
@@ -679,7 +736,10 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it last ran with)"
     )
     cl.add_argument(
-        "--alpha", type=_finite(0, inclusive=False, below=1), default=0.05, help="significance level (default 0.05)"
+        "--alpha",
+        type=_finite(0, inclusive=False, below=1),
+        default=ALPHA,
+        help=f"significance level (default {ALPHA:g})",
     )
     cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
     _tracking_uri_option(cl)

@@ -121,6 +121,8 @@ def test_until_decided_runs_rounds_decides_and_resumes_after_a_kill_between_roun
     assert f"reward: {track['verdict']} ({track['stop']}, look {track['stopped_at']})" in rerun.stdout
     assert "round 1" in rerun.stderr and f"round {len(rounds)}" in rerun.stderr
     assert rerun.returncode == (1 if track["verdict"] == "contradicted" else 0)
+    assert "claims (α" not in rerun.stdout  # its sequential verdicts are its answer: no fixed-design table
+    assert rerun.stdout.splitlines()[-1].startswith("figures: harness dashboard --tracking-uri")
 
     # every job of the rounds run has exactly one FINISHED run: nothing trained twice, nothing lost
     plan = load_sweep(sweep_file, seeds=[0, 1, 2, 3, 4, 5])
@@ -168,8 +170,9 @@ def test_dry_run_plans_expected_and_maximum_seeds(sweep_file, tmp_path):
         (["--until-decided"], "", "claims: --until-decided decides claims, and the file declares none"),
         (["--until-decided", "--max-seeds", "1"], CLAIM, "seeds: --max-seeds 1 is below the file's 2 seeds"),
         (["--batch", "2"], CLAIM, "--max-seeds, --batch and --alpha need --until-decided"),
+        (["--until-decided", "--no-claims"], CLAIM, "--no-claims: an --until-decided sweep's answer is its claims"),
     ],
-    ids=["no claims", "max below the file's seeds", "batch without until-decided"],
+    ids=["no claims", "max below the file's seeds", "batch without until-decided", "no-claims until decided"],
 )
 def test_bad_sequential_settings_are_one_line_errors_before_any_job(tmp_path, extra, text, message):
     path = tmp_path / "s.yaml"
