@@ -56,11 +56,14 @@ def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
     line is the fixed-design analysis of all the runs, for reference."""
     c = v.claim
     verdict = track["verdict"] if track else v.verdict
+    paper = f"[arXiv {c.paper}](https://arxiv.org/abs/{c.paper})" if c.paper else ""
     lines = [
         f"**{verdict.upper()}** · `{c.id}` · "
-        + (f"[arXiv {c.paper}](https://arxiv.org/abs/{c.paper})" if c.paper else "harness's own claim"),
+        + (f"{paper}, {_md(c.where)}" if not c.own else f"harness's own claim{' on ' + paper if paper else ''}"),
         _md(c.statement),
     ]
+    if c.quote:
+        lines.append(f"The paper: *“{_md(c.quote)}”*")
     if track:
         looks = track["looks"]
         where = f"look {track['stopped_at']}" if track["stop"] else "still open"
@@ -79,6 +82,8 @@ def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
     reason = why(v)
     if reason and not track:
         lines.append(f"*{_md(reason)}*")
+    if v.failed_text():
+        lines.append(_md(v.failed_text().capitalize()))
     return "  \n".join(lines)
 
 

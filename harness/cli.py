@@ -359,38 +359,23 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from harness.analysis.verdict_table import verdict_rows
+
     table = Table(title=f"{name}: claims (α = {alpha}, Holm across {len(verdicts)})", title_justify="left")
-    for col in (
-        "claim",
-        "verdict",
-        "paper",
-        "metric @ at",
-        "contrast",
-        "claimed",
-        "effect [95% CI]",
-        "p",
-        "Holm p",
-        "n",
-    ):
+    shown = ("claim", "verdict", "paper", "metric @ at", "contrast", "claimed", "effect", "p", "p (Holm)", "n")
+    for col in (*shown, "failed runs"):
         table.add_column(col, overflow="fold")
     style = {"reproduced": "green", "contradicted": "red", "inconclusive": "yellow"}
-    for v in verdicts:
-        c = v.claim
-        table.add_row(
-            c.id,
-            f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else ""),
-            c.source(),
-            f"{c.metric_text()} @ {c.at}",
-            c.contrast.describe(),
-            c.expectation(),
-            f"{v.effect:+.4g} [{v.low:+.4g}, {v.high:+.4g}]",
-            f"{v.p:.3g}",
-            f"{v.p_holm:.3g}",
-            f"{v.n1} vs {v.n2}",
-        )
+    for v, row in zip(verdicts, verdict_rows(verdicts)):
+        cells = [row[k] for k in shown]
+        cells[1] = f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else "")
+        cells[6] = f"{row['effect']} {row['95% CI']}"
+        table.add_row(*cells, row["failed runs"])
     Console(width=200).print(table)
     for v in verdicts:
         print(v.summary())
+        if v.claim.quote:
+            print(f"  {v.claim.source()}: “{v.claim.quote}”")
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -136,11 +136,14 @@ def verdict_runs(r: Report) -> list[str]:
 
 
 CLAIMS_NOTE = (
-    "Each claim's effect is tested against its claimed threshold (two-sided; Welch for arm vs arm, the "
-    "factorial cell-means model for a switch's main effect), Holm-adjusted across the sweep's claims. "
+    "Each claim's effect is tested against its claimed threshold (two-sided), as a contrast of cell means (an arm, "
+    "or a cell of the factorial grid for a switch's main effect; a pooled side is the unweighted mean of its arms) "
+    "with each cell's own variance and Welch–Satterthwaite df, Holm-adjusted across the sweep's claims. "
     "Reproduced: Holm p < α on the claimed side; contradicted: on the other side; inconclusive: neither "
     "(underpowered, with the minimum detectable effect and the seeds per arm a decisive sweep needs at "
-    "80% power and α/m; or a small effect, the CI within the threshold ± the smallest effect of interest)."
+    "80% power and α/m; or a small effect, the CI within the threshold ± the smallest effect of interest). "
+    'Failed and diverged runs are counted per side: at the worst value seen for a "not worse" claim (or when '
+    "the claim says so), else left out. A claim with no quote is harness's own."
 )
 
 
@@ -423,6 +426,11 @@ def to_json(r: Report) -> str:
                     "target",
                     "note",
                     "runs",
+                    "failed1",
+                    "failed2",
+                    "diverged1",
+                    "diverged2",
+                    "failed_value",
                 )
             },
         }
@@ -507,7 +515,7 @@ def to_latex(r: Report) -> str:
             )
         )
     if r.verdicts:
-        t = verdicts_table(r).drop(columns=["statement"])
+        t = verdicts_table(r).drop(columns=["statement", "quote"])
         parts.append(
             latex_table(
                 t,

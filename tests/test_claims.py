@@ -108,6 +108,8 @@ PLANTED = [
         "id": "longer",
         "statement": "A lengthens.",
         "paper": "2503.20783",
+        "quote": "A makes responses longer.",
+        "where": "Figure 1",
         "metric": M,
         "contrast": {"arm": "A", "vs": "B"},
         "direction": "increase",
@@ -159,6 +161,44 @@ def test_each_verdict_kind_and_the_exit_code(tmp_path, capsys):
     assert main(["claims", "fine", "--tracking-uri", f"sqlite:///{tmp_path}/ok.db"]) == 0
 
 
+def test_a_failed_run_counts_by_the_claim_and_the_verdict_says_so(tmp_path, capsys):
+    """A not-worse claim where the method's one extra seed diverged: written through MLflow's API (a FAILED run
+    with the trainer's reason), it is counted at the worst value seen by default, which turns a reproduced
+    "not worse" into an inconclusive one; with `failed: exclude` it is left out, and both verdicts say so."""
+    a, b = [0.50, 0.52, 0.51, 0.49, 0.50], [0.50, 0.51, 0.49, 0.50, 0.40]
+    runs = [FakeRun("A", s, values={"train/reward_mean": [a[s]] * 3}) for s in range(5)]
+    runs += [FakeRun("B", s, values={"train/reward_mean": [b[s]] * 3}) for s in range(5)]
+    runs.append(FakeRun("A", 5, status="FAILED", reason="TrainingDiverged: diverged at step 2: loss is nan (lr 0.5)"))
+    runs.append(FakeRun("B", 5, status="FAILED", job_id="B-4", values={"train/reward_mean": [0.1]}, reason="killed"))
+    claim = {
+        "id": "not_worse",
+        "statement": "A's reward is not lower than B's by more than 0.05.",
+        "metric": "train/reward_mean",
+        "contrast": {"arm": "A", "vs": "B"},
+        "direction": "increase",
+        "threshold": -0.05,
+    }
+    verdicts = {}
+    for how in ("default", "exclude"):
+        uri = f"sqlite:///{tmp_path}/{how}.db"
+        spec_claim = claim if how == "default" else {**claim, "failed": "exclude"}
+        write_sweep(
+            uri,
+            runs,
+            name=how,
+            sweep_id=how,
+            experiment=how,
+            spec={"name": how, "seeds": [*range(6)], "claims": [spec_claim]},
+        )
+        main(["claims", how, "--tracking-uri", uri])
+        verdicts[how] = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("not_worse:"))
+    # B's failed run is an earlier attempt of a job that finished (history): not counted
+    assert "failed runs 1 vs 0 (1 diverged), counted at the worst value 0.4" in verdicts["default"]
+    assert "INCONCLUSIVE" in verdicts["default"] and "n = 6 vs 5" in verdicts["default"]
+    assert "failed runs 1 vs 0 (1 diverged), excluded" in verdicts["exclude"]
+    assert "REPRODUCED" in verdicts["exclude"] and "n = 5 vs 5" in verdicts["exclude"]
+
+
 def test_verdicts_head_every_report_format(tmp_path):
     uri, out = f"sqlite:///{tmp_path}/m.db", tmp_path / "rep"
     _planted(uri, PLANTED)
@@ -166,11 +206,13 @@ def test_verdicts_head_every_report_format(tmp_path):
     md = (out / "report.md").read_text()
     assert md.index("## Claims") < md.index("## Arms") and "reproduced" in md and "contradicted" in md
     assert "planted-A-s0" in md  # the runs used are named
+    assert "“A makes responses longer.”" in md and "arXiv 2503.20783 (Figure 1)" in md  # the paper's words, and where
+    assert "harness, on arXiv 2503.14476" in md  # a claim without a quote is harness's own
     verdicts = json.loads((out / "report.json").read_text())["verdicts"]
     assert [v["verdict"] for v in verdicts] == ["reproduced", "contradicted", "inconclusive", "inconclusive"]
     assert verdicts[0]["n1"] == 5 and len(verdicts[0]["runs"]) == 10 and verdicts[3]["seeds_needed"] > 5
     html = (out / "report.html").read_text()
-    assert html.index("<h2>Claims</h2>") < html.index("<h2>Arms</h2>")
+    assert html.index("<h2>Claims</h2>") < html.index("<h2>Arms</h2>") and "A makes responses longer." in html
     assert "claims" in (out / "report.tex").read_text()
 
 
@@ -278,6 +320,29 @@ BAD = {
         "claims[0] (c).contrast.to",
         "not a level of objective.aggregation",
     ),
+    "several arms, no pool": (
+        {
+            "contrast": {
+                "arm": {"objective.aggregation": "seq_mean_token_mean"},
+                "vs": {"objective.aggregation": "constant"},
+            }
+        },
+        "claims[0] (c).contrast.arm",
+        "picks 2 arms",
+    ),
+    "pool, unbalanced": (
+        {
+            "contrast": {
+                "arm": {"objective.aggregation": "seq_mean_token_mean"},
+                "vs": {"objective.aggregation": "constant", "objective.advantage": "group_mean"},
+                "pool": True,
+            }
+        },
+        "claims[0] (c).contrast",
+        "do not pick the same combinations of the other settings (objective.advantage=group_std on one side only)",
+    ),
+    "quote without where": ({"quote": "It does."}, "claims[0]", "quote and where go together"),
+    "quote without paper": ({"quote": "It does.", "where": "Fig. 1", "paper": None}, "claims[0]", "needs the paper"),
     "at": ({"at": "best"}, "claims[0].at", "best is a selection"),
     "paper": ({"paper": "Dr. GRPO"}, "claims[0].paper", "not an arXiv id"),
     "both": (
@@ -311,6 +376,77 @@ def test_a_bad_claim_is_one_line_before_any_job(case, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(path) in err and key in err and problem in err, err
     assert not db.exists()
+
+
+def test_a_balanced_pooled_reference_is_accepted_and_is_the_main_effect(tmp_path):
+    """Pooled over the other switch, balanced: the contrast of the unweighted arm means, which in a 2×2 grid is the
+    switch's main effect, and unbalanced finished runs do not tilt it (a +100 effect of b, none of a, runs 2/5
+    against 5/2: pooling the runs would read −43)."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "ablations" / "dr_grpo_bias.yaml").read_text())
+    pooled = {
+        "arm": {"objective.aggregation": "seq_mean_token_mean"},
+        "vs": {"objective.aggregation": "constant"},
+        "pool": True,
+    }
+    spec.update(
+        base=str(ROOT / "ablations" / "toy_run.yaml"), claims=[_claim(contrast=pooled).model_dump(by_alias=True)]
+    )
+    path = tmp_path / "pooled.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    settings = {f"a={a} b={b}": {"a": a, "b": b} for a in "xy" for b in "uv"}
+    counts = {"a=y b=u": 2, "a=y b=v": 5, "a=x b=u": 5, "a=x b=v": 2}
+    rng = np.random.default_rng(0)
+    values = pd.DataFrame(
+        [
+            {"run_id": f"{arm}-{s}", "arm": arm, "seed": s, **st, "value": 100.0 * (st["b"] == "u") + rng.normal()}
+            for arm, st in settings.items()
+            for s in range(counts[arm])
+        ]
+    )
+    claim = _claim(contrast={"arm": {"a": "y"}, "vs": {"a": "x"}, "pool": True})
+    ev = evidence(claim, values, ["a", "b"], settings)
+    assert abs(ev["effect"]) < 3 and ev["mean1"] == pytest.approx(
+        values[values["a"] == "y"].groupby("arm")["value"].mean().mean()
+    )
+    runs = values.groupby("a")["value"].mean()
+    assert runs["y"] - runs["x"] == pytest.approx(-42.9, abs=3)  # what pooling the runs would have said
+    assert ev["p"] > 0.05 and ev["low"] < 0 < ev["high"]
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_dapo_progressive_cannot_pool_its_clip_high_arms(pool, tmp_path, capsys):
+    """{clip_high: 0.28} vs {clip_high: 0.2} in the cumulative DAPO sweep picks 4 arms against 2 that also differ in
+    overlong filtering, the loss and dynamic sampling: refused with or without pool, before any job."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "ablations" / "dapo_progressive.yaml").read_text())
+    contrast = {"arm": {"objective.clip_high": 0.28}, "vs": {"objective.clip_high": 0.2}, "pool": pool}
+    spec.update(
+        base=str(ROOT / "ablations" / "toy_run.yaml"), claims=[_claim(contrast=contrast).model_dump(by_alias=True)]
+    )
+    path = tmp_path / "dapo.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(path) in err and "claims[0] (c).contrast" in err
+    assert ("do not pick the same combinations" if pool else "picks 4 arms") in err, err
+
+
+def test_fold_needs_a_positive_reference():
+    claim = _claim(contrast={"arm": "A", "vs": "B", "fold": 2})
+    values = pd.DataFrame(
+        {"run_id": list("abcdef"), "arm": ["A"] * 3 + ["B"] * 3, "seed": [0, 1, 2] * 2,
+         "value": [0.05, 0.06, 0.04, -0.10, -0.11, -0.09]}
+    )  # fmt: skip
+    [v] = decide([claim], [evidence(claim, values, [], {"A": {}, "B": {}})])
+    assert v.verdict == "inconclusive" and v.reason == "no test" and "positive reference" in v.note, v.summary()
+    assert "ratio" not in v.summary()
+    positive = values.assign(value=values["value"].abs())
+    [v] = decide([claim], [evidence(claim, positive, [], {"A": {}, "B": {}})])
+    assert v.reason != "no test" and np.isfinite(v.p)
 
 
 def test_repeated_claim_ids_are_refused(tmp_path, capsys):

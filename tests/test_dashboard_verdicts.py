@@ -34,6 +34,8 @@ CLAIMS = [
         "id": "incorrect_length",
         "paper": "2503.20783",
         "statement": "GRPO's 1/|o_i| lengthens incorrect responses.",
+        "quote": "which artificially increases response length (especially for incorrect outputs)",
+        "where": "Abstract",
         "metric": M.LENGTH_INCORRECT_MEAN,
         "contrast": {
             "arm": {"objective.aggregation": "seq_mean_token_mean"},
@@ -111,6 +113,7 @@ def test_each_page_shows_the_verdicts_of_its_claims_with_holm_across_all(tmp_pat
     assert len(at.success) == 1 and not any("entropy_kept" in b for b in _boxes(at)), _boxes(at)
     shown = at.success[0].value
     assert "**REPRODUCED** · `incorrect_length`" in shown and "arxiv.org/abs/2503.20783" in shown
+    assert "Abstract" in shown and "especially for incorrect outputs" in shown  # the paper's words, and where
     every, alone = _judged(uri)
     v = every["incorrect_length"]
     assert v.verdict == "reproduced"

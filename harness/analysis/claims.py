@@ -11,7 +11,13 @@ effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's
   - "underpowered": it does not; the minimum detectable effect at this many seeds and the seeds a
     decisive sweep needs (for the smallest effect of interest, else the observed one) are given, planned
     at α/m (m claims: the level Holm's first step asks for), or
-  - "no test": too few runs, no variance, or empty cells (the note says which).
+  - "no test": too few runs, no variance, empty cells, or a `fold` against a reference that is not positive
+    (the note says which).
+
+Both kinds of contrast compare cell means (an arm, or a cell of the factorial grid, is a cell) with each cell's
+own variance and Welch–Satterthwaite df (`stats.cell_contrast`): a pooled side is the unweighted mean of its arms.
+Failed runs (a crash, a time-out, a divergence) of the arms a claim reads are counted per side; by the claim's
+`failed` they take the worst value among its finished runs, or are left out, and the verdict says which.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from harness.analysis.values import run_values
 from harness.runs.reader import Sweep, sweep_spec_text
 from harness.runs.sweep_data import SweepData
 from harness.spec.at import At
-from harness.spec.claims import Claim, canonical, check_unique, picks
+from harness.spec.claims import Claim, Difference, canonical, check_unique, picks
 
 POWER = 0.8
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
@@ -64,18 +70,40 @@ class Verdict:
     note: str = ""
     runs: list[str] = field(default_factory=list)
     """The runs used, as 'run name (run id)'."""
+    failed1: int = 0
+    """Failed runs on the claimed side (of jobs with no finished run)."""
+    failed2: int = 0
+    diverged1: int = 0
+    """Of `failed1`, those that diverged (non-finite loss, gradient or parameters)."""
+    diverged2: int = 0
+    failed_value: float = np.nan
+    """The worst value the failed runs were counted at (NaN: they were left out)."""
+
+    def failed_text(self) -> str:
+        """E.g. 'failed runs 1 vs 0 (1 diverged), counted at the worst value 0.12'; '' when none failed."""
+        if not self.failed1 + self.failed2:
+            return ""
+        diverged = self.diverged1 + self.diverged2
+        how = (
+            f"counted at the worst value {self.failed_value:.4g}"
+            if not np.isnan(self.failed_value)
+            else "excluded"
+            + ("" if self.claim.failed_as == "exclude" else " (no finished run to take a worst value from)")
+        )
+        return (
+            f"failed runs {self.failed1} vs {self.failed2}"
+            + (f" ({diverged} diverged)" if diverged else "")
+            + f", {how}"
+        )
 
     def summary(self) -> str:
         """One line: the verdict, the effect with CI and p-values, n, and for inconclusive ones why."""
         c = self.claim
         head = f"{c.id}: {self.verdict.upper()}"
         if np.isnan(self.effect):
-            return f"{head} (no test: {self.note or 'no runs'})"
-        fold = (
-            ""
-            if c.contrast.fold == 1 or np.isnan(self.mean2) or self.mean2 == 0
-            else f"; ratio {self.mean1 / self.mean2:.3g}×"
-        )
+            failed = self.failed_text()
+            return f"{head} (no test: {self.note or 'no runs'})" + (f"; {failed}" if failed else "")
+        fold = "" if c.contrast.fold == 1 or not self.mean2 > 0 else f"; ratio {self.mean1 / self.mean2:.3g}×"
         ci = f", 95% CI {self.low:+.4g} to {self.high:+.4g}" if not np.isnan(self.low) else ""
         p = f"; p = {self.p:.3g}, Holm p = {self.p_holm:.3g}" if not np.isnan(self.p) else ""
         out = (
@@ -92,59 +120,121 @@ class Verdict:
             )
         elif self.reason == "no test":
             out += f" (no test: {self.note})"
-        return out
+        failed = self.failed_text()
+        return out + (f"; {failed}" if failed else "")
 
 
 def claim_values(data: SweepData, claim: Claim) -> pd.DataFrame:
-    """One value per finished run (run_id, arm, seed, the varying settings, value); a ratio claim's value is
-    the numerator's over the denominator's, each read at the claim's `at` (runs where it is undefined left out)."""
+    """One value per finished run (run_id, arm, seed, the varying settings, value); a ratio (difference) claim's
+    value is the first metric's over (minus) the second's, each read at the claim's `at` (runs where either is
+    undefined left out)."""
     at = At.parse(claim.at, key=f"claims ({claim.id}).at")
     first, *rest = claim.metrics
     values = run_values(data, first, at)
     if rest:
-        den = run_values(data, rest[0], at).set_index("run_id")["value"]
-        values = values.assign(value=values["value"] / values["run_id"].map(den))
+        other = values["run_id"].map(run_values(data, rest[0], at).set_index("run_id")["value"])
+        combine = np.subtract if isinstance(claim.metric, Difference) else np.divide
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = values.assign(value=combine(values["value"].to_numpy(float), other.to_numpy(float)))
         values = values[np.isfinite(values["value"].to_numpy(float))]
     return values.reset_index(drop=True)
 
 
 def evidence(
-    claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings: dict[str, dict], alpha: float = 0.05
+    claim: Claim,
+    values: pd.DataFrame,
+    varying: list[str],
+    arm_settings: dict[str, dict],
+    alpha: float = 0.05,
+    failed: pd.DataFrame | None = None,
 ) -> dict:
-    """The claim's effect, CI, p (against its threshold), sizes and runs, from one value per run.
+    """The claim's effect, CI, p (against its threshold), sizes, runs and failed runs per side, from one value per
+    finished run (run_id, arm, seed, the varying settings, value).
 
-    `arm_settings`: each arm's label → its dotted settings (as text), for arm/vs references."""
+    `arm_settings`: each arm's label → its dotted settings (as text), for arm/vs references; `failed`: the sweep's
+    failed runs (run_id, arm, seed, the varying settings, diverged), counted by the claim's `failed`."""
     c = claim.contrast
+    sides = _sides(claim, values, varying, arm_settings)
+    if isinstance(sides, str):
+        return {"note": sides, "rows": values.iloc[:0]}
+    out = _failed(claim, values, failed, sides)
+    imputed = out.pop("imputed")
+    if len(imputed):
+        values = pd.concat([values, imputed], ignore_index=True)
     if c.effect is not None:
-        if c.effect not in varying:
-            return {"note": f"{c.effect} does not vary among the finished runs", "rows": values.iloc[:0]}
-        level, base = (_level(values[c.effect], v) for v in (c.to, c.from_))
-        if level is None or base is None:
-            return {
-                "note": f"no finished run has {c.effect} = {c.to if level is None else c.from_}",
-                "rows": values.iloc[:0],
-            }
+        level, base = sides
         factors = stats.distinct_factors(values, varying, first=c.effect)
         res = stats.main_effect(values, factors, c.effect, level, base, null=claim.threshold, alpha=alpha)
         at, ref = values[c.effect].astype(str) == level, values[c.effect].astype(str) == base
         res.update(n1=res.pop("n"), n2=res.pop("n_base"))
         rows = values.loc[at | ref]
         cells = rows.groupby(factors, observed=True).size()
-        res["seeds"] = int(cells.min()) if len(cells) else 0
         res["mean1"], res["mean2"] = values.loc[at, "value"].mean(), values.loc[ref, "value"].mean()
     else:
-        arms = {
-            name: {lab for lab, s in arm_settings.items() if picks(ref, lab, s)}
-            for name, ref in (("arm", c.arm), ("vs", c.vs))
-        }
-        a, b = (values[values["arm"].isin(arms[n])] for n in ("arm", "vs"))
-        res = stats.contrast(a["value"], b["value"], fold=c.fold, null=claim.threshold, alpha=alpha)
-        counts = pd.concat([a, b]).groupby("arm").size()
-        res["seeds"] = int(counts.min()) if len(counts) else 0
-        res["mean1"], res["mean2"] = a["value"].mean(), b["value"].mean()
-        rows = pd.concat([a, b])
-    res["rows"] = rows
-    return res
+        arm, vs = sides
+        groups = [values.loc[values["arm"] == lab, "value"] for lab in arm + vs]
+        weights = [1 / len(arm)] * len(arm) + [-c.fold / len(vs)] * len(vs)
+        res = stats.cell_contrast(groups, weights, null=claim.threshold, alpha=alpha)
+        res["mean1"], res["mean2"] = (_mean_of_means(values, side) for side in (arm, vs))
+        res["n1"], res["n2"] = (int(values["arm"].isin(side).sum()) for side in (arm, vs))
+        rows = values[values["arm"].isin(arm + vs)]
+        cells = rows.groupby("arm").size()
+        if c.fold != 1 and not res["mean2"] > 0:
+            res.update(p=np.nan, low=np.nan, high=np.nan, se=np.nan, df=np.nan)
+            res["note"] = (
+                f"fold {c.fold:g} needs a positive reference, and mean(vs) = {res['mean2']:.4g}: "
+                "'at least fold times as large' reads the other way below zero"
+            )
+    res["seeds"] = int(cells.min()) if len(cells) else 0
+    return {**res, **out, "rows": rows}
+
+
+def _sides(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings: dict[str, dict]):
+    """(level, base) of a main effect as logged, or ([arms], [vs arms]); a note (str) when they cannot be had."""
+    c = claim.contrast
+    if c.effect is None:
+        sides = tuple(
+            [lab for lab, s in arm_settings.items() if picks(ref, lab, s)] or ([ref] if isinstance(ref, str) else [])
+            for ref in (c.arm, c.vs)
+        )
+        return sides if all(sides) else "no arm of the sweep matches " + ("arm" if not sides[0] else "vs")
+    if c.effect not in varying:
+        return f"{c.effect} does not vary among the finished runs"
+    level, base = (_level(values[c.effect], v) for v in (c.to, c.from_))
+    if level is None or base is None:
+        return f"no finished run has {c.effect} = {c.to if level is None else c.from_}"
+    return level, base
+
+
+def _mean_of_means(values: pd.DataFrame, arms: list[str]) -> float:
+    means = values[values["arm"].isin(arms)].groupby("arm")["value"].mean()
+    return float(means.mean()) if len(means) else np.nan
+
+
+def _failed(claim: Claim, values: pd.DataFrame, failed: pd.DataFrame | None, sides) -> dict:
+    """The failed runs on each side and, where the claim counts them at the worst value, their rows to add."""
+    out = {"failed1": 0, "failed2": 0, "diverged1": 0, "diverged2": 0, "failed_value": np.nan, "imputed": []}
+    if failed is None or failed.empty:
+        return out
+    c, parts = claim.contrast, []
+    for i, side in enumerate(sides, 1):
+        if c.effect is not None:
+            mine = (
+                failed[failed[c.effect].astype(str).map(canonical) == canonical(side)]
+                if c.effect in failed
+                else failed.iloc[:0]
+            )
+        else:
+            mine = failed[failed["arm"].isin(side)]
+        out[f"failed{i}"], out[f"diverged{i}"] = len(mine), int(mine["diverged"].sum())
+        parts.append(mine)
+    mine = pd.concat(parts)
+    if mine.empty or claim.failed_as == "exclude" or values.empty:
+        return out
+    worst = float(values["value"].min() if claim.direction == "increase" else values["value"].max())
+    out["failed_value"] = worst
+    out["imputed"] = mine.drop(columns="diverged").assign(value=worst)
+    return out
 
 
 def _level(column: pd.Series, wanted) -> str | None:
@@ -153,6 +243,12 @@ def _level(column: pd.Series, wanted) -> str | None:
         if canonical(level) == canonical(wanted):
             return level
     return None
+
+
+_CARRIED = (
+    "effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds",
+    "failed1", "failed2", "diverged1", "diverged2", "failed_value",
+)  # fmt: skip
 
 
 def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power: float = POWER) -> list[Verdict]:
@@ -164,7 +260,7 @@ def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power
         v = Verdict(
             claim,
             "inconclusive",
-            **{k: e[k] for k in ("effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds") if k in e},
+            **{k: e[k] for k in _CARRIED if k in e},
         )
         v.p_holm, v.note = float(ph), e.get("note", "")
         names = e["rows"]["run_name"] if "run_name" in e["rows"] else e["rows"]["run_id"]
@@ -207,6 +303,11 @@ def gather(
     seed, ...) restricts the runs, e.g. to the seeds of one look of a sequential sweep."""
     settings = _arm_settings(data)
     names = data.runs.set_index("run_id")["run_name"] if "run_name" in data.runs else None
+    failed = failed_runs(data, settings)
+    if keep is not None and not failed.empty:
+        failed = failed[keep(failed)]
+    if names is not None:
+        failed = failed.assign(run_name=failed["run_id"].map(names))
     found = []
     for claim in claims:
         values = claim_values(data, claim)
@@ -214,8 +315,32 @@ def gather(
             values = values[keep(values)].reset_index(drop=True)
         if names is not None:
             values = values.assign(run_name=values["run_id"].map(names))
-        found.append(evidence(claim, values, data.varying, settings, alpha))
+        found.append(evidence(claim, values, data.varying, settings, alpha, failed))
     return found
+
+
+def failed_runs(data: SweepData, settings: dict[str, dict] | None = None) -> pd.DataFrame:
+    """The failed runs of jobs that never finished (`SweepData.jobs`): run_id, arm, seed, the varying settings
+    (as logged, else the arm's), diverged."""
+    cols = ["run_id", "arm", "seed", *data.varying]
+    runs = data.runs.set_index("run_id")
+    settings = _arm_settings(data) if settings is None else settings
+    rows = []
+    for f in data.jobs.failed_runs:
+        logged = runs.loc[f.run_id] if f.run_id in runs.index else pd.Series(dtype=object)
+        rows.append(
+            {
+                "run_id": f.run_id,
+                "arm": f.arm,
+                "seed": f.seed,
+                **{
+                    k: logged.get(k) if pd.notna(logged.get(k)) else settings.get(f.arm, {}).get(k)
+                    for k in data.varying
+                },
+                "diverged": f.diverged,
+            }
+        )
+    return pd.DataFrame(rows, columns=[*cols, "diverged"])
 
 
 def _arm_settings(data: SweepData) -> dict[str, dict]:

@@ -292,8 +292,8 @@ def cell_contrast(cells: list, weights: list[float], *, null: float = 0.0, alpha
     Why not the pooled within-cell variance: RL seeds spread very differently from cell to cell (one arm's seeds
     diverge, another's agree to a token), and a pooled variance then understates the SE of a contrast that leans
     on a noisy cell (at 3 seeds per cell and SDs 30/7/7/7 a nominal 5% test rejects a true null 9.8% of the time;
-    this test 6.2%: Satterthwaite's df is slightly liberal at 2 df per cell, and exact to within Monte-Carlo error
-    from 5 seeds per cell on).
+    this test 6.1%: Satterthwaite's df is slightly liberal at 2 df per cell, and within about half a point of α
+    from 5 seeds per cell on; tests/test_unequal_variances.py).
 
     NaN (with `note`) where it cannot be had: a weighted cell with no value (no estimate), a weighted cell with
     one value (no variance estimate for it: the estimate, no CI or p), or no variance in any weighted cell.

@@ -40,7 +40,8 @@ def why(v: Verdict) -> str:
 
 
 def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
-    """One row per claim: the verdict first (with why, for an inconclusive one), then what it rests on."""
+    """One row per claim: the verdict first (with why, for an inconclusive one), then what it rests on: the
+    paper (with where the quote is), the contrast and its result, the failed runs per side, the paper's words."""
     rows = []
     for v in verdicts:
         c, reason = v.claim, why(v)
@@ -58,6 +59,8 @@ def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
                 "p": pval(v.p),
                 "p (Holm)": pval(v.p_holm),
                 "n": f"{v.n1} vs {v.n2}",
+                "failed runs": v.failed_text() or "none",
+                "quote": f"“{c.quote}”" if c.quote else "— (harness's own claim)",
             }
         )
     return rows

@@ -36,6 +36,11 @@ class FailedRun:
     def line(self) -> str:
         return f"{job_label(self.arm, self.seed)} (run {self.run_id}): {self.reason or 'no reason recorded'}"
 
+    @property
+    def diverged(self) -> bool:
+        """Whether the run diverged (the trainer's TrainingDiverged: non-finite loss, gradient or parameters)."""
+        return "diverged at step" in self.reason
+
 
 @dataclass(frozen=True)
 class Jobs:

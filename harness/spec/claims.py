@@ -9,12 +9,18 @@
         contrast: {effect: objective.aggregation, from: constant, to: seq_mean_token_mean}
         direction: increase
         min_effect: 5                                # optional: the smallest effect worth caring about
+        quote: "... the lengths of incorrect responses keep increasing ..."   # the paper's words
+        where: Section 3.1, Figure 5                 # where in the paper they are
 
 A contrast is a switch's main effect in the factorial model (`effect`, `from`, `to`), or one set of runs
 against another (`arm`, `vs`): each an arm's label or the settings that pick arms, e.g.
-`{objective.clip_high: 0.28}`. With `fold: k` an arm contrast is about mean(arm) − k·mean(vs) ("at least
-k times"). The claim is that the effect is above (`increase`) or below (`decrease`) `threshold` (default 0):
-a "not worse by more than m" claim is `increase` with `threshold: -m`. How claims are judged: harness.analysis.claims.
+`{objective.clip_high: 0.28}`: settings that pick several arms must say `pool: true`, and then pick the same
+combinations of the other settings on both sides. With `fold: k` an arm contrast is about mean(arm) − k·mean(vs)
+("at least k times"; it needs a positive reference). The claim is that the effect is above (`increase`) or below
+(`decrease`) `threshold` (default 0): a "not worse by more than m" claim is `increase` with `threshold: -m`.
+
+A claim with `quote` and `where` is the paper's; one without is harness's own (about the paper, if it names one).
+How claims are judged: harness.analysis.claims.
 """
 
 from __future__ import annotations
@@ -39,8 +45,18 @@ class Ratio(BaseModel):
 
     model_config = _STRICT
 
-    ratio: tuple[str, str]
+    ratio: list[str] = Field(min_length=2, max_length=2)
     """[numerator metric, denominator metric]."""
+
+
+class Difference(BaseModel):
+    """A derived metric: first − second, each read at the claim's `at` (e.g. how much longer incorrect responses
+    are than correct ones); a main effect on it is the effect on the first minus the effect on the second."""
+
+    model_config = _STRICT
+
+    difference: list[str] = Field(min_length=2, max_length=2)
+    """[minuend metric, subtrahend metric]."""
 
 
 class Contrast(BaseModel):
@@ -59,13 +75,18 @@ class Contrast(BaseModel):
     vs: ArmRef | None = None
     """The runs they are compared with."""
     fold: float = Field(1.0, gt=0)
-    """arm vs arm only: the effect is mean(arm) − fold·mean(vs) ("at least fold times as large")."""
+    """arm vs arm only: the effect is mean(arm) − fold·mean(vs) ("at least fold times as large"); a reference whose
+    mean is not positive makes the claim inconclusive (no test), since the ratio then reads the other way."""
+    pool: bool = False
+    """arm vs arm only: settings that pick several arms on a side pool them, as the unweighted mean of their arms'
+    means; both sides must then pick the same combinations of the sweep's other varying settings (checked before
+    any job), so that nothing else differs between the sides."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Contrast:
         if self.effect is not None:
-            if self.arm is not None or self.vs is not None or self.fold != 1.0:
-                raise ValueError("give either effect/from/to or arm/vs (with fold), not both")
+            if self.arm is not None or self.vs is not None or self.fold != 1.0 or self.pool:
+                raise ValueError("give either effect/from/to or arm/vs (with fold, pool), not both")
             if self.to is None or self.from_ is None:
                 raise ValueError("effect needs `from` and `to`: the reference level and the claimed one")
         elif self.arm is None or self.vs is None:
@@ -76,7 +97,8 @@ class Contrast(BaseModel):
         if self.effect is not None:
             return f"{self.effect}: {self.from_} → {self.to}"
         arm, vs = (_ref_text(r) for r in (self.arm, self.vs))
-        return f"{arm} vs {'' if self.fold == 1 else f'{self.fold:g} × '}{vs}"
+        pooled = " (pooled)" if self.pool else ""
+        return f"{arm} vs {'' if self.fold == 1 else f'{self.fold:g} × '}{vs}{pooled}"
 
 
 def _ref_text(ref: ArmRef) -> str:
@@ -94,8 +116,8 @@ class Claim(BaseModel):
     """The claim in one sentence."""
     paper: str | None = None
     """The paper's arXiv id, e.g. 2503.20783; none for a claim of harness's own (e.g. that two engines agree)."""
-    metric: str | Ratio
-    """A logged metric (trainer.metric_names), or {ratio: [numerator, denominator]}."""
+    metric: str | Ratio | Difference
+    """A logged metric (trainer.metric_names), {ratio: [numerator, denominator]} or {difference: [first, second]}."""
     at: str = "last-10"
     """Where each run's value is read: final, last-K, step N or auc (as `harness report --at`)."""
     contrast: Contrast
@@ -106,6 +128,15 @@ class Claim(BaseModel):
     min_effect: float | None = Field(None, gt=0)
     """The smallest effect of interest: an inconclusive claim whose CI lies within threshold ± this is "a small
     effect" rather than "underpowered"; it also sets the seeds a decisive sweep needs."""
+    failed: Literal["worst", "exclude"] | None = None
+    """How a failed (or diverged) run of an arm the claim reads counts: `worst` gives it the worst value among the
+    claim's finished runs (the lowest for an increase claim, the highest for a decrease one), `exclude` leaves it
+    out; either way the verdict shows the failed runs per side. Unset: `worst` for a "not worse by m" claim
+    (a method that fails more often must not look safer), `exclude` otherwise."""
+    quote: str | None = Field(None, min_length=1)
+    """The paper's own sentence the claim tests (with `where`); a claim without it is harness's own."""
+    where: str | None = Field(None, min_length=1)
+    """Where in the paper the quote is: section, figure or table."""
     planning_sd: float | None = Field(None, gt=0)
     """A guess of the spread of one run's value across seeds within an arm, used only to plan a sequential
     sweep (`harness sweep --dry-run --until-decided`) before any run exists; the runs' own spread replaces it."""
@@ -117,9 +148,33 @@ class Claim(BaseModel):
             raise ValueError(f"{paper!r} is not an arXiv id such as 2503.20783")
         return paper
 
+    @model_validator(mode="after")
+    def _quoted(self) -> Claim:
+        if (self.quote is None) != (self.where is None):
+            raise ValueError("quote and where go together: the paper's sentence and where it is")
+        if self.quote is not None and self.paper is None:
+            raise ValueError("a quote needs the paper it is from (paper: its arXiv id)")
+        return self
+
+    @property
+    def own(self) -> bool:
+        """Whether the claim is harness's own (no quote from its paper)."""
+        return self.quote is None
+
     def source(self) -> str:
-        """Where the claim comes from: `arXiv <id>`, or `harness` for a claim of harness's own."""
-        return f"arXiv {self.paper}" if self.paper else "harness"
+        """Where the claim comes from: `arXiv <id> (where)` for the paper's, `harness` or `harness, on arXiv <id>`
+        for harness's own."""
+        if not self.own:
+            return f"arXiv {self.paper} ({self.where})"
+        return f"harness, on arXiv {self.paper}" if self.paper else "harness"
+
+    @property
+    def failed_as(self) -> str:
+        """How failed runs count (`failed`, or its default for this claim)."""
+        if self.failed is not None:
+            return self.failed
+        not_worse = self.threshold < 0 if self.direction == "increase" else self.threshold > 0
+        return "worst" if not_worse else "exclude"
 
     @field_validator("at")
     @classmethod
@@ -134,8 +189,8 @@ class Claim(BaseModel):
 
     @field_validator("metric")
     @classmethod
-    def _metric(cls, metric: str | Ratio) -> str | Ratio:
-        for name in metric.ratio if isinstance(metric, Ratio) else (metric,):
+    def _metric(cls, metric: str | Ratio | Difference) -> str | Ratio | Difference:
+        for name in (metric,) if isinstance(metric, str) else _pair(metric):
             if not M.is_known(name):
                 raise ValueError(
                     f"unknown metric {name!r} (see trainer/metric_names.py: e.g. {M.ENTROPY}, "
@@ -146,14 +201,18 @@ class Claim(BaseModel):
     @property
     def metrics(self) -> tuple[str, ...]:
         """The logged metrics the claim reads."""
-        return tuple(self.metric.ratio) if isinstance(self.metric, Ratio) else (self.metric,)
+        return (self.metric,) if isinstance(self.metric, str) else _pair(self.metric)
 
     def metric_text(self) -> str:
-        return " / ".join(self.metrics)
+        return (" − " if isinstance(self.metric, Difference) else " / ").join(self.metrics)
 
     def expectation(self) -> str:
         """The claim in symbols, e.g. 'effect > 0' or 'effect < 5'."""
         return f"effect {'>' if self.direction == 'increase' else '<'} {self.threshold:g}"
+
+
+def _pair(metric: Ratio | Difference) -> tuple[str, str]:
+    return tuple(metric.ratio if isinstance(metric, Ratio) else metric.difference)
 
 
 def check_unique(claims: list[Claim]) -> list[Claim]:
@@ -214,6 +273,49 @@ def check_claims(
                 raise ConfigError(f"{key}.{name}: {_ref_text(ref)!r} matches no arm (arms: {'; '.join(arms)})")
         if sides["arm"] & sides["vs"]:
             raise ConfigError(f"{key}: arm and vs both pick {'; '.join(sorted(sides['arm'] & sides['vs']))}")
+        _check_pool(key, c, sides, arms)
+
+
+def _check_pool(key: str, c: Contrast, sides: dict[str, set[str]], arms: dict[str, dict[str, Any]]) -> None:
+    """A side that picks several arms must say `pool: true`, and pooled sides must cover the same combinations of
+    the other varying settings (all but those the two references set to different values, and those that move in
+    lockstep with them): otherwise the pooled means differ in those settings too, and their effects leak into the
+    contrast."""
+    several = {name: sorted(picked) for name, picked in sides.items() if len(picked) > 1}
+    if several and not c.pool:
+        name, picked = next(iter(several.items()))
+        raise ConfigError(
+            f"{key}.{name}: {_ref_text(getattr(c, name))!r} picks {len(picked)} arms ({'; '.join(picked)}): name "
+            "one arm, or say pool: true to compare the unweighted means of each side's arms"
+        )
+    if not c.pool:
+        return
+    refs = [ref if isinstance(ref, dict) else {} for ref in (c.arm, c.vs)]
+    named = {k for k in refs[0].keys() & refs[1].keys() if canonical(refs[0][k]) != canonical(refs[1][k])}
+    picked = sides["arm"] | sides["vs"]
+    varying = [
+        k
+        for k in dict.fromkeys(k for a in arms.values() for k in a)
+        if len({canonical(a.get(k)) for a in arms.values()}) > 1
+    ]
+    others = [k for k in varying if k not in named and not any(_lockstep(arms, picked, k, n) for n in named)]
+
+    def combos(name: str) -> set[tuple[str, ...]]:
+        return {tuple(canonical(arms[a].get(k)) for k in others) for a in sides[name]}
+
+    if combos("arm") != combos("vs"):
+        only = sorted(combos("arm") ^ combos("vs"))
+        shown = "; ".join(", ".join(f"{k}={v}" for k, v in zip(others, combo)) for combo in only[:4])
+        raise ConfigError(
+            f"{key}: pool: the two sides do not pick the same combinations of the other settings ({shown} on one "
+            "side only), so a pooled contrast would mix their effects into this one"
+        )
+
+
+def _lockstep(arms: dict[str, dict[str, Any]], picked: set[str], a: str, b: str) -> bool:
+    """Whether settings a and b move together over the picked arms (each value of one comes with one of the other)."""
+    pairs = {(canonical(arms[x].get(a)), canonical(arms[x].get(b))) for x in picked}
+    return len({p[0] for p in pairs}) == len(pairs) == len({p[1] for p in pairs})
 
 
 def claim_arms(claim: Claim, arms: dict[str, dict[str, Any]]) -> set[str]:
