@@ -1,7 +1,8 @@
 """Cost of logging one training step's metrics (~35) to a SQLite MLflow store.
 
 Compares RunTracker's buffered `log_batch` (default flush_every=10, and flush every step) with
-one `MlflowClient.log_metric` call per metric, the pattern GUIDE §6 measured as ~170x slower.
+one `MlflowClient.log_metric` call per metric (one HTTP/SQL round trip each: ~170x slower in an earlier
+measurement on this kind of machine).
 Prints a table and writes results/benchmarks/tracking_overhead.json.
 
     python benchmarks/tracking_overhead.py [--steps 200] [--per-metric-steps 20]
@@ -25,7 +26,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from harness.runs.writer import RunTracker, prepare_store  # noqa: E402
 from trainer import metric_names  # noqa: E402
 
-# The per-step contract (GUIDE §3) plus task metrics to make ~35 a step.
+# Every metric a training step logs (trainer/metric_names.py) plus task metrics to make ~35 a step.
 NAMES = list(metric_names.TRAINING) + [metric_names.task_metric(f"extra_{i}") for i in range(9)]
 
 

@@ -28,4 +28,6 @@ def test_metrics_names_and_length_split():
     assert m["eval/gsm8k/accuracy"] == 0.5 and m["eval/gsm8k/length_correct_mean"] == 10.0
     assert m["eval/gsm8k/length_incorrect_mean"] == 30.0 and m["eval/gsm8k/k"] == 2.0
     only_wrong = metrics("aime24", Scored(np.array([[False]]), np.array([[5.0]]), [[None]]))
-    assert "eval/aime24/length_correct_mean" not in only_wrong  # undefined: not logged (GUIDE §3)
+    assert (
+        "eval/aime24/length_correct_mean" not in only_wrong
+    )  # undefined: not logged (a length split with no such response is undefined)

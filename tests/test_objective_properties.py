@@ -123,7 +123,7 @@ def test_fully_masked_micro_batch_adds_nothing_and_keeps_its_count(mode):
 
 
 def test_micro_batch_counts_are_the_pitfall():
-    """Dividing by each micro-batch's own token count (GUIDE §2 pitfall) changes the loss,
+    """Dividing by each micro-batch's own token count (a pitfall seen in other frameworks) changes the loss,
     so the invariance test above can fail."""
     s = ObjectiveSettings.preset("dapo", max_len=16, overlong_cache_len=4)
     logits, tokens, mask, old_logp, ref_logp, adv = _batch(1)

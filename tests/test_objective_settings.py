@@ -1,4 +1,5 @@
-"""The settings object: presets as GUIDE §2 tabulates them, and errors that name the field."""
+"""The settings object: the presets (grpo, dr_grpo, dapo, gspo) as their papers define them, and errors
+that name the field."""
 
 import inspect
 import re

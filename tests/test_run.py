@@ -38,7 +38,7 @@ def test_run_logs_everything(tmp_path, tiny_run_overrides):
     for tag in ("sweep_id", "arm", "config_hash", "seed", "git_commit"):
         assert tag in run.data.tags
     assert run.data.tags["config_hash"] == cfg.config_hash and run.data.tags["seed"] == "0"
-    # every GUIDE §3 training metric at every step (length splits only when defined)
+    # every training metric of trainer/metric_names.py at every step (length splits only when defined)
     for key in M.TRAINING:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         if key in (M.LENGTH_CORRECT_MEAN, M.LENGTH_INCORRECT_MEAN):

@@ -4,7 +4,7 @@ and the sequential design under the null, simulated vectorised through the formu
 
 The SD patterns are real cells (incorrect length and entropy of harness's and TRL's GRPO and Dr. GRPO in
 `ablations/engines.yaml`) and one noisy cell among quiet ones. Welch–Satterthwaite's df is slightly liberal when
-a cell has few seeds: from 100 000 simulations each, its sizes at nominal 5% are 5.3%, 6.2% and 6.0% for the
+a cell has few seeds: from 100 000 simulations each, its sizes at nominal 5% are 5.3%, 6.1% and 6.0% for the
 three patterns at 3 seeds per cell (5.3%, 5.6%, 5.3% at 5), and the sequential design's 5.6–5.8%; the
 pooled-variance test it replaced rejected 8.5%, 9.8% and 13.4%. No small-sample correction tried did better
 without a large loss of power (Aspin–Welch's series: up to 6.7%; a parametric bootstrap: 9%; the generalized
