@@ -9,9 +9,10 @@ The procedure (one home for it; the sweep loop and the report only call it):
   |Z| at each look spends α(t_k) − α(t_{k−1}) given the looks before, for the canonical joint law
   corr(Z_i, Z_j) = √(t_i/t_j) (Jennison & Turnbull 2000, Group Sequential Methods, ch. 7). No maintained Python
   library computes these; scipy's multivariate-normal CDF does the integration, the rest is below.
-- **Unknown variance.** A claim's statistic is the fixed design's t (harness.analysis.claims.evidence: Welch's
-  test or the factorial cell-means contrast, against the claim's threshold), mapped to the normal scale by its
-  p-value, z = Φ⁻¹(F_t(t; df)) (the significance-level approach, Jennison & Turnbull §3.8).
+- **Unknown variance.** A claim's statistic is the fixed design's t (harness.analysis.claims.evidence: a contrast
+  of cell means with each cell's own variance and Welch–Satterthwaite df, against the claim's threshold), mapped
+  to the normal scale by its p-value, z = Φ⁻¹(F_t(t; df)) (the significance-level approach, Jennison & Turnbull
+  §3.8). Its null error rate with unequal cell variances is simulated in tests/test_unequal_variances.py.
 - **Decisions.** Efficacy: |z| crosses the boundary → reproduced (on the claimed side) or contradicted.
   Small effect: the repeated confidence interval (effect ± t-quantile at the look's nominal level × SE; its
   coverage holds at every look at once, Jennison & Turnbull ch. 9) lies within threshold ± the claim's smallest
