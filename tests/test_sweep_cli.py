@@ -123,6 +123,27 @@ def test_the_pointer_names_the_store_only_where_it_is_not_the_default(claimed_sw
     )
 
 
+def test_the_main_job_rerun_on_its_finished_store_prints_its_verdicts_and_trains_nothing(tmp_path, tiny_run_overrides):
+    """`harness sweep ablations/dr_grpo_bias.yaml` itself (its 4 arms and 5 claims; 2 seeds of 2 tiny steps here):
+    a rerun on the finished store trains nothing and ends with the same verdict table."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    argv = ["sweep", str(ABLATIONS / "dr_grpo_bias.yaml"), "--seeds", "0-1", "--tracking-uri", uri]
+    argv += [x for item in [*tiny_run_overrides, "train.steps=2"] for x in ("--set", item)]
+    code, first, _ = _main(argv)
+    assert code == 0, first
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("dr_grpo_bias").experiment_id
+    runs = {r.info.run_id for r in client.search_runs([experiment])}
+    code, again, _ = _main(argv)
+    assert code == 0 and {r.info.run_id for r in client.search_runs([experiment])} == runs  # nothing trained
+    assert "dr_grpo_bias: claims (α = 0.05, Holm across 5)" in again
+    for claim in ("incorrect_length", "incorrect_more_than_correct", "std_not_length", "accuracy_maintained"):
+        assert any(line.startswith(f"{claim}: ") for line in again.splitlines()), claim
+    table = again[again.index("dr_grpo_bias: claims") :]
+    assert table == first[first.index("dr_grpo_bias: claims") :]  # the same verdicts, judged on the same runs
+    assert "harness report" in again.splitlines()[-1]
+
+
 def test_no_claims_ends_after_the_jobs(claimed_sweep):
     path, uri, _ = claimed_sweep
     code, out, _ = _main(["sweep", str(path), "--no-claims", "--tracking-uri", uri])
