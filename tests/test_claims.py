@@ -197,6 +197,9 @@ def test_a_failed_run_counts_by_the_claim_and_the_verdict_says_so(tmp_path, caps
     assert "INCONCLUSIVE" in verdicts["default"] and "n = 6 vs 5" in verdicts["default"]
     assert "failed runs 1 vs 0 (1 diverged), excluded" in verdicts["exclude"]
     assert "REPRODUCED" in verdicts["exclude"] and "n = 5 vs 5" in verdicts["exclude"]
+    out = tmp_path / "report"
+    assert main(["report", "default", "--tracking-uri", f"sqlite:///{tmp_path}/default.db", "--out", str(out)]) == 0
+    assert "failed runs 1 vs 0 (1 diverged), counted at the worst value 0.4" in (out / "report.md").read_text()
 
 
 def test_verdicts_head_every_report_format(tmp_path):

@@ -245,3 +245,15 @@ def test_tables_get_a_settings_column_only_when_a_label_changes(shown):
         "arm",
         *(["settings"] if shown["a"] != "a" else ["v"]),
     ]
+
+
+def test_a_verdict_box_says_how_failed_runs_counted():
+    from dashboard.verdicts import body
+    from harness.analysis.claims import Verdict
+    from harness.analysis.verdict_table import verdict_rows
+    from harness.spec.claims import Claim
+
+    claim = Claim.model_validate({**CLAIMS[0], "threshold": -5.0})  # a not-worse claim: worst value by default
+    v = Verdict(claim, "inconclusive", effect=1.0, failed1=1, diverged1=1, failed_value=40.0)
+    assert "Failed runs 1 vs 0 (1 diverged), counted at the worst value 40" in body(v, verdict_rows([v])[0])
+    assert "Failed" not in body(Verdict(claim, "inconclusive"), verdict_rows([Verdict(claim, "inconclusive")])[0])
