@@ -417,6 +417,9 @@ def test_a_balanced_pooled_reference_is_accepted_and_is_the_main_effect(tmp_path
     runs = values.groupby("a")["value"].mean()
     assert runs["y"] - runs["x"] == pytest.approx(-42.9, abs=3)  # what pooling the runs would have said
     assert ev["p"] > 0.05 and ev["low"] < 0 < ev["high"]
+    # a claim logged before `pool` existed (never checked against its sweep) is not pooled silently
+    unpooled = evidence(_claim(contrast={"arm": {"a": "y"}, "vs": {"a": "x"}}), values, ["a", "b"], settings)
+    assert "picks 2 arms; say pool: true" in unpooled["note"] and "p" not in unpooled
 
 
 @pytest.mark.parametrize("pool", [False, True])

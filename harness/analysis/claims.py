@@ -197,7 +197,12 @@ def _sides(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings:
             [lab for lab, s in arm_settings.items() if picks(ref, lab, s)] or ([ref] if isinstance(ref, str) else [])
             for ref in (c.arm, c.vs)
         )
-        return sides if all(sides) else "no arm of the sweep matches " + ("arm" if not sides[0] else "vs")
+        if not all(sides):
+            return "no arm of the sweep matches " + ("arm" if not sides[0] else "vs")
+        several = [name for name, side in zip(("arm", "vs"), sides) if len(side) > 1]
+        if several and not c.pool:  # a claim logged before `pool` existed: never pool it silently
+            return f"{several[0]} picks {len(sides[0 if several[0] == 'arm' else 1])} arms; say pool: true to pool them"
+        return sides
     if c.effect not in varying:
         return f"{c.effect} does not vary among the finished runs"
     level, base = (_level(values[c.effect], v) for v in (c.to, c.from_))
