@@ -329,7 +329,7 @@ def _findings(r: Report) -> list[str]:
                 why = e.note if isinstance(e.note, str) and e.note else "fewer than 2 finished runs at a level: no test"
                 out.append(f"{head} on {e.metric}: {why}.")
                 continue
-            how = "factorial-model t-test" if not np.isnan(e.model_p) else "Welch"
+            how = "cell-means t-test (Welch–Satterthwaite df)" if not np.isnan(e.model_p) else "Welch"
             out.append(
                 f"{head} changes {e.metric} by {e.effect:+.4g} "
                 f"(95% CI {e.test_low:+.4g} to {e.test_high:+.4g}; {how} p = {e.test_p:.3g}, "

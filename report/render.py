@@ -6,6 +6,7 @@ import hashlib
 import html
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -475,11 +476,23 @@ _TEX = {
     "<": r"$<$",
     "α": r"$\alpha$",
     "–": "--",
+    "−": r"$-$",
+    ">": r"$>$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "·": r"$\cdot$",
+    "…": r"\ldots{}",
+    "“": "``",
+    "”": "''",
+    "‘": "`",
+    "’": "'",
 }
 
 
 def tex(text: object) -> str:
-    return "".join(_TEX.get(ch, ch) for ch in str(text))
+    """Text for a LaTeX table (T1 fonts): specials escaped, the symbols harness writes as math, any other character
+    beyond Latin-1 written as its Unicode name rather than left to stop the compile."""
+    return "".join(_TEX.get(ch, ch if ord(ch) < 256 else f"[{unicodedata.name(ch, hex(ord(ch)))}]") for ch in str(text))
 
 
 def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:

@@ -450,3 +450,12 @@ def test_empty_cell_is_reported_with_its_reason(tmp_path):
     assert r.effects["test_p"].isna().all() and r.effects["p_holm"].isna().all()
     assert any("empty cells" in w and "x=1, y=1" in w for w in r.warnings), r.warnings
     assert any(f.startswith("x: 0 → 1") and "no estimate: empty cells x=1, y=1" in f for f in r.findings), r.findings
+
+
+def test_latex_text_is_plain_for_t1_fonts():
+    from report.render import tex
+
+    out = tex("incorrect − correct ≥ 5 · “quoted” → ε_high")
+    assert all(ord(ch) < 256 for ch in out), out
+    assert r"$-$" in out and r"$\geq$" in out and "``quoted''" in out and r"$\to$" in out
+    assert "[GREEK SMALL LETTER EPSILON]" in out and r"\_high" in out  # named, not left to stop the compile
