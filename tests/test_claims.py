@@ -168,6 +168,7 @@ def test_a_failed_run_counts_by_the_claim_and_the_verdict_says_so(tmp_path, caps
     a, b = [0.50, 0.52, 0.51, 0.49, 0.50], [0.50, 0.51, 0.49, 0.50, 0.40]
     runs = [FakeRun("A", s, values={"train/reward_mean": [a[s]] * 3}) for s in range(5)]
     runs += [FakeRun("B", s, values={"train/reward_mean": [b[s]] * 3}) for s in range(5)]
+    runs.append(FakeRun("A", 5, status="FAILED", start=-40, reason="timed out after 3 s"))  # then retried:
     runs.append(FakeRun("A", 5, status="FAILED", reason="TrainingDiverged: diverged at step 2: loss is nan (lr 0.5)"))
     runs.append(FakeRun("B", 5, status="FAILED", job_id="B-4", values={"train/reward_mean": [0.1]}, reason="killed"))
     claim = {
@@ -192,7 +193,8 @@ def test_a_failed_run_counts_by_the_claim_and_the_verdict_says_so(tmp_path, caps
         )
         main(["claims", how, "--tracking-uri", uri])
         verdicts[how] = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("not_worse:"))
-    # B's failed run is an earlier attempt of a job that finished (history): not counted
+    # A's job failed twice (a retry): one job, counted once, as its latest run; B's failed run is an earlier attempt
+    # of a job that finished (history): not counted
     assert "failed runs 1 vs 0 (1 diverged), counted at the worst value 0.4" in verdicts["default"]
     assert "INCONCLUSIVE" in verdicts["default"] and "n = 6 vs 5" in verdicts["default"]
     assert "failed runs 1 vs 0 (1 diverged), excluded" in verdicts["exclude"]

@@ -324,28 +324,20 @@ def gather(
     return found
 
 
-def failed_runs(data: SweepData, settings: dict[str, dict] | None = None) -> pd.DataFrame:
-    """The failed runs of jobs that never finished (`SweepData.jobs`): run_id, arm, seed, the varying settings
-    (as logged, else the arm's), diverged."""
-    cols = ["run_id", "arm", "seed", *data.varying]
+def failed_runs(data: SweepData, settings: dict[str, dict]) -> pd.DataFrame:
+    """One row per job that never finished and has failed (`SweepData.jobs`), its latest failed run: run_id, arm,
+    seed, the varying settings (as logged, else the arm's in `settings`), diverged. A job retried and failed again
+    is one job: counted once."""
     runs = data.runs.set_index("run_id")
-    settings = _arm_settings(data) if settings is None else settings
+    latest = {(f.arm, f.seed): f for f in data.jobs.failed_runs}  # listed oldest first
     rows = []
-    for f in data.jobs.failed_runs:
+    for f in latest.values():
         logged = runs.loc[f.run_id] if f.run_id in runs.index else pd.Series(dtype=object)
-        rows.append(
-            {
-                "run_id": f.run_id,
-                "arm": f.arm,
-                "seed": f.seed,
-                **{
-                    k: logged.get(k) if pd.notna(logged.get(k)) else settings.get(f.arm, {}).get(k)
-                    for k in data.varying
-                },
-                "diverged": f.diverged,
-            }
-        )
-    return pd.DataFrame(rows, columns=[*cols, "diverged"])
+        setting = {
+            k: logged.get(k) if pd.notna(logged.get(k)) else settings.get(f.arm, {}).get(k) for k in data.varying
+        }
+        rows.append({"run_id": f.run_id, "arm": f.arm, "seed": f.seed, **setting, "diverged": f.diverged})
+    return pd.DataFrame(rows, columns=["run_id", "arm", "seed", *data.varying, "diverged"])
 
 
 def _arm_settings(data: SweepData) -> dict[str, dict]:
