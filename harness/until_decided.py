@@ -223,8 +223,11 @@ def planning(s: Sequential, tracking_uri: str) -> tuple[list[dict], dict[str, tu
 
 
 def _per_seed_factor(claim: Claim, settings: dict[str, dict]) -> float:
-    """SE at one seed per arm over one run's SD: √(1/k₁ + fold²/k₂), k the arms (cells) on each side."""
+    """SE at one seed per arm over one run's SD: √(1/k₁ + fold²/k₂), k the arms (cells) on each side (1 for a
+    `since` claim, tested in each arm on its own)."""
     c = claim.contrast
+    if c.since is not None:
+        return 1.0  # each arm on its own: one run's SD
     if c.effect is not None:
         cells = claim_arms(claim, settings)
         one = {label for label in cells if canonical(settings[label][c.effect]) == canonical(c.to)}

@@ -355,6 +355,9 @@ BAD = {
         "claims[0].contrast",
         "not both",
     ),
+    "since with arms": ({"contrast": {"since": "first-10", "arm": "x", "vs": "y"}}, "claims[0].contrast", "since"),
+    "since best": ({"contrast": {"since": "best"}}, "claims[0].contrast", "since: best is a selection"),
+    "since typo": ({"contrast": {"since": "start"}}, "claims[0].contrast", "first-K"),
 }
 
 
@@ -455,6 +458,74 @@ def test_fold_needs_a_positive_reference():
     positive = values.assign(value=values["value"].abs())
     [v] = decide([claim], [evidence(claim, positive, [], {"A": {}, "B": {}})])
     assert v.reason != "no test" and np.isfinite(v.p)
+
+
+# ---- each arm against its own start (`since`) --------------------------------------------------------------------
+
+
+def test_since_is_tested_in_every_arm_and_rests_on_the_weakest():
+    """Intersection-union: every arm's change by a one-sample t-test (scipy by hand); the claim's p is the largest
+    while every arm is on the claimed side, and an arm clearly on the other side decides it the other way."""
+    claim = _claim(contrast={"since": "first-10"}, metric="train/reward_mean")
+    changes = {"A": [0.10, 0.12, 0.08, 0.11], "B": [0.02, 0.05, 0.01, 0.04], "C": [0.20, 0.18, 0.25, 0.22]}
+
+    def frame(changes):
+        rows = [(f"{arm}{i}", arm, i, v) for arm, vs in changes.items() for i, v in enumerate(vs)]
+        return pd.DataFrame(rows, columns=["run_id", "arm", "seed", "value"])
+
+    settings = {arm: {} for arm in changes}
+    e = evidence(claim, frame(changes), [], settings)
+    ps = {arm: sps.ttest_1samp(vs, 0.0).pvalue for arm, vs in changes.items()}
+    assert e["p"] == pytest.approx(max(ps.values())) and e["effect"] == pytest.approx(np.mean(changes["B"]))
+    assert [a.arm for a in e["per_arm"]] == ["B", "A", "C"]  # the deciding arm first
+    assert [a.p for a in e["per_arm"]] == pytest.approx([ps["B"], ps["A"], ps["C"]])
+    [v] = decide([claim], [e])
+    assert v.verdict == "reproduced" and v.n_text() == "4/4/4 runs in 3 arms", v.summary()
+    assert "by arm: B +0.03" in v.summary()
+
+    flat = {**changes, "B": [0.02, -0.03, 0.01, 0.0]}  # B unmoved: the claim cannot hold for every arm
+    [v] = decide([claim], [evidence(claim, frame(flat), [], settings)])
+    assert v.verdict == "inconclusive" and v.p == pytest.approx(sps.ttest_1samp(flat["B"], 0.0).pvalue)
+
+    falls = {**changes, "C": [-0.20, -0.18, -0.25, -0.22]}  # C falls clearly: contradicted, on C's evidence
+    [v] = decide([claim], [evidence(claim, frame(falls), [], settings)])
+    assert v.verdict == "contradicted" and v.per_arm[0].arm == "C" and v.effect == pytest.approx(-0.2125)
+
+    lone = {**changes, "D": [0.3]}  # an arm with one run has no test: nothing can be said of every arm
+    [v] = decide([claim], [evidence(claim, frame(lone), [], {**settings, "D": {}})])
+    assert v.verdict == "inconclusive" and v.reason == "no test" and "arm D" in v.note, v.summary()
+
+
+def test_since_reads_each_runs_change_from_a_real_store(tmp_path, capsys):
+    """Through MLflow: reward curves whose last-2 minus first-2 is known, and a FAILED run of arm B that counts at
+    the worst change (failed: worst)."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    rises = {0: [0.40, 0.42, 0.50, 0.58, 0.60], 1: [0.30, 0.34, 0.45, 0.52, 0.50], 2: [0.45, 0.45, 0.50, 0.65, 0.61]}
+    runs = [FakeRun("A", seed, values={"train/reward_mean": curve}) for seed, curve in rises.items()]
+    later = {seed: [*c[:3], *(y + 0.02 * seed for y in c[3:])] for seed, c in rises.items()}  # B: A's, later higher
+    runs += [FakeRun("B", seed, values={"train/reward_mean": curve}) for seed, curve in later.items()]
+    runs.append(FakeRun("B", 3, status="FAILED", values={"train/reward_mean": [0.4]}))
+    claim = {
+        "id": "learns",
+        "statement": "Training raises reward in every arm.",
+        "metric": "train/reward_mean",
+        "at": "last-2",
+        "contrast": {"since": "first-2"},
+        "direction": "increase",
+        "failed": "worst",
+    }
+    write_sweep(uri, runs, name="learn", sweep_id="learn", experiment="learn",
+                spec={"name": "learn", "seeds": [0, 1, 2, 3], "claims": [claim]})  # fmt: skip
+    assert main(["claims", "learn", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    change_a = [np.mean(c[-2:]) - np.mean(c[:2]) for c in rises.values()]  # 0.18, 0.165, 0.18
+    change_b = [a + 0.02 * seed for seed, a in enumerate(change_a)]
+    worst = min(change_a + change_b)  # the failed run of B counts at the lowest change seen
+    p_b = sps.ttest_1samp(change_b + [worst], 0.0).pvalue
+    p_a = sps.ttest_1samp(change_a, 0.0).pvalue
+    line = next(x for x in out.splitlines() if x.startswith("learns:"))
+    assert "REPRODUCED" in line and ("3/4 runs in 2 arms" in line or "4/3 runs in 2 arms" in line), line
+    assert f"p = {max(p_a, p_b):.3g}" in line and "failed runs 1 vs 0" in line, line
 
 
 def test_repeated_claim_ids_are_refused(tmp_path, capsys):

@@ -111,6 +111,7 @@ def _data(uri):
 def test_at_parsing_and_values(store):
     assert At.parse("last-10") == At("last", k=10) and At.parse("step 7") == At("step", n=7)
     assert At.parse("final").kind == "final" and At.parse("best").kind == "best"
+    assert At.parse("first-10") == At("first", k=10)
     data = _data(store)
     last5 = run_values(data, "train/length_incorrect_mean", At.parse("last-5"))
     row = last5[(last5["arm"] == "advantage=group_std aggregation=constant") & (last5["seed"] == 1)].iloc[0]
@@ -126,6 +127,7 @@ def test_a_runs_value_by_hand():
     assert At.parse("final").value(steps, ys) == 5.0
     assert At.parse("last-2").value(steps, ys) == 4.0
     assert At.parse("last-9").value(steps, ys) == 3.0
+    assert At.parse("first-2").value(steps, ys) == 2.0 and At.parse("first-9").value(steps, ys) == 3.0
     assert At.parse("best").value(steps, ys) == 5.0
     assert At.parse("best").value(steps, ys, larger_is_better=False) == 1.0
     assert At.parse("step 4").value(steps, ys) == 3.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import numpy as np
@@ -74,8 +75,18 @@ def test_build_below_the_quality_bar_fails_loudly_and_caches_nothing(tmp_path):
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp dir left
 
 
-@pytest.mark.parametrize(("accuracy", "fails"), [(0.899, True), (0.9, False), (0.97, False), (float("nan"), True)])
-def test_quality_bar_is_clean_accuracy_at_least_the_bar(accuracy, fails):
+@pytest.mark.parametrize(
+    ("accuracy", "high", "fails"),
+    [
+        (0.899, None, "below"),
+        (0.9, None, ""),
+        (0.97, None, ""),
+        (float("nan"), None, "below"),
+        (0.95, 0.95, ""),
+        (0.951, 0.95, "above model.toy.max_clean_accuracy = 0.95"),
+    ],
+)
+def test_quality_band_is_clean_accuracy_between_floor_and_ceiling(accuracy, high, fails):
     evaluation = toy.ToyEval(
         accuracy_clean=accuracy,
         accuracy_hidden=0.1,
@@ -85,9 +96,9 @@ def test_quality_bar_is_clean_accuracy_at_least_the_bar(accuracy, fails):
         filler_blocks={},
         n=256,
     )
-    config = TINY.model_copy(update={"min_clean_accuracy": 0.9})
+    config = TINY.model_copy(update={"min_clean_accuracy": 0.9, "max_clean_accuracy": high})
     if fails:
-        with pytest.raises(toy.ToyBuildTooWeak, match="n=256"):
+        with pytest.raises(toy.ToyBuildTooWeak, match=f"n=256.*{re.escape(fails)}"):
             toy.check_quality(config, evaluation, "abc")
     else:
         toy.check_quality(config, evaluation, "abc")
@@ -233,7 +244,7 @@ class _ScriptedModel:
 
 def test_sampled_accuracy_counts_by_hand():
     tokenizer = build_char_tokenizer(CHARS)
-    task = ToyAdditionTask(TINY.task.model_copy(update={"hide_prob": 0.0}))
+    task = ToyAdditionTask(TINY.task.model_copy(update={"hide_prob": 0.0, "slip_prob": None}))  # right traces
     groups = task.sample_groups(np.random.default_rng(3), 3, 1)  # sampled_accuracy draws the same prompts
     trace = [toy_trace(task, g) for g in groups]
     ids = [tokenizer.convert_tokens_to_ids(list(t)) for t in trace]

@@ -119,6 +119,47 @@ def test_trace_format_example():
     assert hidden == f"7+8=15,{guess}+6={guess + 7:02d}?4+0={4 + (guess + 7) // 10:02d},>{457 - 50 + 10 * guess + 68}!"
 
 
+def _columns(trace: str) -> list[tuple[int, int, int]]:
+    """(a, b, written sum) of each column of a trace, units first."""
+    body = trace.split(">")[0]
+    cols = [c for c in body.replace("?", ",").split(",") if c]
+    return [(int(c[0]), int(c[2]), int(c[4:6])) for c in cols]
+
+
+def test_a_slipping_tutor_writes_one_off_sums_and_follows_them_to_a_wrong_answer():
+    config = ToyAdditionConfig(slip_prob=0.1, hide_prob=0.0)
+    columns = slipped = wrong = 0
+    for task, group, i, trace in _traces(config, seed=3, n=1500):
+        carry, answer, slips = 0, 0, 0
+        cols = _columns(trace)
+        for place, (a, b, written) in enumerate(cols):
+            assert abs(written - (a + b + carry)) <= 1 and 0 <= written <= 19, trace  # one off at most
+            slips += written != a + b + carry
+            answer += (written % 10) * 10**place
+            carry = written // 10  # the next column follows what was written, not the truth
+        answer += carry * 10 ** len(cols)
+        assert trace.split(">")[1].split(";")[0] == str(answer), trace  # consistent with the written columns
+        assert task.grade(group, i, trace).correct == (slips == 0), trace
+        columns, slipped, wrong = columns + len(cols), slipped + slips, wrong + (slips > 0)
+    # 6000 traces, ~18,500 columns: a slip rate of 0.1 per column has SE ~0.002
+    assert abs(slipped / columns - 0.1) < 0.008, slipped / columns
+    # one minus E[0.9^columns] over the columns' count (the longer operand: 1, 2, 3, 4 digits w.p. 1, 3, 5, 7 / 16)
+    expected = 1 - (0.9 + 3 * 0.9**2 + 5 * 0.9**3 + 7 * 0.9**4) / 16
+    assert abs(wrong / 6000 - expected) < 0.02, (wrong / 6000, expected)
+
+
+def test_a_slip_at_the_ends_of_the_range_moves_inward():
+    from trainer.tasks.toy_addition import _slip
+
+    rng = np.random.default_rng(0)
+    assert {_slip(0, 0.999, rng) for _ in range(50)} == {1}  # seeded: the slip is drawn in each of these calls
+    assert {_slip(19, 0.999, rng) for _ in range(50)} == {18}
+    assert {_slip(7, 0.999, rng) for _ in range(200)} == {6, 8}
+    state = np.random.default_rng(5)
+    _slip(7, None, state)
+    assert state.random() == np.random.default_rng(5).random()  # no slip_prob: no number drawn
+
+
 def test_guessed_answer_closes_with_a_mark_the_grader_accepts():
     group = Group(
         problem_id="457+68",
@@ -293,10 +334,12 @@ def test_unset_peaks_leave_the_default_toy_as_it_was():
         "filler_block_len",
         "max_filler_blocks",
     }
-    # the cache key hashes 64 SFT traces: unchanged means the default traces draw the same numbers as before
-    # (the default build of 2026-11-25: one build thread, SFT in 4 length buckets)
-    assert config_hash(ToyModelConfig()) == "0de836eccb3ef03c"
-    assert config_hash(ToyModelConfig(task=PEAKED)) != "0de836eccb3ef03c"
+    # the cache key hashes 64 SFT traces: unchanged means the toy without slips draws the same numbers as before
+    # (the default build of 2026-11-25: one build thread, SFT in 4 length buckets, no ceiling)
+    before = ToyModelConfig(task=DEFAULT, min_clean_accuracy=0.9, max_clean_accuracy=None)
+    assert config_hash(before) == "0de836eccb3ef03c"
+    assert config_hash(before.model_copy(update={"task": PEAKED})) != "0de836eccb3ef03c"
+    assert config_hash(ToyModelConfig()) == "815c506b2d1fda13"  # the slipping tutor, from 2026-11-26
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
 """A sweep's claims judged on its runs: reproduced, contradicted or inconclusive, with the evidence.
 
 Each claim says its effect lies above (increase) or below (decrease) a threshold. The effect is a switch's
-main effect in the factorial cell-means model, or mean(arm) − fold·mean(vs) by Welch's test; its p tests
-effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's claims. Then:
+main effect in the factorial cell-means model, or mean(arm) − fold·mean(vs) by Welch's test, or (`since`) each
+arm's mean change over its runs by a one-sample t-test, the claim resting on its weakest arm (an
+intersection-union test: the largest p while every arm is on the claimed side, else the arm that is most clearly
+on the other); its p tests effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's claims.
+Then:
 
 - reproduced: Holm p < α and the effect is on the claimed side of the threshold;
 - contradicted: Holm p < α on the other side;
@@ -39,6 +42,23 @@ from harness.spec.claims import Claim, Difference, canonical, check_unique, pick
 
 POWER = 0.8
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
+
+
+@dataclass(frozen=True)
+class ArmChange:
+    """One arm's change from a `since` claim's start to its `at`: the mean over its runs, 95% CI, p against the
+    claim's threshold."""
+
+    arm: str
+    effect: float
+    low: float
+    high: float
+    p: float
+    n: int
+
+    def text(self) -> str:
+        ci = f" [{self.low:+.3g}, {self.high:+.3g}]" if not np.isnan(self.low) else ""
+        return f"{self.arm} {self.effect:+.3g}{ci} (p {self.p:.3g}, n {self.n})"
 
 
 @dataclass
@@ -78,6 +98,18 @@ class Verdict:
     diverged2: int = 0
     failed_value: float = np.nan
     """The worst value the failed runs were counted at (NaN: they were left out)."""
+    per_arm: list[ArmChange] = field(default_factory=list)
+    """A `since` claim: each arm's change and test; the effect, CI and p above are its deciding arm's."""
+
+    def n_text(self) -> str:
+        """The runs the test rests on: 'n1 vs n2', or for a `since` claim the runs of each arm."""
+        if self.claim.contrast.since is None:
+            return f"{self.n1} vs {self.n2}"
+        return f"{'/'.join(str(a.n) for a in self.per_arm) or 0} runs in {len(self.per_arm)} arms"
+
+    def arms_text(self) -> str:
+        """A `since` claim's arms, the deciding one first: 'label +0.1 (p 0.003)', ...; '' for other claims."""
+        return "; ".join(a.text() for a in self.per_arm)
 
     def failed_text(self) -> str:
         """E.g. 'failed runs 1 vs 0 (1 diverged), counted at the worst value 0.12'; '' when none failed."""
@@ -108,8 +140,10 @@ class Verdict:
         p = f"; p = {self.p:.3g}, Holm p = {self.p_holm:.3g}" if not np.isnan(self.p) else ""
         out = (
             f"{head}: {c.metric_text()} {c.contrast.describe()} = {self.effect:+.4g}{ci}{fold} (claimed "
-            f"{c.expectation()}){p}; n = {self.n1} vs {self.n2}"
+            f"{c.expectation()}){p}; n = {self.n_text()}"
         )
+        if self.per_arm:
+            out += f"; by arm: {self.arms_text()}"
         if self.reason == "small effect":
             out += f"; the CI lies within {c.threshold:g} ± {c.min_effect:g}: a small effect"
         elif self.reason == "underpowered":
@@ -131,6 +165,11 @@ def claim_values(data: SweepData, claim: Claim) -> pd.DataFrame:
     at = At.parse(claim.at, key=f"claims ({claim.id}).at")
     first, *rest = claim.metrics
     values = run_values(data, first, at)
+    if claim.contrast.since is not None:  # each run's change from its start (the metric at `since`)
+        since = At.parse(claim.contrast.since, key=f"claims ({claim.id}).contrast.since")
+        start = values["run_id"].map(run_values(data, first, since).set_index("run_id")["value"])
+        values = values.assign(value=values["value"].to_numpy(float) - start.to_numpy(float))
+        return values[np.isfinite(values["value"].to_numpy(float))].reset_index(drop=True)
     if rest:
         other = values["run_id"].map(run_values(data, rest[0], at).set_index("run_id")["value"])
         combine = np.subtract if isinstance(claim.metric, Difference) else np.divide
@@ -161,7 +200,12 @@ def evidence(
     imputed = out.pop("imputed")
     if len(imputed):
         values = pd.concat([values, imputed], ignore_index=True)
-    if c.effect is not None:
+    if c.since is not None:
+        arms, _ = sides
+        res = _weakest_arm(claim, values, arms, alpha)
+        rows = values[values["arm"].isin(arms)]
+        cells = rows.groupby("arm").size()
+    elif c.effect is not None:
         level, base = sides
         factors = stats.distinct_factors(values, varying, first=c.effect)
         res = stats.main_effect(values, factors, c.effect, level, base, null=claim.threshold, alpha=alpha)
@@ -192,6 +236,9 @@ def evidence(
 def _sides(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings: dict[str, dict]):
     """(level, base) of a main effect as logged, or ([arms], [vs arms]); a note (str) when they cannot be had."""
     c = claim.contrast
+    if c.since is not None:
+        arms = sorted(set(arm_settings) | set(values["arm"]))  # an arm whose every run failed is still one
+        return (arms, []) if arms else "no run of the sweep has a value at both ends"
     if c.effect is None:
         sides = tuple(
             [lab for lab, s in arm_settings.items() if picks(ref, lab, s)] or ([ref] if isinstance(ref, str) else [])
@@ -209,6 +256,33 @@ def _sides(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings:
     if level is None or base is None:
         return f"no finished run has {c.effect} = {c.to if level is None else c.from_}"
     return level, base
+
+
+def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: float) -> dict:
+    """A `since` claim's evidence: each arm's one-sample test against the threshold; the claim's effect, CI and p
+    are those of its deciding arm (the largest p while every arm is on the claimed side, else the arm most clearly on
+    the other side), and `per_arm` lists every arm, the deciding one first."""
+    sign = 1 if claim.direction == "increase" else -1
+    tests = {arm: stats.cell_contrast([values.loc[values["arm"] == arm, "value"]], [1.0], null=claim.threshold,
+                                      alpha=alpha) for arm in arms}  # fmt: skip
+    untested = [arm for arm, t in tests.items() if np.isnan(t["p"])]
+    wrong = [arm for arm, t in tests.items() if arm not in untested and sign * (t["effect"] - claim.threshold) <= 0]
+    if wrong:
+        deciding = min(wrong, key=lambda arm: tests[arm]["p"])
+    elif untested:
+        deciding = untested[0]
+    else:
+        deciding = max(arms, key=lambda arm: tests[arm]["p"])
+    res = dict(tests[deciding])
+    if untested and not wrong:
+        res["note"] = f"arm {deciding}: {tests[deciding]['note'] or 'no test'}; every arm needs a test"
+    counts = values["arm"].value_counts()
+    changes = [
+        ArmChange(arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], int(counts[arm]))
+        for arm in [deciding, *(a for a in arms if a != deciding)]
+    ]
+    res.update(per_arm=changes, mean1=res["effect"], mean2=np.nan, n1=int(counts[deciding]), n2=0)
+    return res
 
 
 def _mean_of_means(values: pd.DataFrame, arms: list[str]) -> float:
@@ -252,7 +326,7 @@ def _level(column: pd.Series, wanted) -> str | None:
 
 _CARRIED = (
     "effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds",
-    "failed1", "failed2", "diverged1", "diverged2", "failed_value",
+    "failed1", "failed2", "diverged1", "diverged2", "failed_value", "per_arm",
 )  # fmt: skip
 
 

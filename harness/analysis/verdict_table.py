@@ -58,8 +58,9 @@ def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
                 "95% CI": ci(v.low, v.high, True),
                 "p": pval(v.p),
                 "p (Holm)": pval(v.p_holm),
-                "n": f"{v.n1} vs {v.n2}",
+                "n": v.n_text(),
                 "failed runs": v.failed_text() or "none",
+                "by arm": v.arms_text() or "—",
                 "quote": f"“{c.quote}”" if c.quote else "— (harness's own claim)",
             }
         )

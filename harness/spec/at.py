@@ -1,4 +1,4 @@
-"""Where on a run's curve its one value is read: final, last-K, step N, best or auc (the vocabulary of
+"""Where on a run's curve its one value is read: final, last-K, first-K, step N, best or auc (the vocabulary of
 `harness report --at` and of a claim's `at:`)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from harness.spec.yaml_io import ConfigError
 
-_AT = re.compile(r"^(final|best|auc|last-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
-CHOICES = "final, last-K (e.g. last-10), step N, auc, best"
+_AT = re.compile(r"^(final|best|auc|(?P<end>last|first)-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
+CHOICES = "final, last-K (e.g. last-10), first-K, step N, auc, best"
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,8 @@ class At:
     """Which point of each run's curve is its value."""
 
     kind: str
-    """final (last logged value), last (mean of the last k logged values), step (value at step n), best (max),
+    """final (last logged value), last (mean of the last k logged values), first (mean of the first k), step (value
+    at step n), best (max),
     auc (the area under the curve over the logged steps divided by their span: the curve's mean over training)."""
     k: int = 0
     n: int = 0
@@ -30,7 +31,7 @@ class At:
         if not m:
             raise ConfigError(f"{key}: {text!r} is not one of {CHOICES}")
         if m.group("k"):
-            return cls("last", k=int(m.group("k")))
+            return cls(m.group("end"), k=int(m.group("k")))
         if m.group("n") is not None:
             return cls("step", n=int(m.group("n")))
         return cls(m.group(1))
@@ -45,9 +46,9 @@ class At:
         ys = [v for _, v in points]
         if self.kind == "final":
             return ys[-1]
-        if self.kind == "last":
-            tail = ys[-self.k :]
-            return math.fsum(tail) / len(tail)
+        if self.kind in ("last", "first"):
+            part = ys[-self.k :] if self.kind == "last" else ys[: self.k]
+            return math.fsum(part) / len(part)
         if self.kind == "best":
             return max(ys) if larger_is_better else min(ys)
         if self.kind == "step":
@@ -63,6 +64,7 @@ class At:
         return {
             "final": "the last logged value of each run",
             "last": f"the mean of each run's last {self.k} logged values",
+            "first": f"the mean of each run's first {self.k} logged values",
             "step": f"each run's value at step {self.n}",
             "auc": "each run's area under the curve divided by its step span (its mean over training)",
             "best": "each run's best (largest) value over training — optimistic, a selection on the test curve",

@@ -12,8 +12,10 @@
         quote: "... the lengths of incorrect responses keep increasing ..."   # the paper's words
         where: Section 3.1, Figure 5                 # where in the paper they are
 
-A contrast is a switch's main effect in the factorial model (`effect`, `from`, `to`), or one set of runs
-against another (`arm`, `vs`): each an arm's label or the settings that pick arms, e.g.
+A contrast is a switch's main effect in the factorial model (`effect`, `from`, `to`), one set of runs
+against another (`arm`, `vs`), or each arm against its own start (`since: first-10`: every run's value at `at`
+minus its value at `since`, claimed in every arm; e.g. that training raises reward). Arm references are an arm's
+label or the settings that pick arms, e.g.
 `{objective.clip_high: 0.28}`: settings that pick several arms must say `pool: true`, and then pick the same
 combinations of the other settings on both sides. With `fold: k` an arm contrast is about mean(arm) − k·mean(vs)
 ("at least k times"; it needs a positive reference). The claim is that the effect is above (`increase`) or below
@@ -77,6 +79,11 @@ class Contrast(BaseModel):
     fold: float = Field(1.0, gt=0)
     """arm vs arm only: the effect is mean(arm) − fold·mean(vs) ("at least fold times as large"); a reference whose
     mean is not positive makes the claim inconclusive (no test), since the ratio then reads the other way."""
+    since: str | None = None
+    """Each arm against its own start: every run's value at the claim's `at` minus its value here (first-K, step N;
+    as `at`), tested in each arm on its own (one-sample t). The claim holds only if it holds in every arm: its p is
+    the largest of the arms' (an intersection-union test, exact at α with no correction), and an arm significant
+    the other way contradicts it."""
     pool: bool = False
     """arm vs arm only: settings that pick several arms on a side pool them, as the unweighted mean of their arms'
     means; both sides must then pick the same combinations of the sweep's other varying settings (checked before
@@ -84,7 +91,16 @@ class Contrast(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Contrast:
-        if self.effect is not None:
+        if self.since is not None:
+            if self.effect is not None or self.arm is not None or self.vs is not None or self.fold != 1.0 or self.pool:
+                raise ValueError("since compares each arm with its own start: give it without effect or arm/vs")
+            try:
+                kind = At.parse(self.since, key="since").kind
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+            if kind == "best":
+                raise ValueError("since: best is a selection on the curve; use first-K or step N")
+        elif self.effect is not None:
             if self.arm is not None or self.vs is not None or self.fold != 1.0 or self.pool:
                 raise ValueError("give either effect/from/to or arm/vs (with fold, pool), not both")
             if self.to is None or self.from_ is None:
@@ -94,6 +110,8 @@ class Contrast(BaseModel):
         return self
 
     def describe(self) -> str:
+        if self.since is not None:
+            return f"change since {self.since}, in every arm"
         if self.effect is not None:
             return f"{self.effect}: {self.from_} → {self.to}"
         arm, vs = (_ref_text(r) for r in (self.arm, self.vs))
@@ -250,6 +268,8 @@ def check_claims(
     `arms`: each arm's label → its resolved dotted settings; `levels`: each switch the grid varies → its values."""
     for i, claim in enumerate(claims):
         key, c = f"{where}: claims[{i}] ({claim.id}).contrast", claim.contrast
+        if c.since is not None:
+            continue  # every arm of the sweep is one
         if c.effect is not None:
             if c.effect not in levels:
                 raise ConfigError(
@@ -320,8 +340,10 @@ def _lockstep(arms: dict[str, dict[str, Any]], picked: set[str], a: str, b: str)
 
 def claim_arms(claim: Claim, arms: dict[str, dict[str, Any]]) -> set[str]:
     """The arms (labels) a claim's contrast reads: for a main effect every cell at its `from` or `to` level, for
-    arm/vs the arms each side picks. `arms`: each arm's label → its resolved dotted settings."""
+    arm/vs the arms each side picks, for since every arm. `arms`: each arm's label → its resolved dotted settings."""
     c = claim.contrast
+    if c.since is not None:
+        return set(arms)
     if c.effect is not None:
         wanted = {canonical(c.from_), canonical(c.to)}
         return {label for label, s in arms.items() if c.effect in s and canonical(s[c.effect]) in wanted}

@@ -126,21 +126,26 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Pa
 
 
 class ToyBuildTooWeak(RuntimeError):
-    """The build's sampled quality is below the config's bar (nothing was cached)."""
+    """The build's sampled quality is outside the config's band (nothing was cached)."""
 
 
 def check_quality(config: ToyModelConfig, evaluation: ToyEval, hash_: str) -> None:
-    """Raise ToyBuildTooWeak, with the figures, when clean accuracy is below `config.min_clean_accuracy`.
-
-    A clean accuracy of nan (no clean prompt drawn) cannot show the bar is met, so it fails too."""
-    accuracy = evaluation.accuracy_clean
-    if not accuracy >= config.min_clean_accuracy:
-        raise ToyBuildTooWeak(
-            f"toy build {hash_}: sampled accuracy on clean prompts is {accuracy:.3f} "
-            f"(the clean ones among n={evaluation.n} sampled prompts), "
-            f"below model.toy.min_clean_accuracy = {config.min_clean_accuracy}; "
-            "nothing was cached (train longer with model.toy.sft_steps, or lower the bar knowingly)"
-        )
+    """Raise ToyBuildTooWeak, with the figures, when clean accuracy is outside the band `min_clean_accuracy` to
+    `max_clean_accuracy`. A clean accuracy of nan (no clean prompt drawn) cannot show it is in the band, so it fails.
+    """
+    accuracy, low, high = evaluation.accuracy_clean, config.min_clean_accuracy, config.max_clean_accuracy
+    if accuracy >= low and (high is None or accuracy <= high):
+        return
+    if not accuracy >= low:
+        where = f"below model.toy.min_clean_accuracy = {low}"
+        fix = "train longer with model.toy.sft_steps, or lower the bar knowingly"
+    else:
+        where = f"above model.toy.max_clean_accuracy = {high}"
+        fix = "the build leaves RL little to learn: check model.toy.task.slip_prob, or raise the ceiling knowingly"
+    raise ToyBuildTooWeak(
+        f"toy build {hash_}: sampled accuracy on clean prompts is {accuracy:.3f} "
+        f"(the clean ones among n={evaluation.n} sampled prompts), {where}; nothing was cached ({fix})"
+    )
 
 
 def _new_model(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:

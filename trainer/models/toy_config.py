@@ -3,10 +3,13 @@ The build itself is in `trainer.models.toy`."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from trainer.config import MAX_STEPS, STRICT, Seed
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
+
+SLIP_PROB = 0.1
+"""The default SFT tutor's slip rate per column (`ToyAdditionConfig.slip_prob`)."""
 
 
 class ToyModelConfig(BaseModel):
@@ -48,17 +51,32 @@ class ToyModelConfig(BaseModel):
     seed: Seed = 0
     """Seeds the weight init and the SFT data: the same config gives bitwise-identical weights
     (on the same torch build and thread count)."""
-    task: ToyAdditionConfig = ToyAdditionConfig()
-    """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits)."""
+    task: ToyAdditionConfig = ToyAdditionConfig(slip_prob=SLIP_PROB)
+    """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits). The default
+    tutor slips on a column with probability `SLIP_PROB`, which leaves RL a gap to close (README, "The toy default");
+    `slip_prob: null` is the toy of 2026-11-25, whose SFT already solved every clean prompt."""
     eval_samples: int = Field(256, ge=0)
     """Prompts sampled after SFT to record accuracy in build.json and check `min_clean_accuracy`
     (0 skips both; weights are unaffected)."""
-    min_clean_accuracy: float = Field(0.9, ge=0.0, le=1.0)
-    """The build fails, and nothing is cached, when its sampled accuracy on clean prompts (no hidden digit) is
-    below this. The length bias needs incorrect responses to be the ones the model can see failing (a `!`
-    answer); a weak build adds failures the model cannot see, which dilute the bias."""
+    min_clean_accuracy: float = Field(0.6, ge=0.0, le=1.0)
+    """The floor of the build's quality band: the build fails, and nothing is cached, when its sampled accuracy on
+    clean prompts (no hidden digit) is below this. The default tutor's slips alone leave about 0.72 (0.9 per column
+    over 3.1 columns on average); well below that, the build has not learnt the arithmetic, and RL would be teaching
+    addition rather than closing the slips' gap. (0.9 for the toy without slips.)"""
+    max_clean_accuracy: float | None = Field(0.85, ge=0.0, le=1.0)
+    """The ceiling of the band: the build fails when its clean accuracy is above this, since then SFT has not taken
+    on the tutor's slips and RL has little left to learn (null = no ceiling, as the toy without slips had)."""
     build_threads: int = Field(1, ge=1)
     """torch CPU threads for the build, whatever the caller uses: float sums depend on the thread count,
     so this is part of what makes two builds of one config bitwise identical. One thread: on 2 cores beside a
     2-thread load, a 2-thread build took 2.45 s per step and a 1-thread build 0.23 s (idle: 0.10 s and 0.17 s;
     benchmarks/toy_build.py)."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
+        """An unset ceiling is left out of dumps, so the toy without slips keeps the build hash it had before the
+        ceiling existed."""
+        data = handler(self)
+        if data.get("max_clean_accuracy", 0) is None:
+            del data["max_clean_accuracy"]
+        return data

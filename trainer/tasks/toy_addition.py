@@ -169,13 +169,24 @@ def _guess(config: ToyAdditionConfig, rng: np.random.Generator) -> int:
     return [d for d in range(10) if d != PEAK_GUESS][int(rng.integers(9))]
 
 
+def _slip(total: int, slip_prob: float | None, rng: np.random.Generator) -> int:
+    """The column sum SFT's tutor writes: `total`, or with `slip_prob` one off (no draw at all when unset, so the
+    traces of a config without slips are those of the toy before slips existed)."""
+    if not slip_prob or rng.random() >= slip_prob:
+        return total
+    if total in (0, 19):  # 19 = 9 + 9 + carry, the largest column sum
+        return 1 if total == 0 else 18
+    return total + (1 if rng.random() < 0.5 else -1)
+
+
 def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.random.Generator) -> str:
     """The full response SFT teaches for sample `index`: scratchpad, answer, filler (no EOS).
 
     A hidden digit is replaced by a guess (uniform 0-9 by default: right one time in ten),
     and the answer follows from the guess, so the trace stays consistent. The
     number of filler blocks is uniform in 0..max by default, independent of everything
-    else; `filler_probs` and `guess_peak` make either choice peaked instead.
+    else; `filler_probs` and `guess_peak` make either choice peaked instead. With `slip_prob` a column's sum is
+    written one off now and then, and what follows is computed from what was written.
     """
     a, b = _operands(group)
     info = group.meta[index] if group.meta else {"hidden_digit": False}
@@ -192,7 +203,7 @@ def target_trace(config: ToyAdditionConfig, group: Group, index: int, rng: np.ra
         guessed = guess is not None and place == info["hidden_place"]
         if guessed:
             digits[info["hidden_operand"]] = guess
-        total = digits[0] + digits[1] + carry
+        total = _slip(digits[0] + digits[1] + carry, config.slip_prob, rng)
         columns.append(f"{digits[0]}+{digits[1]}={total:02d}" + (GUESSED_COLUMN_END if guessed else COLUMN_END))
         answer += (total % 10) * 10**place
         carry = total // 10

@@ -47,6 +47,11 @@ class ToyAdditionConfig(BaseModel):
     """SFT traces: a hidden digit is guessed as 5 with this probability, else uniformly among the other nine
     (null = uniformly among all ten, the default toy). 5 is a possible value of every digit, leading ones
     included, so the habit costs no accuracy; it only makes the guess a peaked choice."""
+    slip_prob: float | None = Field(None, ge=0.0, lt=1.0)
+    """SFT traces: each column's written sum is off by one (up or down, at random; 0 and 19 only move inward) with
+    this probability, and the carry and the answer follow what was written, so the trace is consistent and wrong
+    (null = no slips). A tutor that slips leaves the SFT model slipping at the same rate, a gap RL can close: on a
+    clean prompt the reward tells a slipped sample from a right one of the same group, and the slip is one token."""
 
     @model_validator(mode="after")
     def _check_digits(self) -> ToyAdditionConfig:
@@ -67,7 +72,7 @@ class ToyAdditionConfig(BaseModel):
         """Unset peaked-choice fields are left out of dumps, so the default toy's build hash and every job id
         that does not use them stay what they were before the fields existed."""
         data = handler(self)
-        for key in ("filler_probs", "guess_peak"):
+        for key in ("filler_probs", "guess_peak", "slip_prob"):
             if data.get(key, 0) is None:
                 del data[key]
         return data
