@@ -79,6 +79,8 @@ def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
             f"Holm p = {_md(row['p (Holm)'])} · n = {_md(row['n'])}"
         ),
     ]
+    if v.per_arm:
+        lines.append(f"By arm (the deciding one first): {_md(v.arms_text())}")
     reason = why(v)
     if reason and not track:
         lines.append(f"*{_md(reason)}*")

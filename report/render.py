@@ -7,6 +7,7 @@ import html
 import json
 import re
 import unicodedata
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -434,6 +435,7 @@ def to_json(r: Report) -> str:
                     "failed_value",
                 )
             },
+            "per_arm": [asdict(a) for a in v.per_arm],
         }
         for v in r.verdicts
     ]

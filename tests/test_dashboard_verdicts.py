@@ -257,3 +257,31 @@ def test_a_verdict_box_says_how_failed_runs_counted():
     v = Verdict(claim, "inconclusive", effect=1.0, failed1=1, diverged1=1, failed_value=40.0)
     assert "Failed runs 1 vs 0 (1 diverged), counted at the worst value 40" in body(v, verdict_rows([v])[0])
     assert "Failed" not in body(Verdict(claim, "inconclusive"), verdict_rows([Verdict(claim, "inconclusive")])[0])
+
+
+def test_a_claim_on_every_arm_shows_each_arm(tmp_path, monkeypatch):
+    """A `since` claim's box lists every arm's change, the deciding (weakest) arm first, and n per arm."""
+    from fake_sweep import FakeRun, write_sweep
+
+    gain = {GRPO: [0.10, 0.12, 0.11], DR: [0.03, 0.04, 0.035]}
+    runs = [
+        FakeRun(arm, seed, params=objective(preset), values={M.REWARD_MEAN: [0.4] * 3 + [0.4 + gain[arm][seed]] * 3})
+        for arm, preset in ((GRPO, "grpo"), (DR, "dr_grpo"))
+        for seed in range(3)
+    ]
+    claim = {
+        "id": "learns",
+        "statement": "Training raises reward in every arm.",
+        "metric": M.REWARD_MEAN,
+        "at": "last-3",
+        "contrast": {"since": "first-3"},
+        "direction": "increase",
+    }
+    uri = f"sqlite:///{tmp_path / 'learn.db'}"
+    spec = {"name": "bias", "grid": {"objective.advantage": ["group_std", "group_mean"]}, "seeds": [0, 1, 2]}
+    write_sweep(uri, runs, name="bias", spec={**spec, "claims": [claim]})
+    at = _visit(_app(uri, monkeypatch), "ablation")
+    [box] = [b for b in _boxes(at) if "`learns`" in b]
+    assert "**REPRODUCED**" in box and "harness's own claim" in box, box
+    assert "n = 3/3 runs in 2 arms" in box and "By arm (the deciding one first):" in box, box
+    assert box.index("group\\_mean aggregation=constant +0.035") < box.index("group\\_std"), box

@@ -57,8 +57,11 @@ class ArmChange:
     n: int
 
     def text(self) -> str:
+        if np.isnan(self.effect):
+            return f"{self.arm}: no value (n {self.n})"
         ci = f" [{self.low:+.3g}, {self.high:+.3g}]" if not np.isnan(self.low) else ""
-        return f"{self.arm} {self.effect:+.3g}{ci} (p {self.p:.3g}, n {self.n})"
+        p = f"p {self.p:.3g}" if not np.isnan(self.p) else "no test"
+        return f"{self.arm} {self.effect:+.3g}{ci} ({p}, n {self.n})"
 
 
 @dataclass
@@ -278,10 +281,10 @@ def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: flo
         res["note"] = f"arm {deciding}: {tests[deciding]['note'] or 'no test'}; every arm needs a test"
     counts = values["arm"].value_counts()
     changes = [
-        ArmChange(arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], int(counts[arm]))
+        ArmChange(arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], counts.get(arm, 0))
         for arm in [deciding, *(a for a in arms if a != deciding)]
     ]
-    res.update(per_arm=changes, mean1=res["effect"], mean2=np.nan, n1=int(counts[deciding]), n2=0)
+    res.update(per_arm=changes, mean1=res["effect"], mean2=np.nan, n1=int(counts.get(deciding, 0)), n2=0)
     return res
 
 
