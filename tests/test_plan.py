@@ -161,6 +161,24 @@ def test_shipped_ablation_files_plan(tmp_path):
     )
 
 
+def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
+    """`--profile solved_toy` is the toy before the slipping tutor: its build hash, RL lr 5e-4 and no ceiling; the
+    default is the new toy at lr 2e-4, and every shipped sweep claims that training raises reward in every arm."""
+    from trainer.models.toy import config_hash
+
+    for name in ("dr_grpo_bias", "gspo_vs_grpo", "dapo_progressive", "clip_higher_entropy", "engines"):
+        old = load_sweep(ABLATIONS / f"{name}.yaml", profile="solved_toy").jobs[0].config
+        new = load_sweep(ABLATIONS / f"{name}.yaml").jobs[0].config
+        assert (config_hash(old.model.toy), old.train.lr, old.model.toy.max_clean_accuracy) == (
+            "0de836eccb3ef03c",
+            5e-4,
+            None,
+        ), name
+        assert (config_hash(new.model.toy), new.train.lr) == ("815c506b2d1fda13", 2e-4), name
+        claims = {c.id: c for c in load_sweep(ABLATIONS / f"{name}.yaml").settings.claims}
+        assert claims["training_improves_reward"].contrast.since == "first-10", name
+
+
 @pytest.mark.parametrize(
     "body, needle",
     [
