@@ -92,7 +92,8 @@ def test_diverging_run_ends_failed_with_reason(tmp_path, tiny_run_overrides, mon
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("toy").experiment_id])
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
-    assert run.data.tags["failure_reason"].startswith("TrainingDiverged: diverged at step 2: loss is nan (lr 0.0005)")
+    reason = f"TrainingDiverged: diverged at step 2: loss is nan (lr {cfg.train.lr:g})"
+    assert cfg.train.lr == 2e-4 and run.data.tags["failure_reason"].startswith(reason), run.data.tags["failure_reason"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, M.LOSS)] == [1]  # step 1 kept
     assert "rollouts.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
 

@@ -124,7 +124,7 @@ def test_the_pointer_names_the_store_only_where_it_is_not_the_default(claimed_sw
 
 
 def test_the_main_job_rerun_on_its_finished_store_prints_its_verdicts_and_trains_nothing(tmp_path, tiny_run_overrides):
-    """`harness sweep ablations/dr_grpo_bias.yaml` itself (its 4 arms and 5 claims; 2 seeds of 2 tiny steps here):
+    """`harness sweep ablations/dr_grpo_bias.yaml` itself (its 4 arms and 6 claims; 2 seeds of 2 tiny steps here):
     a rerun on the finished store trains nothing and ends with the same verdict table."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     argv = ["sweep", str(ABLATIONS / "dr_grpo_bias.yaml"), "--seeds", "0-1", "--tracking-uri", uri]
@@ -136,8 +136,9 @@ def test_the_main_job_rerun_on_its_finished_store_prints_its_verdicts_and_trains
     runs = {r.info.run_id for r in client.search_runs([experiment])}
     code, again, _ = _main(argv)
     assert code == 0 and {r.info.run_id for r in client.search_runs([experiment])} == runs  # nothing trained
-    assert "dr_grpo_bias: claims (α = 0.05, Holm across 5)" in again
-    for claim in ("incorrect_length", "incorrect_more_than_correct", "std_not_length", "accuracy_maintained"):
+    assert "dr_grpo_bias: claims (α = 0.05, Holm across 6)" in again
+    claims = ("training_improves_reward", "incorrect_length", "incorrect_more_than_correct", "std_not_length")
+    for claim in (*claims, "accuracy_maintained"):
         assert any(line.startswith(f"{claim}: ") for line in again.splitlines()), claim
     table = again[again.index("dr_grpo_bias: claims") :]
     assert table == first[first.index("dr_grpo_bias: claims") :]  # the same verdicts, judged on the same runs

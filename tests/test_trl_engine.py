@@ -362,7 +362,13 @@ def test_a_crashing_script_ends_its_run_failed_with_the_reason(tmp_path, tiny):
 
 def test_the_engine_enters_a_job_id_only_when_it_is_trl():
     """Job ids published before `train.engine` existed stay valid: a sweep of harness's engine resumes its runs."""
-    harness_run = load_run_config(TOY_RUN, [])
+    solved_toy = [  # the toy and lr toy_run.yaml had then (the sweeps' profile solved_toy)
+        "train.lr=5.0e-4",
+        "model.toy.task.slip_prob=null",
+        "model.toy.min_clean_accuracy=0.9",
+        "model.toy.max_clean_accuracy=null",
+    ]
+    harness_run = load_run_config(TOY_RUN, solved_toy)
     assert "engine" not in harness_run.identity()["train"]
     assert harness_run.config_hash == "f7ec719fc993"  # toy_run.yaml's job id at ac76437, before the field
     trl_run = _cfg()
