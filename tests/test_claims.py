@@ -479,6 +479,7 @@ def test_since_is_tested_in_every_arm_and_rests_on_the_weakest():
     assert e["p"] == pytest.approx(max(ps.values())) and e["effect"] == pytest.approx(np.mean(changes["B"]))
     assert [a.arm for a in e["per_arm"]] == ["B", "A", "C"]  # the deciding arm first
     assert [a.p for a in e["per_arm"]] == pytest.approx([ps["B"], ps["A"], ps["C"]])
+    assert all(type(a.n) is int and a.n == 4 for a in e["per_arm"])  # a plain int: the report's JSON writes it
     [v] = decide([claim], [e])
     assert v.verdict == "reproduced" and v.n_text() == "4/4/4 runs in 3 arms", v.summary()
     assert "by arm: B +0.03" in v.summary()

@@ -281,7 +281,9 @@ def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: flo
         res["note"] = f"arm {deciding}: {tests[deciding]['note'] or 'no test'}; every arm needs a test"
     counts = values["arm"].value_counts()
     changes = [
-        ArmChange(arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], counts.get(arm, 0))
+        ArmChange(
+            arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], int(counts.get(arm, 0))
+        )
         for arm in [deciding, *(a for a in arms if a != deciding)]
     ]
     res.update(per_arm=changes, mean1=res["effect"], mean2=np.nan, n1=int(counts.get(deciding, 0)), n2=0)
