@@ -161,9 +161,13 @@ def test_shipped_ablation_files_plan(tmp_path):
     )
 
 
+SIBLING_AND_NULL = ["model.toy.task.hide_prob=0.3", "model.toy.task.slip_prob=null"]
+
+
 def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
     """`--profile solved_toy` is the toy before the slipping tutor: its build hash, RL lr 5e-4 and no ceiling; the
     default is the new toy at lr 2e-4, and every shipped sweep claims that training raises reward in every arm."""
+    from harness.spec.run_config import load_run_config
     from trainer.models.toy import config_hash
 
     for name in ("dr_grpo_bias", "gspo_vs_grpo", "dapo_progressive", "clip_higher_entropy", "engines"):
@@ -177,6 +181,11 @@ def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
         assert (config_hash(new.model.toy), new.train.lr) == ("815c506b2d1fda13", 2e-4), name
         claims = {c.id: c for c in load_sweep(ABLATIONS / f"{name}.yaml").settings.claims}
         assert claims["training_improves_reward"].contrast.since == "first-10", name
+    # setting another field of the SFT task keeps the tutor's slips: the peaked toy slips, unless told not to
+    peaked = load_sweep(ABLATIONS / "clip_higher_entropy_peaked.yaml").jobs[0].config.model.toy.task
+    assert (peaked.guess_peak, peaked.slip_prob) == (0.8, 0.1)
+    slips = [load_run_config(ABLATIONS / "toy_run.yaml", [s]).model.toy.task.slip_prob for s in SIBLING_AND_NULL]
+    assert slips == [0.1, None]
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,16 @@ The build itself is in `trainer.models.toy`."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from trainer.config import MAX_STEPS, STRICT, Seed
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
@@ -71,6 +80,15 @@ class ToyModelConfig(BaseModel):
     so this is part of what makes two builds of one config bitwise identical. One thread: on 2 cores beside a
     2-thread load, a 2-thread build took 2.45 s per step and a 1-thread build 0.23 s (idle: 0.10 s and 0.17 s;
     benchmarks/toy_build.py)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tutor_slips_unless_told(cls, data: Any) -> Any:
+        """A `task` given as settings (a config file's `model.toy.task.hide_prob: 0`, say) keeps the default tutor's
+        slips unless it names `slip_prob` itself (null for none): setting a sibling must not drop them silently."""
+        if isinstance(data, dict) and isinstance(data.get("task"), dict) and "slip_prob" not in data["task"]:
+            return {**data, "task": {**data["task"], "slip_prob": SLIP_PROB}}
+        return data
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
