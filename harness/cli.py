@@ -685,7 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="metric to compare (repeatable; default: incorrect and correct length, accuracy, reward, entropy)",
     )
-    rep.add_argument("--at", default=None, help="a run's value: final, last-K (default last-10), step N, auc, best")
+    rep.add_argument(
+        "--at", default=None, help="a run's value: final, last-K (default last-10), first-K, step N, auc, best"
+    )
     rep.add_argument("--baseline", default=None, help="baseline arm (its label or a unique part; default: first arm)")
     rep.add_argument(
         "--test",

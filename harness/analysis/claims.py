@@ -266,8 +266,10 @@ def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: flo
     are those of its deciding arm (the largest p while every arm is on the claimed side, else the arm most clearly on
     the other side), and `per_arm` lists every arm, the deciding one first."""
     sign = 1 if claim.direction == "increase" else -1
-    tests = {arm: stats.cell_contrast([values.loc[values["arm"] == arm, "value"]], [1.0], null=claim.threshold,
-                                      alpha=alpha) for arm in arms}  # fmt: skip
+    tests = {
+        arm: stats.cell_contrast([values.loc[values["arm"] == arm, "value"]], [1.0], null=claim.threshold, alpha=alpha)
+        for arm in arms
+    }
     untested = [arm for arm, t in tests.items() if np.isnan(t["p"])]
     wrong = [arm for arm, t in tests.items() if arm not in untested and sign * (t["effect"] - claim.threshold) <= 0]
     if wrong:
