@@ -40,7 +40,7 @@ CASES = {  # name: (command, file text, extra args)
 FLOORS = {
     "python -c pass": "pass",
     "import pydantic, yaml": "import pydantic, yaml",
-    "import harness.cli, harness.spec.plan": "import harness.cli, harness.spec.plan",
+    "import harness.cli, harness.config.plan": "import harness.cli, harness.config.plan",
 }
 
 

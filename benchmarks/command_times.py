@@ -27,7 +27,7 @@ from _report import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = (
-    "from harness.spec.run_config import load_run_config; from trainer.models.toy import ensure_toy_model; "
+    "from harness.config.run_config import load_run_config; from trainer.models.toy import ensure_toy_model; "
     "c = load_run_config(r'{config}'); ensure_toy_model(c.model.toy, c.model.cache_dir)"
 )
 

@@ -12,7 +12,7 @@ the tags a sweep job gets, status FINISHED, and METRICS metrics × STEPS steps o
 
 Timed in this process, imports done, nothing cached between repeats (the dashboard's loaders are
 plain functions; a fresh reader each time):
-  - dashboard first load: reader_for(uri).runs() -> sweeps() -> load_sweep() (runs index, params,
+  - dashboard first load: reader_for(uri).runs() -> sweeps() -> read_sweep() (runs index, params,
     metrics, last-logged times, jobs.json, assembly), median and min over --repeats;
   - metrics query only: reader.metrics(run_ids);
   - baseline: MlflowClient.search_runs for the sweep, then get_metric_history for every run × key
@@ -46,6 +46,7 @@ from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH  # noqa: E402
 
+from harness.config.run_config import load_run_config  # noqa: E402
 from harness.runs.layout import (  # noqa: E402
     JOBS_ARTIFACT,
     N_JOBS_TAG,
@@ -54,9 +55,8 @@ from harness.runs.layout import (  # noqa: E402
     run_tags,
 )
 from harness.runs.reader import reader_for, sweeps  # noqa: E402
-from harness.runs.sweep_data import load_sweep  # noqa: E402
+from harness.runs.sweep_data import read_sweep  # noqa: E402
 from harness.runs.writer import flatten_params, prepare_store  # noqa: E402
-from harness.spec.run_config import load_run_config  # noqa: E402
 from trainer import metric_names as M  # noqa: E402
 
 AGGREGATIONS = ["seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum"]  # the 4 arms
@@ -176,14 +176,14 @@ def dashboard_load(uri: str, sweep_id: str):
     t.append(time.perf_counter())
     found = [s for s in sweeps(index) if s.sweep_id == sweep_id]
     t.append(time.perf_counter())
-    data = load_sweep(reader, found[0])
+    data = read_sweep(reader, found[0])
     t.append(time.perf_counter())
     return data, {
         "total": t[3] - t[0],
         "cpu": time.process_time() - cpu,
         "runs_index": t[1] - t[0],
         "sweeps": t[2] - t[1],
-        "load_sweep": t[3] - t[2],
+        "read_sweep": t[3] - t[2],
     }
 
 
@@ -286,7 +286,7 @@ def main() -> None:
     }
     timings["dashboard_load"].update(
         first_s=loads[0]["total"],
-        phases_median_s={k: statistics.median(p[k] for p in loads) for k in ("runs_index", "sweeps", "load_sweep")},
+        phases_median_s={k: statistics.median(p[k] for p in loads) for k in ("runs_index", "sweeps", "read_sweep")},
     )
     load, query, base = (t["median_s"] for t in timings.values())
     result = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from _report import write_json
 
-from harness.spec.plan import load_sweep
+from harness.config.plan import plan_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {  # name: (grid, seeds)
@@ -47,7 +47,7 @@ def main() -> None:
                 yaml.safe_dump({"name": "bench", "base": "toy_run.yaml", "grid": grid, "seeds": list(range(n_seeds))})
             )
             start = time.perf_counter()
-            plan = load_sweep(path, max_jobs=10**6)  # above the default limit on purpose
+            plan = plan_sweep(path, max_jobs=10**6)  # above the default limit on purpose
             seconds = time.perf_counter() - start
             rows.append(
                 {

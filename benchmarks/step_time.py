@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import transformers
 
+from harness.config.run_config import load_run_config
 from harness.runs.writer import RunTracker, prepare_store
-from harness.spec.run_config import load_run_config
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy

@@ -20,9 +20,9 @@ import yaml
 from _report import write_json
 from mlflow.tracking import MlflowClient
 
+from harness.config.plan import plan_sweep
 from harness.engine.local import LocalExecutor
 from harness.engine.sweep import run_sweep
-from harness.spec.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,14 +49,14 @@ def main() -> None:
                 }
             )
         )
-        plan = load_sweep(path)
+        plan = plan_sweep(path)
         uri = f"sqlite:///{tmp}/mlflow.db"
         start = time.perf_counter()
         result = run_sweep(
             plan.name,
             plan.sweep_id,
             plan.experiment,
-            plan.spec,
+            plan.raw,
             list(plan.jobs),
             executor=LocalExecutor(workers=args.workers),
             tracking_uri=uri,

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_json
 
-from harness.spec.run_config import load_run_config
+from harness.config.run_config import load_run_config
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy

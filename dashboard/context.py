@@ -15,13 +15,14 @@ from harness.analysis.claims import Verdict, judge, stored_claims
 from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import (
     Sweep,
+    match_sweep,
     reader_for,
     rollout_table,
     sequential_record,
-    sweep_spec_text,
+    sweep_file_text,
     sweeps,
 )
-from harness.runs.sweep_data import SweepData, load_sweep
+from harness.runs.sweep_data import SweepData, read_sweep
 
 URI_ENV = "HARNESS_DASHBOARD_URI"  # set by `harness dashboard --tracking-uri`
 OPTUNA_ENV = "HARNESS_DASHBOARD_OPTUNA"  # set by `harness dashboard --optuna-storage`
@@ -48,20 +49,20 @@ def all_sweeps(uri: str) -> list[Sweep]:
 
 @st.cache_data(ttl=TTL_S, show_spinner="Loading the sweep…")
 def sweep_data(uri: str, key: str) -> SweepData | None:
-    found = [s for s in all_sweeps(uri) if s.key == key]
-    return load_sweep(reader_for(uri), found[0]) if found else None
+    found = match_sweep(all_sweeps(uri), key)
+    return read_sweep(reader_for(uri), found) if found else None
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def sweep_spec(uri: str, key: str) -> dict | None:
+def sweep_file(uri: str, key: str) -> dict | None:
     """The sweep file the sweep last ran with (its parent's sweep.yaml), parsed; None when there is none."""
-    found = [s for s in all_sweeps(uri) if s.key == key]
-    text = sweep_spec_text(found[0]) if found else ""
+    found = match_sweep(all_sweeps(uri), key)
+    text = sweep_file_text(found) if found else ""
     try:
-        spec = yaml.safe_load(text) if text else None
+        parsed = yaml.safe_load(text) if text else None
     except yaml.YAMLError:
         return None
-    return spec if isinstance(spec, dict) else None
+    return parsed if isinstance(parsed, dict) else None
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Judging the claims…")
@@ -70,10 +71,10 @@ def verdicts(uri: str, key: str) -> tuple[list[Verdict], str, str]:
     page shows which); a warning ('' if none) when the claims cannot be read; and the traceback ('' if none) of a bug
     met while judging them, which the pages show as a bug and go on without verdicts. No verdicts while no run of the
     sweep has finished (`current` says so on every page)."""
-    found = [s for s in all_sweeps(uri) if s.key == key]
-    if not found:
+    found = match_sweep(all_sweeps(uri), key)
+    if found is None:
         return [], "", ""
-    claims, warning = stored_claims(found[0])
+    claims, warning = stored_claims(found)
     data = sweep_data(uri, key)
     if not claims or data is None or not data.jobs.finished:
         return [], warning, ""
@@ -86,14 +87,14 @@ def verdicts(uri: str, key: str) -> tuple[list[Verdict], str, str]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def sequential(uri: str, key: str) -> dict | None:
     """The sweep's `--until-decided` record (its verdicts of record), None for a fixed-seed sweep."""
-    found = [s for s in all_sweeps(uri) if s.key == key]
-    return sequential_record(found[0]) if found else None
+    found = match_sweep(all_sweeps(uri), key)
+    return sequential_record(found) if found else None
 
 
 def labels(data: SweepData) -> ArmLabels:
     """The chosen sweep's arms as the pages show them (dashboard.labels)."""
     key = st.session_state.get("sweep")
-    return arm_labels(data, arm_names(sweep_spec(tracking_uri(), key)) if key else None)
+    return arm_labels(data, arm_names(sweep_file(tracking_uri(), key)) if key else None)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading rollout tables…")

@@ -1,8 +1,8 @@
 """Readable arm labels for the pages: the arm's name, else the preset it equals (GRPO, Dr. GRPO, DAPO, GSPO),
 else the label as planned; the raw settings go on hover. Display only: the arm key in the data, the run tags and
-the claims keep the planned label (harness.spec.plan._label).
+the claims keep the planned label (harness.config.plan._label).
 
-Which labels are names. `harness.spec.plan` labels an arm by its sweep-file name (`arms:`), followed by
+Which labels are names. `harness.config.plan` labels an arm by its sweep-file name (`arms:`), followed by
 `key=value` for each grid or zipped axis; an arm with no name is labelled by its `key=value` parts alone (or
 `base`, when nothing varies). So a label is a named arm's when it is one of the sweep file's arm names or starts
 with one and a space. Without the sweep file (a sweep run before it was logged) the rule falls back to the form:
@@ -19,14 +19,14 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config.claims import canonical
 from harness.runs.sweep_data import SweepData
-from harness.spec.claims import canonical
 from trainer.objective.settings import PRESETS, preset_fields
 
 PRESET_NAMES = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO", "gspo": "GSPO"}
 """Each preset's display name (trainer/objective/settings.py PRESETS)."""
 UNNAMED = ("base", "all runs")
-"""Labels harness.spec.plan and harness.runs.sweep_data give an arm with no name and no varying setting."""
+"""Labels harness.config.plan and harness.runs.sweep_data give an arm with no name and no varying setting."""
 
 
 def is_named(label: str, names: Collection[str] | None = None) -> bool:
@@ -108,11 +108,11 @@ def arm_labels(data: SweepData, names: Collection[str] | None = None) -> ArmLabe
     return ArmLabels(shown, detail)
 
 
-def arm_names(spec: Mapping[str, Any] | None) -> list[str] | None:
+def arm_names(sweep_file: Mapping[str, Any] | None) -> list[str] | None:
     """The arm names of a sweep file (parsed YAML), [] when it names none; None without a sweep file."""
-    if not isinstance(spec, Mapping):
+    if not isinstance(sweep_file, Mapping):
         return None
-    arms = spec.get("arms") or []
+    arms = sweep_file.get("arms") or []
     return (
         [str(a["name"]) for a in arms if isinstance(a, Mapping) and a.get("name") is not None]
         if isinstance(arms, list)

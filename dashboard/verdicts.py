@@ -15,7 +15,7 @@ import streamlit as st
 from dashboard import context
 from harness.analysis.claims import Verdict
 from harness.analysis.verdict_table import verdict_rows, why
-from harness.spec.claims import Claim
+from harness.config.claims import Claim
 
 PAGE_METRICS: dict[str, tuple[str, ...]] = {
     "length_bias": ("train/length_*", "eval/*/length_*"),

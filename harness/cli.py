@@ -12,10 +12,10 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from harness.config.evaluation import EvalSettings
+from harness.config.yaml_io import ConfigError
 from harness.engine.preflight import check_host, check_store, check_writable
 from harness.runs.layout import default_tracking_uri, tracking_uri_key
-from harness.spec.evaluation import EvalSettings
-from harness.spec.yaml_io import ConfigError
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -25,7 +25,7 @@ fixed-seed `harness sweep` ends with."""
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.spec.run_config import load_run_config
+    from harness.config.run_config import load_run_config
 
     cfg = load_run_config(args.config, args.set)  # every config error surfaces here, before anything starts
     check_host(cfg, args.config)
@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from harness.spec.plan import load_sweep
+    from harness.config.plan import plan_sweep
 
     if not args.until_decided and (args.max_seeds, args.batch, args.alpha) != (None, None, None):
         raise ConfigError(f"{args.file}: --max-seeds, --batch and --alpha need --until-decided")
@@ -51,7 +51,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.file}: --no-claims: an --until-decided sweep's answer is its claims")
     if args.until_decided:
         return _sweep_until_decided(args)
-    plan = load_sweep(
+    plan = plan_sweep(
         args.file,
         profile=args.profile,
         overrides=args.set,  # every error before any job
@@ -68,7 +68,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     try:
         result = run_sweep(
-            plan.name, plan.sweep_id, plan.experiment, plan.spec, list(plan.jobs), executor=executor, tracking_uri=uri
+            plan.name, plan.sweep_id, plan.experiment, plan.raw, list(plan.jobs), executor=executor, tracking_uri=uri
         )
     except SweepRunning as exc:
         print(f"harness: {exc}", file=sys.stderr)
@@ -90,10 +90,12 @@ def _sweep(args: argparse.Namespace) -> int:
 def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> None:
     """After the jobs: the file's claims judged and printed as `harness claims FILE` does, then where to look next.
     A bug in judging costs only the verdicts (its traceback and one line), not the sweep's exit status."""
-    from harness.runs.reader import sweeps_with_id
+    from harness.runs.reader import find_sweep
 
     try:
-        (sweep, *_) = sweeps_with_id(uri, plan.sweep_id, plan.experiment)  # newest first, as `harness claims`
+        sweep = find_sweep(uri, plan.sweep_id, plan.experiment)
+        if sweep is None:
+            raise LookupError(f"sweep {plan.sweep_id} is not in {uri} after its jobs ran")
         _print_claims(uri, sweep, list(plan.settings.claims), ALPHA, unfinished=False)  # the jobs listed failures
     except Exception as exc:  # noqa: BLE001 (the runs are in the store whatever happens here)
         traceback.print_exc()
@@ -238,9 +240,9 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from harness.config.at import At
     from harness.runs.reader import reader_for, sequential_record
-    from harness.runs.sweep_data import load_sweep as load_sweep_data
-    from harness.spec.at import At
+    from harness.runs.sweep_data import read_sweep
     from report.build import DEFAULT_AT, build
     from report.render import safe_name, write
     from report.select import resolve
@@ -252,7 +254,7 @@ def _report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
     if not args.out:
         check_writable(str(out), "--out")
-    data = load_sweep_data(reader_for(uri), sweep)
+    data = read_sweep(reader_for(uri), sweep)
     report = build(
         data,
         metrics=args.metric or None,
@@ -295,9 +297,9 @@ def _print_claims(uri: str, sweep, claims: list, alpha: float, *, unfinished: bo
     verdicts of record (none when no run has finished; `unfinished` then lists each failed or missing job)."""
     from harness.analysis.claims import judge
     from harness.runs.reader import reader_for, sequential_record
-    from harness.runs.sweep_data import load_sweep as load_sweep_data
+    from harness.runs.sweep_data import read_sweep
 
-    data = load_sweep_data(reader_for(uri), sweep)
+    data = read_sweep(reader_for(uri), sweep)
     jobs = data.jobs
     if not jobs.finished:
         n = len(claims)
@@ -393,14 +395,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from harness.spec.tune import load_tune
+    from harness.config.tune import load_tune
 
     plan = load_tune(args.file, args.set)  # every config error before Optuna, MLflow or torch is imported
     if args.address is None:
         check_host(plan.trial_config({}), f"{args.file}: base")
     uri = default_tracking_uri(plan.results_dir, args.tracking_uri)
     check_store(uri, tracking_uri_key(args.tracking_uri, "--tracking-uri"), args.file)
-    storage_key = "--storage" if args.storage else ("storage" if plan.spec.storage else "tracking.results_dir")
+    storage_key = "--storage" if args.storage else ("storage" if plan.settings.storage else "tracking.results_dir")
     check_store(plan.storage_url(args.storage), storage_key, args.file)
     from harness.engine.tune import run_tune
 

@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.analysis import sequential as seq
-from harness.spec.claims import Claim, canonical, claim_arms, picks
-from harness.spec.plan import SweepPlan, arm_settings, load_sweep
-from harness.spec.yaml_io import ConfigError
+from harness.config.claims import Claim, canonical, claim_arms, picks
+from harness.config.plan import SweepPlan, arm_settings, plan_sweep
+from harness.config.yaml_io import ConfigError
 
 if TYPE_CHECKING:
     from harness.engine.executor import Executor
@@ -71,7 +71,7 @@ def prepare(
     max_jobs: int | None = None,
 ) -> Sequential:
     """Validate the file and the design (one-line `ConfigError`s, before any job) and plan every job."""
-    first = load_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=seeds)
+    first = plan_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=seeds)
     claims = list(first.settings.claims)
     if not claims:
         raise ConfigError(f"{path}: claims: --until-decided decides claims, and the file declares none")
@@ -79,7 +79,7 @@ def prepare(
     if max_seeds < len(shipped):
         raise ConfigError(f"{path}: seeds: --max-seeds {max_seeds} is below the file's {len(shipped)} seeds")
     extra = [max(shipped) + 1 + i for i in range(max_seeds - len(shipped))]
-    full = load_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=shipped + extra)
+    full = plan_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=shipped + extra)
     arms = arm_settings(full.jobs)
     design = seq.Design(first=len(shipped), batch=batch, max_seeds=max_seeds, alpha=alpha)
     return Sequential(full, claims, design, tuple(shipped + extra), {c.id: claim_arms(c, arms) for c in claims})
@@ -89,8 +89,8 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
     """Run the rounds until every claim is decided or the seed budget is spent."""
     from harness.analysis.claims import gather  # MLflow: imported only once jobs are about to run
     from harness.engine.sweep import run_sweep
-    from harness.runs.reader import reader_for, sweeps_with_id
-    from harness.runs.sweep_data import load_sweep as load_data
+    from harness.runs.reader import find_sweep, reader_for
+    from harness.runs.sweep_data import read_sweep
     from harness.runs.writer import log_sequential
 
     out = Console(stderr=True)
@@ -107,12 +107,13 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         if console:
             out.print(f"sweep {plan.name}: round {look}: {_seed_text(given)}", soft_wrap=True)
         result = run_sweep(
-            plan.name, plan.sweep_id, plan.experiment, plan.spec, jobs, executor=executor,
+            plan.name, plan.sweep_id, plan.experiment, plan.raw, jobs, executor=executor,
             tracking_uri=tracking_uri, console=console,
         )  # fmt: skip
         outcome.failed += result.failed
-        found = sweeps_with_id(tracking_uri, plan.sweep_id, plan.experiment)
-        data = load_data(reader_for(tracking_uri), found[0])
+        found = find_sweep(tracking_uri, plan.sweep_id, plan.experiment)
+        assert found is not None, "run_sweep logs the sweep's parent run before any job"
+        data = read_sweep(reader_for(tracking_uri), found)
         open_ = [(c, t) for c, t in zip(s.claims, outcome.tracks) if t.open]
         keep = _keeper(allowed)
         for (claim, track), ev in zip(open_, gather(data, [c for c, _ in open_], alpha=design.alpha, keep=keep)):
@@ -245,13 +246,13 @@ def _spread_seen(s: Sequential, tracking_uri: str) -> dict[str, tuple[float, str
     if not store_exists(tracking_uri):
         return {}
     from harness.analysis.claims import gather
-    from harness.runs.reader import reader_for, sweeps_with_id
-    from harness.runs.sweep_data import load_sweep as load_data
+    from harness.runs.reader import find_sweep, reader_for
+    from harness.runs.sweep_data import read_sweep
 
-    found = sweeps_with_id(tracking_uri, s.plan.sweep_id, s.plan.experiment)
-    if not found:
+    found = find_sweep(tracking_uri, s.plan.sweep_id, s.plan.experiment)
+    if found is None:
         return {}
-    data = load_data(reader_for(tracking_uri), found[0])
+    data = read_sweep(reader_for(tracking_uri), found)
     first = set(s.seeds[: s.design.first])
     keep = _keeper({arm: first for arm in data.runs["arm"].unique()})
     out = {}

@@ -11,10 +11,10 @@ import pandas as pd
 from harness.analysis import stats
 from harness.analysis.claims import Verdict, judge
 from harness.analysis.values import run_values
+from harness.config.at import At
+from harness.config.claims import Claim
+from harness.config.yaml_io import ConfigError
 from harness.runs.sweep_data import SweepData
-from harness.spec.at import At
-from harness.spec.claims import Claim
-from harness.spec.yaml_io import ConfigError
 from trainer import metric_names as M
 
 # the length-bias question's metrics: does the normaliser lengthen incorrect (and correct) responses, at what cost

@@ -7,33 +7,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.claims import stored_claims
+from harness.config.claims import Claim
+from harness.config.yaml_io import ConfigError
 from harness.runs.layout import default_tracking_uri
-from harness.runs.reader import Sweep, reader_for, sweeps, sweeps_with_id
-from harness.spec.claims import Claim
-from harness.spec.yaml_io import ConfigError
+from harness.runs.reader import Sweep, find_sweep
 
 
 def resolve(
-    spec: str, tracking_uri: str | None = None, profile: str | None = None
+    ref: str, tracking_uri: str | None = None, profile: str | None = None
 ) -> tuple[str, Sweep, list[Claim], list[str]]:
     """The newest matching sweep, its claims and warnings; a clear one-line error when there is none."""
-    path = Path(spec)
+    path = Path(ref)
     if path.suffix in (".yaml", ".yml") or path.is_file():
-        from harness.spec.plan import load_sweep
+        from harness.config.plan import plan_sweep
 
         if not path.is_file():
-            raise ConfigError(f"{spec}: no such sweep file")
-        plan = load_sweep(path, profile=profile)
+            raise ConfigError(f"{ref}: no such sweep file")
+        plan = plan_sweep(path, profile=profile)
         uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, tracking_uri)
-        found = sweeps_with_id(uri, plan.sweep_id, plan.experiment)
+        found = find_sweep(uri, plan.sweep_id, plan.experiment)
         hint = f"sweep '{plan.name}' (id {plan.sweep_id}, experiment '{plan.experiment}')"
     else:
         uri = default_tracking_uri("results", tracking_uri)
-        found = [s for s in sweeps(reader_for(uri).runs()) if spec in (s.name, s.sweep_id) and s.sweep_id]
-        hint = f"sweep named or with id '{spec}'"
-    if not found:
-        raise ConfigError(f"{spec}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
+        found = find_sweep(uri, ref)
+        hint = f"sweep named or with id '{ref}'"
+    if found is None:
+        raise ConfigError(f"{ref}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
     if path.is_file():
-        return uri, found[0], list(plan.settings.claims), []
-    claims, warning = stored_claims(found[0])
-    return uri, found[0], claims, [warning] if warning else []
+        return uri, found, list(plan.settings.claims), []
+    claims, warning = stored_claims(found)
+    return uri, found, claims, [warning] if warning else []

@@ -47,11 +47,11 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
+    from harness.config.job import Job
+    from harness.config.run_config import load_run_config
     from harness.engine.local import LocalExecutor
     from harness.engine.sweep import run_sweep
     from harness.runs.layout import run_tags
-    from harness.spec.job import Job
-    from harness.spec.run_config import load_run_config
     from trainer import metric_names as M
     from trainer.models.toy import ensure_toy_model
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.config.job import Job
+from harness.config.run_config import load_run_config
 from harness.engine.executor import Task, job_tags, record_failure, run_attempts
 from harness.runs.writer import prepare_store
-from harness.spec.job import Job
-from harness.spec.run_config import load_run_config
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 

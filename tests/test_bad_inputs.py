@@ -342,9 +342,9 @@ def test_run_cases_merge_into_a_valid_base(case):
 
 def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
     code = (
-        "import sys; from harness.cli import build_parser; from harness.spec.plan import load_sweep; "
-        "from harness.spec.tune import load_tune; "
-        f"load_sweep({str(ROOT / 'ablations' / 'dr_grpo_bias.yaml')!r}); "
+        "import sys; from harness.cli import build_parser; from harness.config.plan import plan_sweep; "
+        "from harness.config.tune import load_tune; "
+        f"plan_sweep({str(ROOT / 'ablations' / 'dr_grpo_bias.yaml')!r}); "
         f"load_tune({str(ROOT / 'ablations' / 'tune_dr_grpo_lr.yaml')!r}); "
         "print(sorted(m for m in ('torch', 'transformers', 'mlflow', 'numpy', 'optuna') if m in sys.modules))"
     )
@@ -420,33 +420,33 @@ def _grid_sweep(tmp_path: Path, seeds: str = "[0, 1]") -> Path:
 
 
 def test_job_limit_counts_before_expanding_and_max_jobs_raises_it(tmp_path):
-    from harness.spec.plan import load_sweep
-    from harness.spec.yaml_io import ConfigError
+    from harness.config.plan import plan_sweep
+    from harness.config.yaml_io import ConfigError
 
     path = _grid_sweep(tmp_path)
     with pytest.raises(ConfigError, match="18 jobs exceed the limit of 17"):
-        load_sweep(path, max_jobs=17)
-    assert len(load_sweep(path, max_jobs=18).jobs) == 18
+        plan_sweep(path, max_jobs=17)
+    assert len(plan_sweep(path, max_jobs=18).jobs) == 18
 
 
 def test_a_sweep_without_axes_runs_the_base_over_its_seeds(tmp_path):
     """Leaving grid/zip/arms out is a seeds-only sweep; only an explicitly empty one is refused."""
-    from harness.spec.plan import load_sweep
+    from harness.config.plan import plan_sweep
 
     (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
     (tmp_path / "s.yaml").write_text("name: s\nbase: base.yaml\nseeds: [0, 1, 2]\n")
-    assert [j.seed for j in load_sweep(tmp_path / "s.yaml").jobs] == [0, 1, 2]
+    assert [j.seed for j in plan_sweep(tmp_path / "s.yaml").jobs] == [0, 1, 2]
 
 
 def test_set_keys_the_sweep_does_not_set_still_apply(tmp_path):
-    from harness.spec.plan import load_sweep
+    from harness.config.plan import plan_sweep
 
-    plan = load_sweep(_grid_sweep(tmp_path), overrides=["train.steps=7", "objective.clip_high=0.3"])
+    plan = plan_sweep(_grid_sweep(tmp_path), overrides=["train.steps=7", "objective.clip_high=0.3"])
     assert {(j.config.train.steps, j.config.objective.clip_high) for j in plan.jobs} == {(7, 0.3)}
 
 
 def test_set_values_refuse_duplicate_keys_and_aliases_within_budget_load(tmp_path):
-    from harness.spec.yaml_io import ConfigError, apply_overrides, load_yaml
+    from harness.config.yaml_io import ConfigError, apply_overrides, load_yaml
 
     with pytest.raises(ConfigError, match="x: line 1: duplicate key"):
         apply_overrides({}, ["a={x: 1, x: 2}"])
@@ -491,9 +491,9 @@ def test_switch_names_are_declared_without_torch_and_all_registered():
 
 
 def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
+    from harness.config.run_config import RunConfig
+    from harness.config.yaml_io import ConfigError
     from harness.engine import preflight
-    from harness.spec.run_config import RunConfig
-    from harness.spec.yaml_io import ConfigError
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
@@ -514,9 +514,9 @@ def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
 
 
 def test_local_model_positions_bound_the_generation_budget(tmp_path):
+    from harness.config.run_config import RunConfig
+    from harness.config.yaml_io import ConfigError
     from harness.engine import preflight
-    from harness.spec.run_config import RunConfig
-    from harness.spec.yaml_io import ConfigError
 
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 128}')
     data = {"objective": {"preset": "grpo"}, "model": {"source": "hf", "name_or_path": str(tmp_path)}}
@@ -526,8 +526,8 @@ def test_local_model_positions_bound_the_generation_budget(tmp_path):
 
 
 def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
-    from harness.spec.tune import load_tune
-    from harness.spec.yaml_io import ConfigError
+    from harness.config.tune import load_tune
+    from harness.config.yaml_io import ConfigError
 
     with pytest.raises(ConfigError, match="--set train.lr: train.lr is set by this file for every run"):
         load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.lr=0.1"])
@@ -560,8 +560,8 @@ def test_an_unwritable_cache_dir_is_one_line_exit_2_within_a_second_and_creates_
 
 
 def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path):
+    from harness.config.yaml_io import ConfigError
     from harness.engine.preflight import check_store, unwritable
-    from harness.spec.yaml_io import ConfigError
 
     assert unwritable(str(tmp_path / "a" / "b"), "k") is None and not list(tmp_path.iterdir())
     assert unwritable(str(tmp_path), "k") is None and not list(tmp_path.iterdir())

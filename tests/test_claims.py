@@ -15,7 +15,7 @@ from scipy import stats as sps
 from harness.analysis import stats
 from harness.analysis.claims import decide, evidence
 from harness.cli import main
-from harness.spec.claims import Claim
+from harness.config.claims import Claim
 
 ROOT = Path(__file__).resolve().parents[1]
 M = "train/length_incorrect_mean"

@@ -1,4 +1,4 @@
-"""harness.spec.yaml_io: every error is one line naming the file and key; overrides parse YAML types."""
+"""harness.config.yaml_io: every error is one line naming the file and key; overrides parse YAML types."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.spec.yaml_io import ConfigError, apply_overrides, load_yaml, validate
+from harness.config.yaml_io import ConfigError, apply_overrides, load_yaml, validate
 
 
 class Objective(BaseModel):
@@ -197,7 +197,7 @@ def test_load_override_validate_pipeline(tmp_path):
 
 
 def test_toy_cache_defaults_to_the_users_cache_shared_by_checkouts(tmp_path, monkeypatch):
-    from harness.spec.run_config import load_run_config
+    from harness.config.run_config import load_run_config
 
     toy_run = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "mine"))

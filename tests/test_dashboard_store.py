@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from harness.runs import store_adapter
 from harness.runs.reader import MlflowReader, SqlReader, reader_for, sweeps
-from harness.runs.sweep_data import load_sweep
+from harness.runs.sweep_data import read_sweep
 
 KEY = ["run_id", "key", "step"]
 
@@ -52,7 +52,7 @@ def test_sql_reader_equals_mlflow_metric_history(dashboard_store):
 
 def test_sweep_data_arms_states_and_plan(dashboard_store):
     reader = reader_for(dashboard_store)
-    data = load_sweep(reader, sweeps(reader.runs())[0])
+    data = read_sweep(reader, sweeps(reader.runs())[0])
     assert data.arms == ["aggregation=seq_mean_token_mean", "aggregation=constant"]  # plan order
     # the timed-out job was made slow with more steps: a second varying setting, if its params got logged
     # before the kill (they do when the worker started its run within the 4 s)
@@ -133,8 +133,8 @@ def test_server_reader_matches_sql_reader(dashboard_store, mlflow_server, monkey
     ids = sorted(runs_sql["run_id"])
     _same(rest.metrics(ids), sql.metrics(ids))
     assert len(rest.params(ids)) == len(sql.params(ids))
-    a = load_sweep(sql, sweeps(runs_sql)[0])
-    b = load_sweep(rest, sweeps(runs_rest)[0])
+    a = read_sweep(sql, sweeps(runs_sql)[0])
+    b = read_sweep(rest, sweeps(runs_rest)[0])
     assert a.arms == b.arms and a.varying == b.varying
     assert a.runs.set_index("run_id")["state"].to_dict() == b.runs.set_index("run_id")["state"].to_dict()
     monkeypatch.setattr(store_adapter, "BULK_POINTS", 3)  # a run has up to 3 points a key: halves, then single runs

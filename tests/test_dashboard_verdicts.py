@@ -97,12 +97,12 @@ def _boxes(at: AppTest) -> list[str]:
 def _judged(uri: str):
     from harness.analysis.claims import judge, stored_claims
     from harness.runs.reader import reader_for, sweeps
-    from harness.runs.sweep_data import load_sweep
+    from harness.runs.sweep_data import read_sweep
 
     sweep = sweeps(reader_for(uri).runs())[0]
     claims, warning = stored_claims(sweep)
     assert not warning and len(claims) == 2
-    data = load_sweep(reader_for(uri), sweep)
+    data = read_sweep(reader_for(uri), sweep)
     return {v.claim.id: v for v in judge(data, claims)}, {v.claim.id: v for v in judge(data, claims[:1])}
 
 
@@ -251,7 +251,7 @@ def test_a_verdict_box_says_how_failed_runs_counted():
     from dashboard.verdicts import body
     from harness.analysis.claims import Verdict
     from harness.analysis.verdict_table import verdict_rows
-    from harness.spec.claims import Claim
+    from harness.config.claims import Claim
 
     claim = Claim.model_validate({**CLAIMS[0], "threshold": -5.0})  # a not-worse claim: worst value by default
     v = Verdict(claim, "inconclusive", effect=1.0, failed1=1, diverged1=1, failed_value=40.0)

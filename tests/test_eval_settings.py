@@ -1,9 +1,9 @@
-"""Evaluation settings are declared once (harness/spec/evaluation.py): a run's eval section and `harness eval`."""
+"""Evaluation settings are declared once (harness/config/evaluation.py): a run's eval section and `harness eval`."""
 
 import pytest
 
 from harness.cli import _from_options, build_parser
-from harness.spec.evaluation import EvalConfig, EvalSampling, EvalSettings
+from harness.config.evaluation import EvalConfig, EvalSampling, EvalSettings
 
 
 def test_the_eval_command_keeps_its_defaults():

@@ -9,10 +9,10 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'harn
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from harness.config.job import Job  # noqa: E402
+from harness.config.run_config import load_run_config  # noqa: E402
 from harness.engine.ray_executor import RayExecutor, connect  # noqa: E402
 from harness.runs.writer import prepare_store  # noqa: E402
-from harness.spec.job import Job  # noqa: E402
-from harness.spec.run_config import load_run_config  # noqa: E402
 from trainer.models.toy import ensure_toy_model  # noqa: E402
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"

@@ -38,13 +38,13 @@ def _copy_tree(dest: Path) -> None:
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path):
-    """The spec layer importing the engine (a layer above it) is reported, naming both modules."""
+    """The config layer importing the engine (a layer above it) is reported, naming both modules."""
     _copy_tree(tmp_path)
-    plan = tmp_path / "harness" / "spec" / "plan.py"
+    plan = tmp_path / "harness" / "config" / "plan.py"
     plan.write_text(plan.read_text() + "\nfrom harness.engine import sweep  # noqa: E402,F401\n")
     out = _lint_imports(tmp_path)
     assert out.returncode == 1
-    assert "BROKEN" in out.stdout and "harness.spec.plan -> harness.engine.sweep" in out.stdout
+    assert "BROKEN" in out.stdout and "harness.config.plan -> harness.engine.sweep" in out.stdout
 
 
 def test_the_trainer_importing_harness_breaks_two_contracts(tmp_path):

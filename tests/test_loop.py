@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.spec.run_config import load_run_config
+from harness.config.run_config import load_run_config
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy

@@ -105,7 +105,7 @@ def test_dapo_overlong_cache_defaults_to_a_fifth_of_the_budget(max_len, cache):
 
 def test_dapo_overlong_cache_default_in_a_run_config():
     """The run-config path fills max_len from rollout.max_new_tokens, then the same default applies."""
-    from harness.spec.run_config import RunConfig
+    from harness.config.run_config import RunConfig
 
     cfg = RunConfig.model_validate({"objective": {"preset": "dapo"}, "rollout": {"max_new_tokens": 40}})
     assert (cfg.objective.max_len, cfg.objective.overlong_cache_len) == (40, 8)

@@ -60,7 +60,7 @@ def test_the_wheel_carries_the_math_data(tmp_path):
 
 
 def test_trl_is_an_extra_pinned_to_the_tested_series_never_a_core_dependency():
-    from harness.spec.trl_args import TRL_REQUIREMENT
+    from harness.config.trl_args import TRL_REQUIREMENT
 
     extras = PROJECT["optional-dependencies"]
     assert extras["trl"] == [TRL_REQUIREMENT] and TRL_REQUIREMENT in extras["dev"]  # CI tests what users get

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec.plan import load_sweep
-from harness.spec.yaml_io import ConfigError
+from harness.config.plan import plan_sweep
+from harness.config.yaml_io import ConfigError
 
 ABLATIONS = Path(__file__).resolve().parents[1] / "ablations"
 
@@ -30,14 +30,14 @@ grid:
 seeds: [0, 1, 2]
 """,
     )
-    plan = load_sweep(path)
+    plan = plan_sweep(path)
     assert len(plan.jobs) == 12 and len({j.job_id for j in plan.jobs}) == 12
     assert len({j.arm_id for j in plan.jobs}) == 4
     assert all(j.config.train.steps == 7 and j.config.tracking.experiment == "t" for j in plan.jobs)
     assert plan.jobs[0].arm == "advantage=group_std aggregation=seq_mean_token_mean"
     assert plan.jobs[0].varying == {"objective.advantage": "group_std", "objective.aggregation": "seq_mean_token_mean"}
     assert [j.seed for j in plan.jobs[:3]] == [0, 1, 2]
-    again = load_sweep(path)
+    again = plan_sweep(path)
     assert [j.job_id for j in again.jobs] == [j.job_id for j in plan.jobs] and again.sweep_id == plan.sweep_id
     # a job id is the hash of its resolved config: the same config in another sweep has the same id
     cfg = plan.jobs[0].config
@@ -50,10 +50,10 @@ seeds: [0, 1, 2]
 )
 def test_settings_that_do_not_change_a_result_keep_the_job_id(tmp_path, setting):
     body = "name: t\nbase: toy_run.yaml\nseeds: [0, 1]\ngrid: {objective.clip_high: [0.2, 0.28]}\n"
-    plan = load_sweep(_sweep(tmp_path, body))
-    moved = load_sweep(_sweep(tmp_path, body + f"set: {{{setting}}}\n", name="moved.yaml"))
+    plan = plan_sweep(_sweep(tmp_path, body))
+    moved = plan_sweep(_sweep(tmp_path, body + f"set: {{{setting}}}\n", name="moved.yaml"))
     assert [(j.job_id, j.arm_id) for j in moved.jobs] == [(j.job_id, j.arm_id) for j in plan.jobs]
-    switched = load_sweep(_sweep(tmp_path, body + "set: {objective.clip_low: 0.1}\n", name="switched.yaml"))
+    switched = plan_sweep(_sweep(tmp_path, body + "set: {objective.clip_low: 0.1}\n", name="switched.yaml"))
     assert not {j.job_id for j in switched.jobs} & {j.job_id for j in plan.jobs}  # a switch does change it
 
 
@@ -61,13 +61,13 @@ def test_another_kinds_field_is_an_error_not_a_new_job(tmp_path):
     """A toy run has no math settings, so `task.math.template` cannot make a second job id: it is refused."""
     body = "name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {task.math.template: r1}\n"
     with pytest.raises(ConfigError, match=r"task\.math: only the 'math' kind has this key \(this one is 'toy_add"):
-        load_sweep(_sweep(tmp_path, body))
+        plan_sweep(_sweep(tmp_path, body))
     with pytest.raises(ConfigError, match=r"model\.name_or_path: only the 'hf' kind has this key"):
-        load_sweep(_sweep(tmp_path, "name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {model.name_or_path: x}\n"))
+        plan_sweep(_sweep(tmp_path, "name: t\nbase: toy_run.yaml\nseeds: [0]\nset: {model.name_or_path: x}\n"))
 
 
 def test_one_list_says_what_is_not_a_switch_for_the_planner_and_the_reader():
-    from harness.spec.run_config import NOT_IDENTITY, defines_arm
+    from harness.config.run_config import NOT_IDENTITY, defines_arm
 
     assert "train.threads" in NOT_IDENTITY and not defines_arm("train.threads") and not defines_arm("tracking.uri")
     assert not defines_arm("seed") and defines_arm("objective.clip_high") and defines_arm("train.lr")
@@ -94,7 +94,7 @@ include:
 seeds: [0]
 """,
     )
-    plan = load_sweep(path)
+    plan = plan_sweep(path)
     arms = [j.arm for j in plan.jobs]
     assert arms == [
         "a epochs=1 mini_batches=1",
@@ -111,10 +111,10 @@ seeds: [0]
 
 
 def test_shipped_ablation_files_plan(tmp_path):
-    from harness.spec.tune import load_tune
+    from harness.config.tune import load_tune
 
     sweeps = [f for f in ABLATIONS.glob("*.yaml") if f.stem != "toy_run" and not f.stem.startswith("tune_")]
-    sizes = {f.stem: len(load_sweep(f).jobs) for f in sweeps}
+    sizes = {f.stem: len(plan_sweep(f).jobs) for f in sweeps}
     assert sizes == {
         "smoke": 4,
         "dr_grpo_bias": 20,
@@ -126,10 +126,10 @@ def test_shipped_ablation_files_plan(tmp_path):
         "engines": 12,
     }
     paper = {
-        f.stem: len(load_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
+        f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
     }
     assert paper == {"dr_grpo": 12, "dapo_progressive": 18, "gspo": 6, "template_study": 12}
-    pilots = {f.stem: load_sweep(f).jobs for f in (ABLATIONS / "pilots").glob("*.yaml")}
+    pilots = {f.stem: plan_sweep(f).jobs for f in (ABLATIONS / "pilots").glob("*.yaml")}
     assert {k: len(v) for k, v in pilots.items()} == {
         "clip_higher_entropy_clean": 2,
         "clip_higher_entropy_peaked_e2": 2,
@@ -152,8 +152,8 @@ def test_shipped_ablation_files_plan(tmp_path):
         clean.train.epochs,
         clean.objective.aggregation,
     ) == (50, 0.0, 0.0, 700, 2, "token_mean")
-    assert load_tune(ABLATIONS / "tune_dr_grpo_lr.yaml").spec.trials == 12
-    paper = load_sweep(ABLATIONS / "dr_grpo_bias.yaml", profile="paper").jobs[0].config
+    assert load_tune(ABLATIONS / "tune_dr_grpo_lr.yaml").settings.trials == 12
+    paper = plan_sweep(ABLATIONS / "dr_grpo_bias.yaml", profile="paper").jobs[0].config
     assert (paper.model.name_or_path, paper.rollout.max_new_tokens, paper.train.lr) == (
         "Qwen/Qwen2.5-Math-1.5B",
         3000,
@@ -167,22 +167,22 @@ SIBLING_AND_NULL = ["model.toy.task.hide_prob=0.3", "model.toy.task.slip_prob=nu
 def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
     """`--profile solved_toy` is the toy before the slipping tutor: its build hash, RL lr 5e-4 and no ceiling; the
     default is the new toy at lr 2e-4, and every shipped sweep claims that training raises reward in every arm."""
-    from harness.spec.run_config import load_run_config
+    from harness.config.run_config import load_run_config
     from trainer.models.toy import config_hash
 
     for name in ("dr_grpo_bias", "gspo_vs_grpo", "dapo_progressive", "clip_higher_entropy", "engines"):
-        old = load_sweep(ABLATIONS / f"{name}.yaml", profile="solved_toy").jobs[0].config
-        new = load_sweep(ABLATIONS / f"{name}.yaml").jobs[0].config
+        old = plan_sweep(ABLATIONS / f"{name}.yaml", profile="solved_toy").jobs[0].config
+        new = plan_sweep(ABLATIONS / f"{name}.yaml").jobs[0].config
         assert (config_hash(old.model.toy), old.train.lr, old.model.toy.max_clean_accuracy) == (
             "0de836eccb3ef03c",
             5e-4,
             None,
         ), name
         assert (config_hash(new.model.toy), new.train.lr) == ("815c506b2d1fda13", 2e-4), name
-        claims = {c.id: c for c in load_sweep(ABLATIONS / f"{name}.yaml").settings.claims}
+        claims = {c.id: c for c in plan_sweep(ABLATIONS / f"{name}.yaml").settings.claims}
         assert claims["training_improves_reward"].contrast.since == "first-10", name
     # setting another field of the SFT task keeps the tutor's slips: the peaked toy slips, unless told not to
-    peaked = load_sweep(ABLATIONS / "clip_higher_entropy_peaked.yaml").jobs[0].config.model.toy.task
+    peaked = plan_sweep(ABLATIONS / "clip_higher_entropy_peaked.yaml").jobs[0].config.model.toy.task
     assert (peaked.guess_peak, peaked.slip_prob) == (0.8, 0.1)
     slips = [load_run_config(ABLATIONS / "toy_run.yaml", [s]).model.toy.task.slip_prob for s in SIBLING_AND_NULL]
     assert slips == [0.1, None]
@@ -235,7 +235,7 @@ def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
 def test_malformed_sweep_is_one_line_naming_the_key(tmp_path, body, needle):
     path = _sweep(tmp_path, body)
     with pytest.raises(ConfigError) as err:
-        load_sweep(path)
+        plan_sweep(path)
     message = str(err.value)
     assert "\n" not in message and str(path) in message and needle in message, message
 
@@ -243,16 +243,16 @@ def test_malformed_sweep_is_one_line_naming_the_key(tmp_path, body, needle):
 def test_unknown_profile(tmp_path):
     path = _sweep(tmp_path, "name: t\nbase: toy_run.yaml\nseeds: [0]\n")
     with pytest.raises(ConfigError, match="no profile 'paper'"):
-        load_sweep(path, profile="paper")
+        plan_sweep(path, profile="paper")
 
 
 def test_seeds_given_on_the_command_line_replace_the_files(tmp_path, capsys):
     from harness.cli import main
 
     path = _sweep(tmp_path, "name: t\nbase: toy_run.yaml\ngrid: {objective.clip_high: [0.2, 0.28]}\nseeds: [0, 1]\n")
-    plan = load_sweep(path, seeds=[100, 101, 102])
-    assert [j.seed for j in plan.jobs] == [100, 101, 102] * 2 and plan.spec["seeds"] == [100, 101, 102]
-    assert plan.sweep_id == load_sweep(path).sweep_id  # the same sweep: keep a replication in its own store
+    plan = plan_sweep(path, seeds=[100, 101, 102])
+    assert [j.seed for j in plan.jobs] == [100, 101, 102] * 2 and plan.raw["seeds"] == [100, 101, 102]
+    assert plan.sweep_id == plan_sweep(path).sweep_id  # the same sweep: keep a replication in its own store
     assert (
         main(
             [

@@ -13,11 +13,11 @@ from scipy import stats as sps
 
 from harness.analysis.values import run_values
 from harness.cli import main
+from harness.config.at import At
+from harness.config.plan import plan_sweep
 from harness.engine.sweep import _log_plan
 from harness.runs.reader import reader_for, sweeps
-from harness.runs.sweep_data import load_sweep as load_data
-from harness.spec.at import At
-from harness.spec.plan import load_sweep
+from harness.runs.sweep_data import read_sweep
 from report.build import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def sweep_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def store(sweep_file, tmp_path_factory) -> str:
     """The sweep's 12 runs written straight to MLflow (tags as `harness sweep` sets them), one FAILED extra."""
-    plan = load_sweep(sweep_file)
+    plan = plan_sweep(sweep_file)
     uri = f"sqlite:///{tmp_path_factory.mktemp('report-store') / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment(plan.experiment)
@@ -105,7 +105,7 @@ def store(sweep_file, tmp_path_factory) -> str:
 
 def _data(uri):
     reader = reader_for(uri)
-    return load_data(reader, sweeps(reader.runs())[0])
+    return read_sweep(reader, sweeps(reader.runs())[0])
 
 
 def test_at_parsing_and_values(store):

@@ -8,9 +8,9 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from harness.cli import main
+from harness.config.run_config import load_run_config
 from harness.engine.training import run_training
 from harness.runs.layout import run_name
-from harness.spec.run_config import load_run_config
 from trainer import metric_names as M
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"

@@ -14,7 +14,7 @@ from statsmodels.stats.power import TTestIndPower
 from harness.analysis import sequential as seq
 from harness.analysis import stats
 from harness.analysis.claims import evidence
-from harness.spec.claims import Claim
+from harness.config.claims import Claim
 
 ALPHA = 0.05
 
@@ -200,7 +200,7 @@ def test_planning_gives_expected_and_maximum_seeds_and_the_fixed_equivalent():
 
 
 def test_only_the_arms_an_open_claim_reads_get_more_seeds():
-    from harness.spec.claims import claim_arms
+    from harness.config.claims import claim_arms
     from harness.until_decided import more_seeds
 
     arms = {

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.config.plan import plan_sweep
 from harness.engine.resume import job_runs
 from harness.engine.sweep import ORPHAN_REASON
 from harness.runs.writer import prepare_store
-from harness.spec.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
@@ -30,7 +30,7 @@ STEPS = 40  # ~20 s of training on an idle 2-core machine: still running when th
 @pytest.fixture(scope="module")
 def toy_set(tiny_run_overrides) -> dict[str, str]:
     """The tiny-run overrides as a sweep file's `set:`, with the toy model built here once."""
-    from harness.spec.run_config import load_run_config
+    from harness.config.run_config import load_run_config
     from trainer.models.toy import ensure_toy_model
 
     cfg = load_run_config(TOY_RUN, tiny_run_overrides)
@@ -129,15 +129,15 @@ def _alive(pid: int) -> bool:
 def _check_clean(path: Path, uri: str) -> tuple[int, int, dict[str, list[int]]]:
     """(job ids with two FINISHED runs, planned jobs without exactly one, the reader's seeds per arm)."""
     from harness.runs.reader import reader_for, sweeps
-    from harness.runs.sweep_data import load_sweep as load_sweep_data
+    from harness.runs.sweep_data import read_sweep
 
-    plan = load_sweep(path)
+    plan = plan_sweep(path)
     runs = job_runs(uri, EXPERIMENT, plan.sweep_id)
     duplicated = sum(1 for statuses in runs.values() if statuses.count("FINISHED") > 1)
     lost = sum(1 for job in plan.jobs if runs.get(job.job_id, []).count("FINISHED") != 1)
     reader = reader_for(uri)
     (sweep,) = [s for s in sweeps(reader.runs()) if s.sweep_id == plan.sweep_id]
-    data = load_sweep_data(reader, sweep)
+    data = read_sweep(reader, sweep)
     done = data.runs[data.runs["status"] == "FINISHED"]
     seeds = {arm: sorted(group["seed"].tolist()) for arm, group in done.groupby("arm")}
     return duplicated, lost, seeds
@@ -158,7 +158,7 @@ def test_killed_sweep_leaves_no_worker_and_reruns_without_duplicates(scenario, t
     sig, group, code = SCENARIOS[scenario]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     path = _sweep_file(tmp_path, "kill_" + scenario.lower().replace("-", "_"), toy_set)
-    sweep_id = load_sweep(path).sweep_id
+    sweep_id = plan_sweep(path).sweep_id
     prepare_store(uri, EXPERIMENT)  # so that polling it never races the sweep's first use
     log, rerun_log = tmp_path / "first.err", tmp_path / "rerun.err"
     proc, workers, rerun, second = _start(path, uri, log), [], None, None

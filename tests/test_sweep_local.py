@@ -14,12 +14,12 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.config.job import Job
+from harness.config.run_config import load_run_config
 from harness.engine.local import LocalExecutor
 from harness.engine.resume import job_runs
 from harness.engine.sweep import run_sweep
 from harness.runs.writer import prepare_store
-from harness.spec.job import Job
-from harness.spec.run_config import load_run_config
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 EXPERIMENT = "toy"  # ablations/toy_run.yaml's

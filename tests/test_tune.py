@@ -13,9 +13,9 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from harness.cli import main
+from harness.config.tune import load_tune
+from harness.config.yaml_io import ConfigError
 from harness.engine.tune import run_tune, score
-from harness.spec.tune import load_tune
-from harness.spec.yaml_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -121,9 +121,9 @@ def test_four_trial_study_with_pruning_is_four_tracked_runs(tmp_path, tiny_run_o
     assert {r.data.tags["sweep_id"] for r in _trial_runs(uri)} == {parent.data.tags["sweep_id"]}
     # the dashboard and `harness report` read the study like a sweep: one arm per trial
     from harness.runs.reader import reader_for, sweeps
-    from harness.runs.sweep_data import load_sweep
+    from harness.runs.sweep_data import read_sweep
 
-    data = load_sweep(reader_for(uri), sweeps(reader_for(uri).runs())[0])
+    data = read_sweep(reader_for(uri), sweeps(reader_for(uri).runs())[0])
     n_pruned = sum(state == TrialState.PRUNED for state in states.values())
     assert data.sweep.name == "tiny_tune"
     assert data.runs["state"].value_counts().to_dict() == {

@@ -22,7 +22,7 @@ from scipy import stats as sp
 from harness.analysis import sequential as seq
 from harness.analysis import stats
 from harness.analysis.claims import evidence
-from harness.spec.claims import Claim
+from harness.config.claims import Claim
 
 ALPHA = 0.05
 N = 20_000

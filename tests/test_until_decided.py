@@ -18,9 +18,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness.cli import main
+from harness.config.plan import plan_sweep
 from harness.engine.resume import job_runs
 from harness.runs.layout import SEQUENTIAL_ARTIFACT, SEQUENTIAL_TAG
-from harness.spec.plan import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
@@ -40,7 +40,7 @@ CLAIM = """claims:
 
 @pytest.fixture(scope="module")
 def sweep_file(tmp_path_factory, tiny_run_overrides) -> Path:
-    from harness.spec.run_config import load_run_config
+    from harness.config.run_config import load_run_config
     from trainer.models.toy import ensure_toy_model
 
     cfg = load_run_config(TOY_RUN, tiny_run_overrides)
@@ -128,7 +128,7 @@ def test_until_decided_runs_rounds_decides_and_resumes_after_a_kill_between_roun
     assert rerun.stdout.splitlines()[-1].startswith("figures: harness dashboard --tracking-uri")
 
     # every job of the rounds run has exactly one FINISHED run: nothing trained twice, nothing lost
-    plan = load_sweep(sweep_file, seeds=[0, 1, 2, 3, 4, 5])
+    plan = plan_sweep(sweep_file, seeds=[0, 1, 2, 3, 4, 5])
     wanted = {j.job_id for j in plan.jobs if j.seed < rounds[-1]["seeds"][j.arm]}
     statuses = job_runs(uri, EXPERIMENT, plan.sweep_id)
     assert {j for j, s in statuses.items() if "FINISHED" in s} == wanted

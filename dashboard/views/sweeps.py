@@ -52,9 +52,11 @@ cols[5].metric("never started", status.missing)
 st.progress(min(1.0, status.finished / status.total) if status.total else 0.0, text=status.line())
 
 if data.sweep.parent is not None:
-    spec = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])
+    settings = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])
     with st.expander("Grid (the sweep file as run)", expanded=True):
-        st.dataframe(spec.drop(columns="run_id").rename(columns={"key": "setting"}), hide_index=True, width="stretch")
+        st.dataframe(
+            settings.drop(columns="run_id").rename(columns={"key": "setting"}), hide_index=True, width="stretch"
+        )
 
 total = runs["steps"].map(lambda n: "?" if pd.isna(n) else str(int(n)))
 jobs = runs.assign(

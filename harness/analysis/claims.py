@@ -35,10 +35,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness.analysis import stats
 from harness.analysis.values import run_values
-from harness.runs.reader import Sweep, sweep_spec_text
+from harness.config.at import At
+from harness.config.claims import Claim, Difference, canonical, check_unique, picks
+from harness.runs.reader import Sweep, sweep_file_text
 from harness.runs.sweep_data import SweepData
-from harness.spec.at import At
-from harness.spec.claims import Claim, Difference, canonical, check_unique, picks
 
 POWER = 0.8
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
@@ -432,7 +432,7 @@ def _arm_settings(data: SweepData) -> dict[str, dict]:
 def stored_claims(sweep: Sweep) -> tuple[list[Claim], str]:
     """The claims of the sweep file the sweep last ran with (as logged on its parent run), and a warning
     ('' if none) when they cannot be read."""
-    text = sweep_spec_text(sweep)
+    text = sweep_file_text(sweep)
     if not text:
         return [], ""
     try:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
-from harness.spec.claims import Claim
+from harness.config.claims import Claim
 
 STOPS = ("efficacy", "small effect", "budget")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.config.at import At
+from harness.config.yaml_io import ConfigError
 from harness.runs.sweep_data import SweepData, non_finite
-from harness.spec.at import At
-from harness.spec.yaml_io import ConfigError
 
 
 def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:

@@ -7,9 +7,9 @@ import transformers
 from rich.console import Console
 from rich.table import Table
 
+from harness.config.evaluation import EvalSettings
 from harness.runs.layout import default_tracking_uri
 from harness.runs.writer import RunTracker, prepare_store
-from harness.spec.evaluation import EvalSettings
 from trainer import metric_names as M
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
+from harness.config.job import Job
 from harness.engine.resume import end_failed, quote_value
 from harness.runs.layout import (
     ARM_LABEL_TAG,
@@ -34,7 +35,6 @@ from harness.runs.layout import (
     run_tags,
 )
 from harness.runs.writer import failure_reason, prepare_store
-from harness.spec.job import Job
 
 _log = logging.getLogger(__name__)
 

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from harness.config.trl_args import trl_install_problem
+from harness.config.yaml_io import ConfigError
 from harness.runs.layout import sqlite_path
-from harness.spec.trl_args import trl_install_problem
-from harness.spec.yaml_io import ConfigError
 
 if TYPE_CHECKING:
-    from harness.spec.run_config import RunConfig
+    from harness.config.run_config import RunConfig
 
 HUB_PROBE_TIMEOUT_S = 3.0
 

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from harness.config.job import Job
 from harness.engine.executor import Executor, JobOutcome, sigterm_raises, stop_reason
 from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
 from harness.runs.layout import (
@@ -36,7 +37,6 @@ from harness.runs.layout import (
 )
 from harness.runs.locks import Busy, hold
 from harness.runs.writer import failure_reason, flatten_params, lock_file, prepare_store
-from harness.spec.job import Job
 
 ORPHAN_REASON = "orphaned: the sweep process died while this run was running"
 
@@ -64,7 +64,7 @@ def run_sweep(
     name: str,
     sweep_id: str,
     experiment: str,
-    spec: dict[str, Any],
+    sweep_file: dict[str, Any],
     jobs: Sequence[Job],
     *,
     executor: Executor,
@@ -84,7 +84,7 @@ def run_sweep(
 
     experiment_id = prepare_store(tracking_uri, experiment)  # once, before any worker touches the store
     with sole_invocation(tracking_uri, sweep_id, f"sweep {name}"), sigterm_raises():
-        return _run_locked(name, sweep_id, experiment, experiment_id, spec, jobs, executor, tracking_uri, console)
+        return _run_locked(name, sweep_id, experiment, experiment_id, sweep_file, jobs, executor, tracking_uri, console)
 
 
 def sweep_lock(tracking_uri: str, sweep_id: str) -> Path:
@@ -109,7 +109,7 @@ def _run_locked(
     sweep_id: str,
     experiment: str,
     experiment_id: str,
-    spec: dict[str, Any],
+    sweep_file: dict[str, Any],
     jobs: Sequence[Job],
     executor: Executor,
     tracking_uri: str,
@@ -120,8 +120,8 @@ def _run_locked(
     done = finished_job_ids(tracking_uri, experiment, sweep_id)
     result = SweepResult(skipped=[job for job in jobs if job.job_id in done])
     todo = [job for job in jobs if job.job_id not in done]
-    result.parent_run_id = parent = parent_run(client, experiment_id, experiment, name, sweep_id, spec)
-    _log_plan(client, parent, jobs, cumulative=bool(spec.get("cumulative")))
+    result.parent_run_id = parent = parent_run(client, experiment_id, experiment, name, sweep_id, sweep_file)
+    _log_plan(client, parent, jobs, cumulative=bool(sweep_file.get("cumulative")))
     out = Console(stderr=True)
     if not todo:
         if console:
@@ -184,14 +184,14 @@ def parent_run(
     experiment: str,
     name: str,
     sweep_id: str,
-    spec: dict[str, Any],
+    sweep_file: dict[str, Any],
     *,
     tags: dict[str, str] | None = None,
     artifact: str = "sweep.yaml",
     text: str | None = None,
 ) -> str:
     """The sweep's (or study's) parent run, set RUNNING: the existing one on a rerun, else a new one with
-    the spec as params and `text` (default: the spec as YAML) as `artifact`."""
+    the sweep file as params and `text` (default: the file as YAML) as `artifact`."""
     existing = sweep_runs(client, experiment, sweep_id, f"tags.{PARENT_TAG} = '1'")
     if existing:
         run_id = existing[-1].info.run_id  # the oldest, should a race ever have made two
@@ -204,10 +204,10 @@ def parent_run(
         tags={SWEEP_ID_TAG: sweep_id, PARENT_TAG: "1", NAME_TAG: name, STATUS_TAG: "RUNNING", **(tags or {})},
     )
     run_id = run.info.run_id
-    params = [Param(k, v) for k, v in flatten_params(spec).items()]
+    params = [Param(k, v) for k, v in flatten_params(sweep_file).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
         client.log_batch(run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])
-    client.log_text(run_id, text if text is not None else yaml.safe_dump(spec, sort_keys=False), artifact)
+    client.log_text(run_id, text if text is not None else yaml.safe_dump(sweep_file, sort_keys=False), artifact)
     return run_id
 
 

@@ -9,9 +9,9 @@ import torch
 import transformers
 from tqdm import tqdm
 
+from harness.config.run_config import RunConfig
 from harness.runs.layout import ARM_LABEL_TAG, default_tracking_uri, run_name, run_tags
 from harness.runs.writer import RunTracker, prepare_store
-from harness.spec.run_config import RunConfig
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
 from trainer.models.load import load_policy, pick_device

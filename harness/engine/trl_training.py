@@ -1,5 +1,5 @@
 """A job on TRL's `GRPOTrainer` (`train.engine: trl`): the model, task, rewards, seed and budget of harness's own
-engine, every switch through `harness.spec.trl_args`, every metric through `HarnessCallback`.
+engine, every switch through `harness.config.trl_args`, every metric through `HarnessCallback`.
 
 The prompts are harness's: the run's seed draws the same groups step by step as harness's trainer does, and each
 sample sees its own prompt (the toy task's noisy copies), in harness's order (a sampler in place of TRL's shuffled
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.config.run_config import RunConfig
+from harness.config.trl_args import grpo_args, overlong_reward_args
 from harness.integrations.trl import HarnessCallback, check_trl, ended_without_eos
-from harness.spec.run_config import RunConfig
-from harness.spec.trl_args import grpo_args, overlong_reward_args
 from trainer.tasks.base import Task
 
 

@@ -22,15 +22,15 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from harness.config.at import At
+from harness.config.job import Job
+from harness.config.run_config import RunConfig
+from harness.config.tune import TuneFile, TunePlan, load_tune
 from harness.engine.executor import JobOutcome, RetryingExecutor, Task, stop_reason
 from harness.engine.resume import fail_orphans
 from harness.engine.sweep import end_parent, parent_run, sole_invocation
 from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG, STUDY_TAG, TRIAL_TAG
 from harness.runs.writer import RunStopped, failure_reason, prepare_store
-from harness.spec.at import At
-from harness.spec.job import Job
-from harness.spec.run_config import RunConfig
-from harness.spec.tune import TunePlan, TuneSpec, load_tune
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 ORPHAN = "orphaned: the tune process died while this trial was running"
@@ -45,17 +45,17 @@ def storage(url: str) -> optuna.storages.RDBStorage:
     return optuna.storages.RDBStorage(url)
 
 
-def sampler(spec: TuneSpec) -> optuna.samplers.BaseSampler:
-    seed = spec.sampler.seed + 1000  # + 1000: what the one worker of a study drew with when trials ran in it
-    if spec.sampler.name == "random":
+def sampler(tune_file: TuneFile) -> optuna.samplers.BaseSampler:
+    seed = tune_file.sampler.seed + 1000  # + 1000: what the one worker of a study drew with when trials ran in it
+    if tune_file.sampler.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler.name == "grid":
-        return optuna.samplers.GridSampler({k: d.grid() for k, d in spec.space.items()}, seed=seed)
+    if tune_file.sampler.name == "grid":
+        return optuna.samplers.GridSampler({k: d.grid() for k, d in tune_file.space.items()}, seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def pruner(spec: TuneSpec) -> optuna.pruners.BasePruner:
-    p = spec.pruner
+def pruner(tune_file: TuneFile) -> optuna.pruners.BasePruner:
+    p = tune_file.pruner
     if p.name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=p.startup_trials, n_warmup_steps=p.warmup_steps)
     if p.name == "hyperband":
@@ -63,9 +63,9 @@ def pruner(spec: TuneSpec) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def suggest(trial: optuna.Trial, spec: TuneSpec) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, tune_file: TuneFile) -> dict[str, Any]:
     out = {}
-    for key, d in spec.space.items():
+    for key, d in tune_file.space.items():
         if d.type == "categorical":
             out[key] = trial.suggest_categorical(key, d.choices)
         elif d.type == "int":
@@ -108,27 +108,27 @@ def run_tune(
     from harness.runs.layout import default_tracking_uri
 
     plan = load_tune(path, overrides)
-    spec = plan.spec
-    n_trials = trials or spec.trials
+    tune_file = plan.settings
+    n_trials = trials or tune_file.trials
     url = plan.storage_url(storage_url)
     uri = default_tracking_uri(plan.results_dir, tracking_uri)
     experiment_id = prepare_store(uri, plan.experiment)  # once, before any worker touches the store
-    with sole_invocation(uri, plan.study_id, f"study {spec.name}"):  # so RUNNING below means orphaned
+    with sole_invocation(uri, plan.study_id, f"study {tune_file.name}"):  # so RUNNING below means orphaned
         study = optuna.create_study(
-            study_name=spec.name,
+            study_name=tune_file.name,
             storage=storage(url),
             load_if_exists=True,
-            direction=spec.objective.direction,
-            sampler=sampler(spec),
-            pruner=pruner(spec),
+            direction=tune_file.objective.direction,
+            sampler=sampler(tune_file),
+            pruner=pruner(tune_file),
         )
-        if study.direction.name.lower() != spec.objective.direction:
+        if study.direction.name.lower() != tune_file.objective.direction:
             raise ValueError(
-                f"study {spec.name!r} in {url} is {study.direction.name.lower()}, the file says "
-                f"{spec.objective.direction}"
+                f"study {tune_file.name!r} in {url} is {study.direction.name.lower()}, the file says "
+                f"{tune_file.objective.direction}"
             )
-        study.set_user_attr("objective_metric", spec.objective.metric)
-        study.set_user_attr("objective_at", spec.objective.at)
+        study.set_user_attr("objective_metric", tune_file.objective.metric)
+        study.set_user_attr("objective_at", tune_file.objective.at)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(t.number, state=TrialState.FAIL)  # left by a killed invocation
         base = plan.trial_config({})
@@ -142,10 +142,10 @@ def run_tune(
             client,
             experiment_id,
             plan.experiment,
-            spec.name,
+            tune_file.name,
             plan.study_id,
-            spec.model_dump(mode="json"),
-            tags={STUDY_TAG: spec.name, "optuna_storage": url},
+            tune_file.model_dump(mode="json"),
+            tags={STUDY_TAG: tune_file.name, "optuna_storage": url},
             artifact="tune.yaml",
             text=plan.source.read_text(),
         )
@@ -172,7 +172,7 @@ def run_tune(
         end_parent(client, parent, failed=finished < n_trials, reason=f"{finished} of {n_trials} trials finished")
         if driver.failures >= MAX_FAILURES:
             raise RuntimeError(f"{MAX_FAILURES} trials in a row failed; last: {driver.last_reason}")
-        return TuneResult(spec.name, url, finished, parent)
+        return TuneResult(tune_file.name, url, finished, parent)
 
 
 class _Trials:
@@ -189,44 +189,49 @@ class _Trials:
     def next_task(self) -> Task | None:
         """The next trial as a task; None once the study has `n_trials` finished or running ones, or too many
         trials failed in a row."""
-        study, spec = self.study, self.plan.spec
+        study, tune_file = self.study, self.plan.settings
         if self.failures >= MAX_FAILURES:
             return None
         if len(study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING))) >= self.n_trials:
             return None
         trial = study.ask()
-        params = suggest(trial, spec)
-        cfg = self.plan.trial_config({**params, "tracking.run_name": f"{spec.name}-trial{trial.number}"})
+        params = suggest(trial, tune_file)
+        cfg = self.plan.trial_config({**params, "tracking.run_name": f"{tune_file.name}-trial{trial.number}"})
         label = f"trial {trial.number}: " + " ".join(
             f"{k.split('.')[-1]}={v:.4g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
             for k, v in params.items()
         )
-        tags = {STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number), ARM_LABEL_TAG: label, PARENT_RUN_TAG: self.parent}
+        tags = {
+            STUDY_TAG: tune_file.name,
+            TRIAL_TAG: str(trial.number),
+            ARM_LABEL_TAG: label,
+            PARENT_RUN_TAG: self.parent,
+        }
         call = partial(
             _run_trial,
             cfg,
             sweep_id=self.plan.study_id,
             tags=tags,
-            study=spec.name,
+            study=tune_file.name,
             url=self.url,
             trial_id=trial._trial_id,  # the storage's id of the trial (Optuna has no public accessor)
-            metric=spec.objective.metric,
+            metric=tune_file.objective.metric,
             pruner=study.pruner,
-            pruner_name=spec.pruner.name,
+            pruner_name=tune_file.pruner.name,
         )
         self.running[trial.number] = trial
         return Task(Job(config=cfg, arm=label), call, tags, key=(TRIAL_TAG,), done=partial(self.end, trial))
 
     def end(self, trial: optuna.Trial, outcome: JobOutcome) -> None:
         """Tell the study how the trial ended: COMPLETE with its score, PRUNED, or FAILED with the reason."""
-        spec = self.plan.spec
+        tune_file = self.plan.settings
         if outcome.status == "FAILED":
             self.fail(trial, outcome.reason or "failed")
         elif outcome.value is None:
             self.tell(trial, state=TrialState.PRUNED)
         else:
             try:
-                value = score(*outcome.value, spec.objective.at, spec.objective.direction)
+                value = score(*outcome.value, tune_file.objective.at, tune_file.objective.direction)
             except ValueError as exc:
                 self.fail(trial, failure_reason(exc))
             else:

@@ -11,7 +11,7 @@ It changes nothing that TRL trains: it reads the rewards TRL computed and the to
 `GRPOTrainer._calculate_rewards` and returns its result untouched) and TRL's own logs (entropy, clip fractions,
 KL, loss, gradient norm, learning rate). Every rollout step (one generation batch) becomes one MLflow step with
 harness's metric names (trainer/metric_names.py), so `harness dashboard` and `harness report` read the run like
-their own: the run's settings are logged as harness's keys (`harness.spec.trl_args.settings_of`), the seed and
+their own: the run's settings are logged as harness's keys (`harness.config.trl_args.settings_of`), the seed and
 arm as tags, and a per-rollout table (`rollouts.parquet`) at the end.
 
 A response is correct when the reward function `correct_reward` (default: the first) gave it more than
@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from harness.config.run_config import digest
+from harness.config.trl_args import TRL_REQUIREMENT, settings_of, trl_install_problem
 from harness.runs.layout import (
     ARM_LABEL_TAG,
     ARM_TAG,
@@ -44,8 +46,6 @@ from harness.runs.layout import (
     default_tracking_uri,
 )
 from harness.runs.writer import RunTracker, prepare_store
-from harness.spec.run_config import digest
-from harness.spec.trl_args import TRL_REQUIREMENT, settings_of, trl_install_problem
 from trainer import metric_names as M
 from trainer.loop import outcome_metrics
 from trainer.objective.advantages import advantage_metrics

@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from harness.spec.run_config import RunConfig
+from harness.config.run_config import RunConfig
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 SQLITE_PREFIX = "sqlite:///"

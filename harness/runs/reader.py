@@ -11,6 +11,7 @@ or `get_metric_history` per run and key where the server has no such route. All 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -225,9 +226,18 @@ def sweeps(runs: pd.DataFrame) -> list[Sweep]:
     return sorted(out, key=lambda s: -_start(s))
 
 
-def sweeps_with_id(uri: str, sweep_id: str, experiment: str) -> list[Sweep]:
-    """The sweep(s) of a store with this id in this experiment (a plan's `sweep_id`, `experiment`)."""
-    return [s for s in sweeps(reader_for(uri).runs()) if s.sweep_id == sweep_id and s.experiment == experiment]
+def match_sweep(found: Sequence[Sweep], ref: str, experiment: str | None = None) -> Sweep | None:
+    """The newest of `found` (as `sweeps` orders them) whose key, id or name is `ref`, in `experiment` when one is
+    given; None when none is. The one rule by which every command and page finds a sweep."""
+    for s in found:
+        if ref in (s.key, s.sweep_id, s.name) and (experiment is None or s.experiment == experiment):
+            return s
+    return None
+
+
+def find_sweep(uri: str, ref: str, experiment: str | None = None) -> Sweep | None:
+    """`match_sweep` over every sweep of the store at `uri`."""
+    return match_sweep(sweeps(reader_for(uri).runs()), ref, experiment)
 
 
 def _start(s: Sweep) -> float:
@@ -266,7 +276,7 @@ def rollout_table(artifact_uri: str) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def sweep_spec_text(sweep: Sweep) -> str:
+def sweep_file_text(sweep: Sweep) -> str:
     """The sweep file its last invocation ran (the parent's sweep.yaml); '' when there is none."""
     if sweep.parent is None or not isinstance(sweep.parent.get("artifact_uri"), str):
         return ""

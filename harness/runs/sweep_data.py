@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from harness.config.at import At
+from harness.config.run_config import defines_arm
 from harness.runs.layout import ARM_LABEL_TAG, JOB_ID_TAG
 from harness.runs.reader import Reader, Sweep, planned_jobs
-from harness.spec.at import At
-from harness.spec.run_config import defines_arm
 from trainer import metric_names as M
 
 STALE_S = 600  # a RUNNING run with no metric for this long is shown as stalled
@@ -152,7 +152,7 @@ class SweepData:
         return out[np.isfinite(out["value"].to_numpy(float))] if finite else out
 
 
-def load_sweep(reader: Reader, sweep: Sweep) -> SweepData:
+def read_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     """Runs, params and every metric point of `sweep` (three queries on a SQL store)."""
     runs = sweep.runs.copy()
     ids = runs["run_id"].tolist()
@@ -226,7 +226,7 @@ def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
 
 
 def job_states(runs: pd.DataFrame, planned: list[dict]) -> Jobs:
-    """`Jobs` from a sweep's runs (with `state`, as `load_sweep` sets it) and its planned jobs (jobs.json); a run
+    """`Jobs` from a sweep's runs (with `state`, as `read_sweep` sets it) and its planned jobs (jobs.json); a run
     without a job id (a single run) is a job of its own."""
     key = runs[JOB_ID_TAG].fillna(runs["run_id"]) if JOB_ID_TAG in runs else runs["run_id"]
     rank = {"done": 0, "running": 1, "stalled": 1, "pruned": 2, "failed": 3}

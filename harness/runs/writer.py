@@ -33,6 +33,7 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
+from harness.config.yaml_io import flatten
 from harness.runs.layout import (
     FAILURE_REASON_TAG,
     PRUNED,
@@ -43,7 +44,6 @@ from harness.runs.layout import (
     sqlite_path,
 )
 from harness.runs.locks import hold
-from harness.spec.yaml_io import flatten
 
 TRUNCATION_MARKER = "...[truncated]"
 _REASON_MAX_CHARS = 500

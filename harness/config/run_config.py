@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, Tag, field_validator, model_validator
 
-from harness.spec.evaluation import EvalConfig
-from harness.spec.trl_args import trl_problems
-from harness.spec.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
+from harness.config.evaluation import EvalConfig
+from harness.config.trl_args import trl_problems
+from harness.config.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
 from trainer.config import STRICT as _STRICT
 from trainer.config import Dtype, RolloutConfig, Seed, Template, TrainConfig
 from trainer.models.toy_config import ToyModelConfig

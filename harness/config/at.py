@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.spec.yaml_io import ConfigError
+from harness.config.yaml_io import ConfigError
 
 _AT = re.compile(r"^(final|best|auc|(?P<end>last|first)-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
 CHOICES = "final, last-K (e.g. last-10), first-K, step N, auc, best"
@@ -39,7 +39,7 @@ class At:
     def value(self, steps: Sequence[float], values: Sequence[float], *, larger_is_better: bool = True) -> float:
         """A run's one value from its curve (`values` at `steps`, in step order; NaN points are skipped, as
         never logged); NaN where there is none (an empty curve, no point at step N). `best` is the largest value,
-        or the smallest where `larger_is_better` is False. Plain Python: the spec layer imports no numpy."""
+        or the smallest where `larger_is_better` is False. Plain Python: the config layer imports no numpy."""
         points = [(float(s), float(v)) for s, v in zip(steps, values) if not math.isnan(v)]
         if not points:
             return math.nan

@@ -1,4 +1,4 @@
-"""Tune files → a validated study spec: the search space over run settings, the objective, sampler,
+"""Tune files → a validated study tune_file: the search space over run settings, the objective, sampler,
 pruner and trial budget. Every problem is one `ConfigError` line naming the file and key."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from harness.spec.at import At
-from harness.spec.plan import RunsFile, refuse_taken_overrides
-from harness.spec.run_config import RunConfig
-from harness.spec.yaml_io import (
+from harness.config.at import At
+from harness.config.plan import RunsFile, refuse_taken_overrides
+from harness.config.run_config import RunConfig
+from harness.config.yaml_io import (
     ConfigError,
     apply_overrides,
     load_yaml,
@@ -113,7 +113,7 @@ class Pruner(BaseModel):
     """Hyperband: successive-halving rate."""
 
 
-class TuneSpec(RunsFile):
+class TuneFile(RunsFile):
     """A tune file (its name is the study's: a study of that name in the storage is resumed)."""
 
     space: dict[str, Dimension] = Field(min_length=1)
@@ -127,7 +127,7 @@ class TuneSpec(RunsFile):
     """Optuna RDB storage URL (null = sqlite under the base config's results dir, optuna.db)."""
 
     @model_validator(mode="after")
-    def _check(self) -> TuneSpec:
+    def _check(self) -> TuneFile:
         if self.sampler.name == "grid":
             size = 1
             for key, dim in self.space.items():
@@ -142,9 +142,9 @@ class TuneSpec(RunsFile):
 
 @dataclass(frozen=True)
 class TunePlan:
-    """A validated study: the spec, the trials' base run config (as data), and where things go."""
+    """A validated study: the tune file, the trials' base run config (as data), and where things go."""
 
-    spec: TuneSpec
+    settings: TuneFile
     source: Path
     base: dict[str, Any]
     experiment: str
@@ -154,7 +154,7 @@ class TunePlan:
 
     def storage_url(self, explicit: str | None = None) -> str:
         """The Optuna storage: --storage, else the file's storage, else sqlite:///<abs results dir>/optuna.db."""
-        url = explicit or self.spec.storage
+        url = explicit or self.settings.storage
         return url or "sqlite:///" + str((Path(self.results_dir) / "optuna.db").resolve())
 
     def trial_config(self, params: dict[str, Any]) -> RunConfig:
@@ -164,21 +164,21 @@ class TunePlan:
 def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     """Read and validate a tune file; each searched key is checked at both ends of its range."""
     path = Path(path)
-    spec = validate(TuneSpec, load_yaml(path), str(path))
-    refuse_taken_overrides(path, {*spec.space, "tracking.experiment"}, overrides or [])
-    base = spec.base_config(path)
-    experiment = spec.experiment or spec.name
-    base = apply_overrides(set_dotted(base, spec.set, f"{path}: set"), overrides or [])
+    tune_file = validate(TuneFile, load_yaml(path), str(path))
+    refuse_taken_overrides(path, {*tune_file.space, "tracking.experiment"}, overrides or [])
+    base = tune_file.base_config(path)
+    experiment = tune_file.experiment or tune_file.name
+    base = apply_overrides(set_dotted(base, tune_file.set, f"{path}: set"), overrides or [])
     base = set_dotted(base, {"tracking.experiment": experiment}, str(path))
     plan = TunePlan(
-        spec,
+        tune_file,
         path,
         base,
         experiment,
-        hashlib.sha256(f"tune:{spec.name}:{experiment}".encode()).hexdigest()[:12],
+        hashlib.sha256(f"tune:{tune_file.name}:{experiment}".encode()).hexdigest()[:12],
         validate(RunConfig, base, f"{path}: base").tracking.results_dir,
     )
-    for key, dim in spec.space.items():
+    for key, dim in tune_file.space.items():
         for value in dim.choices or [dim.low, dim.high]:
             value = int(value) if dim.type == "int" else value
             try:

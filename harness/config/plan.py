@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from harness.spec.claims import Claim, check_claims, check_unique
-from harness.spec.job import Job
-from harness.spec.run_config import RunConfig
-from harness.spec.yaml_io import (
+from harness.config.claims import Claim, check_claims, check_unique
+from harness.config.job import Job
+from harness.config.run_config import RunConfig
+from harness.config.yaml_io import (
     ConfigError,
     Name,
     apply_overrides,
@@ -83,7 +83,7 @@ class RunsFile(BaseModel):
         return load_yaml(base_path)
 
 
-class SweepSpec(RunsFile):
+class SweepFile(RunsFile):
     """A sweep file."""
 
     arms: list[Arm] = []
@@ -135,7 +135,7 @@ class SweepSpec(RunsFile):
         return grid
 
     @model_validator(mode="after")
-    def _axes(self) -> SweepSpec:
+    def _axes(self) -> SweepFile:
         seen = set(self.grid)
         for i, group in enumerate(self.zip):
             lengths = {len(v) for v in group.values()}
@@ -184,13 +184,13 @@ class SweepPlan:
     sweep_id: str
     """Stable id of the sweep (from its name and experiment): editing the grid keeps finished jobs."""
     source: str
-    spec: dict[str, Any]
+    raw: dict[str, Any]
     """The sweep file as read (logged on the sweep's parent run)."""
-    settings: SweepSpec
+    settings: SweepFile
     jobs: tuple[Job, ...]
 
 
-def load_sweep(
+def plan_sweep(
     path: str | Path,
     profile: str | None = None,
     overrides: list[str] | None = None,
@@ -198,34 +198,36 @@ def load_sweep(
     seeds: list[int] | None = None,
 ) -> SweepPlan:
     """Read, expand and validate a sweep file; `overrides` (`key=value`) apply to every job, `seeds`
-    replace the file's (and are what the plan's spec records). A sweep of more than `max_jobs`
+    replace the file's (and are what the plan's raw file records). A sweep of more than `max_jobs`
     (default `MAX_JOBS`) jobs is refused before it is expanded."""
     path = Path(path)
     raw = load_yaml(path)
     if seeds is not None:
         raw = {**raw, "seeds": list(seeds)}
-    spec = validate(SweepSpec, raw, str(path))
+    sweep_file = validate(SweepFile, raw, str(path))
     max_jobs = MAX_JOBS if max_jobs is None else max_jobs
-    if spec.job_count() > max_jobs:
+    if sweep_file.job_count() > max_jobs:
         raise ConfigError(
-            f"{path}: grid: {spec.job_count()} jobs exceed the limit of {max_jobs} (raise it with --max-jobs)"
+            f"{path}: grid: {sweep_file.job_count()} jobs exceed the limit of {max_jobs} (raise it with --max-jobs)"
         )
-    refuse_taken_overrides(path, spec.set_keys(), overrides or [])
-    base = spec.base_config(path)
-    if profile is not None and profile not in spec.profiles:
-        known = ", ".join(spec.profiles) or "none"
+    refuse_taken_overrides(path, sweep_file.set_keys(), overrides or [])
+    base = sweep_file.base_config(path)
+    if profile is not None and profile not in sweep_file.profiles:
+        known = ", ".join(sweep_file.profiles) or "none"
         raise ConfigError(f"{path}: profiles: no profile {profile!r} (known: {known})")
-    common = {**spec.set, **(spec.profiles[profile] if profile else {})}
+    common = {**sweep_file.set, **(sweep_file.profiles[profile] if profile else {})}
     base = _apply(path, "set", base, common)
     base = apply_overrides(base, overrides or [])
-    experiment = spec.experiment or spec.name
-    combos = _combinations(spec)
+    experiment = sweep_file.experiment or sweep_file.name
+    combos = _combinations(sweep_file)
     varying = sorted({k for c in combos for k in c} - _constant_keys(combos))
-    axes = set(spec.grid) | {k for group in spec.zip for k in group}
+    axes = set(sweep_file.grid) | {k for group in sweep_file.zip for k in group}
     jobs, seen = [], {}
     for combo in combos:
         label = _label(combo, [k for k in varying if k in axes])
-        data = _apply(path, f"arm '{label}'", base, {**combo, "tracking.experiment": experiment, "seed": spec.seeds[0]})
+        data = _apply(
+            path, f"arm '{label}'", base, {**combo, "tracking.experiment": experiment, "seed": sweep_file.seeds[0]}
+        )
         try:
             cfg = RunConfig.model_validate(data)
         except ValidationError:
@@ -236,11 +238,11 @@ def load_sweep(
             raise ConfigError(f"{path}: arms '{seen[arm_id]}' and '{label}' resolve to the same run config")
         seen[arm_id] = label
         values = {k: combo[k] for k in varying if k in combo}  # a key the combination leaves alone keeps the base
-        for seed in spec.seeds:  # seeds share the validated arm: copy instead of validating again
+        for seed in sweep_file.seeds:  # seeds share the validated arm: copy instead of validating again
             jobs.append(Job(config=cfg.model_copy(update={"seed": seed}), arm=label, varying=values))
-    _check_claims(path, spec, jobs)
-    sweep_id = hashlib.sha256(f"{spec.name}\n{experiment}".encode()).hexdigest()[:12]
-    return SweepPlan(spec.name, experiment, sweep_id, str(path), raw, spec, tuple(jobs))
+    _check_claims(path, sweep_file, jobs)
+    sweep_id = hashlib.sha256(f"{sweep_file.name}\n{experiment}".encode()).hexdigest()[:12]
+    return SweepPlan(sweep_file.name, experiment, sweep_id, str(path), raw, sweep_file, tuple(jobs))
 
 
 def arm_settings(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:
@@ -252,18 +254,18 @@ def arm_settings(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _check_claims(path: Path, spec: SweepSpec, jobs: list[Job]) -> None:
+def _check_claims(path: Path, sweep_file: SweepFile, jobs: list[Job]) -> None:
     """Every claim's arms, switch and levels exist in this sweep (one `ConfigError` line otherwise)."""
-    if not spec.claims:
+    if not sweep_file.claims:
         return
     arms = arm_settings(jobs)
     levels: dict[str, list[Any]] = {}
-    if not spec.cumulative:  # a progression has no factorial model: its claims compare arms
+    if not sweep_file.cumulative:  # a progression has no factorial model: its claims compare arms
         for job in jobs:
             for key, value in job.varying.items():
                 if value not in levels.setdefault(key, []):
                     levels[key].append(value)
-    check_claims(spec.claims, arms, levels, str(path))
+    check_claims(sweep_file.claims, arms, levels, str(path))
 
 
 def refuse_taken_overrides(path: Path, taken: set[str], overrides: list[str]) -> None:
@@ -277,24 +279,24 @@ def refuse_taken_overrides(path: Path, taken: set[str], overrides: list[str]) ->
             raise ConfigError(f"{path}: --set {key}: {clash[0]} is set by {what} for every run; change it in the file")
 
 
-def _combinations(spec: SweepSpec) -> list[Overrides]:
+def _combinations(sweep_file: SweepFile) -> list[Overrides]:
     arms: list[Overrides] = [{}]
-    if spec.arms:
+    if sweep_file.arms:
         arms, acc = [], {}
-        for arm in spec.arms:
-            acc = {**acc, **arm.set} if spec.cumulative else dict(arm.set)
+        for arm in sweep_file.arms:
+            acc = {**acc, **arm.set} if sweep_file.cumulative else dict(arm.set)
             arms.append({"__arm__": arm.name, **acc})
-    axes = [[{k: v} for v in values] for k, values in spec.grid.items()]
+    axes = [[{k: v} for v in values] for k, values in sweep_file.grid.items()]
     axes += [
         [{k: vals[i] for k, vals in group.items()} for i in range(len(next(iter(group.values()))))]
-        for group in spec.zip
+        for group in sweep_file.zip
     ]
     combos = []
     for parts in itertools.product(arms, *axes):
         combo = {k: v for part in parts for k, v in part.items()}
-        if not any(all(combo.get(k, _MISSING) == v for k, v in rule.items()) for rule in spec.exclude):
+        if not any(all(combo.get(k, _MISSING) == v for k, v in rule.items()) for rule in sweep_file.exclude):
             combos.append(combo)
-    return combos + [{"__include__": True, **extra} for extra in spec.include]
+    return combos + [{"__include__": True, **extra} for extra in sweep_file.include]
 
 
 _MISSING = object()

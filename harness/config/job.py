@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.spec.run_config import RunConfig
+from harness.config.run_config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.spec.at import At
-from harness.spec.yaml_io import ConfigError, Name
+from harness.config.at import At
+from harness.config.yaml_io import ConfigError, Name
 from trainer import metric_names as M
 from trainer.config import STRICT as _STRICT
 

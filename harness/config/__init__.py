@@ -1,0 +1,1 @@
+"""The config layer: run configs, sweep and tune files, claims. Typed, validated, YAML in; no torch, MLflow or Ray."""

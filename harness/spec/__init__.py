@@ -1,1 +1,0 @@
-"""The spec layer: run configs, sweep and tune files, claims. Typed, validated, YAML in; no torch, MLflow or Ray."""
