@@ -1,4 +1,4 @@
-"""How fast `harness sweep` / `harness run` answer a bad file (issue 13: under 2 s), beside the floors:
+"""How fast `harness sweep` / `harness run` answer a bad file (the target: under 2 s), beside the floors:
 Python's start, importing pydantic + yaml, and importing the config modules.
 
     python benchmarks/bad_input_latency.py [repeats]

@@ -2,7 +2,7 @@
 
     python benchmarks/step_time.py [--threads 1] [--steps 20] [--prompts 8] [--group 8] [--max-new 96]
 
-Prints a table and writes results/benchmarks/step_time.json. Target (issue 3): ≤ 0.2 s per step on one
+Prints a table and writes results/benchmarks/step_time.json. Target: ≤ 0.2 s per step on one
 core for 8 prompts × 8 samples × up to 96 new tokens; tracking ≤ 1% of step time.
 """
 

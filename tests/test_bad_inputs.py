@@ -1,7 +1,7 @@
 """A battery of malformed sweep and run files, each through the real `harness` command.
 
 For every case: exit code 2, exactly one stderr line naming the file and the key, no MLflow store
-and nothing else written (so no job started), and an answer within 2 s (issue 13's bound).
+and nothing else written (so no job started), and an answer within 2 s (the bound the README promises).
 """
 
 from __future__ import annotations

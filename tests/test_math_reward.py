@@ -169,7 +169,7 @@ def test_a_dead_helper_is_restarted():
     assert first[0].correct and second[0].correct
 
 
-# ---- adversarial completions (issue 13): bounded time, graded wrong, nothing executed ----------
+# ---- adversarial completions: bounded time, graded wrong, nothing executed ----------
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from grader_adversarial import GOLD, _cpu_s, cases  # noqa: E402  (the benchmark's battery: one home)
 

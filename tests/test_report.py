@@ -289,7 +289,7 @@ def test_latex_tables_compile(store, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# What the reader counts: duplicates, retries, failures, partial sweeps (issue 13, items 3, 8, 12, 13, 17)
+# What the reader counts: duplicates, retries, failures, partial sweeps
 # ---------------------------------------------------------------------------------------------
 
 from fake_sweep import T0, FakeRun, write_sweep  # noqa: E402
