@@ -211,3 +211,29 @@ def test_eta_counts_only_how_long_finished_jobs_ran(monkeypatch):
     at(111, "failed", c, 1)
     assert view.seconds == [30, 10]
     assert str(view.__rich__()).endswith("0:01:51 elapsed, ETA 0:00:20")  # 1 left at (30 + 10) / 2 s
+
+
+def test_the_logged_progress_line_counts_the_jobs_that_run():
+    """Into a log, the line after a job ends waits for the queued job that takes its slot: with 2 workers busy it
+    says 2 running, not the 1 of the instant between them; the last jobs print as they end."""
+    import io
+
+    from rich.console import Console
+
+    from harness.engine.sweep import _Progress
+
+    buf = io.StringIO()
+    view = _Progress("t", total=3, skipped=0, workers=2, log=Console(file=buf, width=300))
+    a, b, c = (type("J", (), {"job_id": i})() for i in "abc")
+    view.on_event("started", a, None), view.on_event("started", b, None)
+    view.on_event("finished", a, None)
+    assert buf.getvalue() == ""  # c is queued: its start prints the line
+    view.on_event("started", c, None)
+    view.on_event("finished", b, None)
+    view.on_event("failed", c, None)
+    lines = [line.split(" |")[0] for line in buf.getvalue().splitlines()]
+    assert lines == [
+        "sweep t: 1/3 done, 2 running, 0 failed, 0 skipped",
+        "sweep t: 2/3 done, 1 running, 0 failed, 0 skipped",
+        "sweep t: 2/3 done, 0 running, 1 failed, 0 skipped",
+    ]

@@ -242,7 +242,9 @@ class _Progress:
     """One status line: done / running / failed / skipped, and an ETA from how long finished jobs ran.
 
     Redrawn in place on a terminal (rich Live); into a log (`log`, a console that is not a terminal) it
-    is printed as a whole line whenever a job ends, so that no other output runs into it."""
+    is printed as a whole line whenever a job ends, so that no other output runs into it. While jobs are
+    queued, that line waits for the next job to take the freed slot, so that it counts the jobs that run
+    rather than the instant between two of them."""
 
     def __init__(self, name: str, total: int, skipped: int, workers: int, *, log: Console | None = None):
         self.name, self.total, self.skipped, self.workers = name, total, skipped, max(1, workers)
@@ -251,6 +253,7 @@ class _Progress:
         self.seconds: list[float] = []
         """How long each FINISHED job's successful attempt ran (no queueing, failed attempts or builds)."""
         self._started: dict[str, float] = {}
+        self._line_due = False
         self.start = time.monotonic()
 
     def on_event(self, kind: str, job: Job, outcome: JobOutcome | None) -> None:
@@ -258,6 +261,8 @@ class _Progress:
         if kind == "started":
             self.running += 1
             self._started[job.job_id] = now
+            if self._line_due:
+                self._print_line()
             return
         self.running -= 1
         started = self._started.pop(job.job_id, now)
@@ -268,6 +273,14 @@ class _Progress:
             self.failed += kind == "failed"
             if kind == "finished":
                 self.seconds.append(now - started)
+        queued = self.total - self.done - self.failed - self.running
+        if queued > 0:
+            self._line_due = True  # the next start prints it
+        else:
+            self._print_line()
+
+    def _print_line(self) -> None:
+        self._line_due = False
         if self.log is not None:
             self.log.print(self.__rich__(), soft_wrap=True)  # one line, however long
 
