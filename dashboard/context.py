@@ -11,6 +11,7 @@ import streamlit as st
 import yaml
 
 from dashboard.labels import ArmLabels, arm_labels, arm_names
+from dashboard.launch import OPTUNA_ENV, URI_ENV
 from harness.analysis.claims import Verdict, judge, stored_claims
 from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import (
@@ -24,8 +25,6 @@ from harness.runs.reader import (
 )
 from harness.runs.sweep_data import SweepData, read_sweep
 
-URI_ENV = "HARNESS_DASHBOARD_URI"  # set by `harness dashboard --tracking-uri`
-OPTUNA_ENV = "HARNESS_DASHBOARD_OPTUNA"  # set by `harness dashboard --optuna-storage`
 TTL_S = 20  # a running sweep's data is at most this old
 
 

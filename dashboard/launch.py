@@ -1,4 +1,7 @@
-"""How `harness dashboard` starts Streamlit: the command line and environment (the browser tests use it too)."""
+"""How `harness dashboard` starts Streamlit: the command line and environment (the browser tests use it too).
+
+It imports no Streamlit: a `st.cache_data` defined outside `streamlit run` warns "No runtime found" once per
+function, so the command that starts the server must not load the pages' modules."""
 
 from __future__ import annotations
 
@@ -6,9 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from dashboard.context import OPTUNA_ENV, URI_ENV
-
 APP = Path(__file__).resolve().parent / "app.py"
+URI_ENV = "HARNESS_DASHBOARD_URI"  # set by `harness dashboard --tracking-uri`
+OPTUNA_ENV = "HARNESS_DASHBOARD_OPTUNA"  # set by `harness dashboard --optuna-storage`
 
 
 def dashboard_command(

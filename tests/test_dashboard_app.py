@@ -5,7 +5,7 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.context import URI_ENV
+from dashboard.launch import URI_ENV
 
 APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
 PAGES = {"sweeps": 0, "length_bias": 3, "entropy_clipping": 3, "dynamic_sampling": 3, "ablation": 1, "explorer": 1}
@@ -123,7 +123,7 @@ def test_evaluation_sets_get_their_own_length_figures(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 13: clip-fraction axes, pandas warnings, what the reader set aside, empty cells
+# clip-fraction axes, pandas warnings, what the reader set aside, empty cells
 # ---------------------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.context import OPTUNA_ENV, URI_ENV
+from dashboard.launch import OPTUNA_ENV, URI_ENV
 
 APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
 

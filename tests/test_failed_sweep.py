@@ -71,7 +71,7 @@ def test_claims_say_that_none_can_be_judged_and_why(failed_sweep, capsys, by):
 
 
 def test_every_dashboard_page_says_no_run_finished(failed_sweep, monkeypatch):
-    from dashboard.context import URI_ENV
+    from dashboard.launch import URI_ENV
 
     monkeypatch.setenv(URI_ENV, failed_sweep[1])
     at = AppTest.from_file(APP, default_timeout=120)

@@ -194,7 +194,7 @@ def _dashboard(uri: str, page: str):
     """The dashboard on `uri`, showing `page` of its newest sweep (AppTest), with no exception."""
     from streamlit.testing.v1 import AppTest
 
-    from dashboard.context import URI_ENV
+    from dashboard.launch import URI_ENV
 
     os.environ[URI_ENV] = uri
     try:
