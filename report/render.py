@@ -1,4 +1,4 @@
-"""The report as Markdown, HTML (interactive curves), JSON and LaTeX tables, plus PNG/SVG figures."""
+"""The report as Markdown, HTML (figures, interactive where plotly.js loads), JSON and LaTeX, plus PNG/SVG figures."""
 
 from __future__ import annotations
 
@@ -134,7 +134,16 @@ def verdicts_table(r: Report) -> pd.DataFrame:
 
 
 def verdict_runs(r: Report) -> list[str]:
-    return [f"{v.claim.id}: {', '.join(v.runs) or 'none'}" for v in r.verdicts]
+    """The runs each claim read, once per distinct set of runs: claims that read the same runs share a line, and
+    runs are named without their ids (report.json has both, under each verdict's `runs`)."""
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for v in r.verdicts:
+        sets.setdefault(tuple(v.runs), []).append(v.claim.id)
+    lines = []
+    for runs, ids in sets.items():
+        names = ", ".join(run.rsplit(" (", 1)[0] for run in runs) or "none"
+        lines.append(f"{', '.join(ids)}: {len(runs)} runs: {names}")
+    return lines
 
 
 CLAIMS_NOTE = (
@@ -378,7 +387,8 @@ def to_html(r: Report) -> str:
         if not comp.empty:
             body += [f"<p>vs baseline ({esc(r.settings['baseline'])}):</p>", table(comp)]
         if r.curves.get(metric):
-            body.append(figures.interactive(metric, r.curves[metric], list(r.arms["arm"]), first=first))
+            arms = list(r.arms["arm"])
+            body.append(figures.interactive(metric, r.curves[metric], arms, first=first, seed=r.settings["seed"]))
             first = False
     if not r.effects.empty:
         body += ["<h2>Main effects</h2>", table(effects_table(r))]
@@ -396,7 +406,7 @@ def _html_page(r: Report, body: list[str]) -> str:
     )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header['sweep'])}</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+        f"<style>{style}</style></head><body>{''.join(body)}{figures.SWAP_SCRIPT}</body></html>"
     )
 
 

@@ -1,6 +1,8 @@
 """`harness report` on a store with known numbers: every table against numpy/scipy, all four formats, errors."""
 
+import base64
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -226,6 +228,11 @@ def test_cli_writes_every_format(store, sweep_file, tmp_path, capsys):
     assert (out / "figures" / "train_length_incorrect_mean.svg").read_text().lstrip().startswith("<?xml")
     html = (out / "report.html").read_text()
     assert "plotly" in html and "<table" in html and "Main effects" in html
+    # each curve twice: an SVG image (shown offline) and a Plotly chart from the CDN, which replaces it online
+    images = re.findall(r"src='data:image/svg\+xml;base64,([^']+)'", html)
+    assert len(images) == html.count("class='live'") == 2
+    assert all(base64.b64decode(i).lstrip().startswith(b"<?xml") for i in images)
+    assert html.count("cdn.plot.ly/plotly") == 1 and len(html) < 1_500_000  # plotly.js itself is 4.8 MB
     tex = (out / "report.tex").read_text()
     assert tex.count("\\begin{tabular}") == tex.count("\\end{tabular}") == 3  # 2 metrics + main effects
     assert "objective.aggregation" in tex and "seq\\_mean\\_token\\_mean $\\to$ constant" in tex
