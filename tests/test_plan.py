@@ -138,12 +138,12 @@ def test_shipped_ablation_files_plan(tmp_path):
         "toy_regime": 12,
     }
     regime = {(j.config.train.lr, j.config.train.warmup_steps, j.config.seed) for j in pilots["toy_regime"]}
-    assert regime == {(lr, w, 9001) for lr in (1e-4, 2e-4, 5e-4) for w in (0, 10)}  # as the README's pilot table
+    assert regime == {(lr, w, 9001) for lr in (1e-4, 2e-4, 5e-4) for w in (0, 10)}  # as docs/toy.md's pilot table
     # the clip-higher pilots ran on the toy of 2026-11-25, and still plan it: no slips, RL at lr 5e-4 unless set
     for name in ("clip_higher_entropy_clean", "clip_higher_entropy_peaked_e2"):
         config = pilots[name][0].config
         assert (config.model.toy.task.slip_prob, config.train.lr) == (None, 5e-4), name
-    clean = pilots["clip_higher_entropy_clean"][0].config  # the README's pilot table ran exactly this
+    clean = pilots["clip_higher_entropy_clean"][0].config  # docs/solved_toy/findings.md's pilot table ran exactly this
     assert (
         clean.seed,
         clean.task.toy_addition.hide_prob,

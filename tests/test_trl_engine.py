@@ -37,7 +37,7 @@ def test_the_table_names_every_setting_and_the_readme_shows_it():
         *(f"train.{f}" for f in TrainConfig.model_fields),
     }
     assert set(TABLE) == fields  # a new switch must say how TRL expresses it
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "trl.md").read_text()
     for key, how in TABLE.items():
         assert f"| `{key}` | {how} |" in readme, key
 

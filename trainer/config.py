@@ -55,7 +55,7 @@ class TrainConfig(BaseModel):
 
     engine: Literal["harness", "trl"] = "harness"
     """Which trainer runs the job: harness's own loop (trainer.loop), or TRL's GRPOTrainer (the `trl` extra) with
-    every switch mapped to its GRPOConfig (README "TRL as the engine"; a switch TRL cannot express is an error)."""
+    every switch mapped to its GRPOConfig (docs/trl.md; a switch TRL cannot express is an error)."""
     steps: int = Field(200, ge=0, le=MAX_STEPS)
     """RL steps (one rollout batch each), at most `MAX_STEPS`; 0 = an evaluation-only run (needs eval.every >= 1)."""
     lr: float = Field(5e-4, gt=0)

@@ -1,11 +1,10 @@
 """How a run reads as TRL's `GRPOTrainer` (`train.engine: trl`): the switch table, both ways.
 
-`TABLE` is the README's table: every field of the objective, rollout and train settings, with the GRPOConfig argument
-it becomes or why TRL cannot express it. `trl_problems` lists what cannot be expressed (the run config's validation
-calls it, so a sweep fails before any job starts), `grpo_args` builds the arguments, and `settings_of` reads a TRL
-run's arguments back as harness's settings, so that a plain TRL script's run is logged under the keys harness's runs
-have. No TRL import: this is data, checked before TRL is ever loaded.
-"""
+`TABLE` is the table of docs/trl.md: every field of the objective, rollout and train settings, with the GRPOConfig
+argument it becomes or why TRL cannot express it. `trl_problems` lists what cannot be expressed (the run config's
+validation calls it, so a sweep fails before any job starts), `grpo_args` builds the arguments, and `settings_of`
+reads a TRL run's arguments back as harness's settings, so that a plain TRL script's run is logged under the keys
+harness's runs have. No TRL import: this is data, checked before TRL is ever loaded."""
 
 from __future__ import annotations
 

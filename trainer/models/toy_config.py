@@ -62,7 +62,7 @@ class ToyModelConfig(BaseModel):
     (on the same torch build and thread count)."""
     task: ToyAdditionConfig = ToyAdditionConfig(slip_prob=SLIP_PROB)
     """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits). The default
-    tutor slips on a column with probability `SLIP_PROB`, which leaves RL a gap to close (README, "The toy default");
+    tutor slips on a column with probability `SLIP_PROB`, which leaves RL a gap to close (docs/toy.md);
     `slip_prob: null` is the toy of 2026-11-25, whose SFT already solved every clean prompt."""
     eval_samples: int = Field(256, ge=0)
     """Prompts sampled after SFT to record accuracy in build.json and check `min_clean_accuracy`
