@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import context, verdicts
@@ -53,3 +54,29 @@ def curve_page(title: str, prefix: str, page: str) -> tuple[SweepData, dict, str
         {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": context.labels(data)},
         opts["x"],
     )
+
+
+DASH = "—"
+
+
+def shown(df: pd.DataFrame) -> pd.DataFrame | pd.io.formats.style.Styler:
+    """A table as the pages show it: a dash where a value is missing (Streamlit writes `None`). Text and time columns
+    get the dash as text; a numeric column with a gap keeps its numbers (it still sorts) and shows the dash through a
+    Styler."""
+    out, gaps = df.copy(), []
+    for col in out.columns:
+        missing = out[col].isna()
+        if not missing.any():
+            continue
+        if pd.api.types.is_numeric_dtype(out[col]):
+            gaps.append(col)
+        elif pd.api.types.is_datetime64_any_dtype(out[col]):
+            out[col] = out[col].dt.strftime("%Y-%m-%d %H:%M:%S").where(~missing, DASH)
+        else:
+            out[col] = out[col].astype(object).where(~missing, DASH)
+    return out.style.format("{:.4g}", subset=gaps, na_rep=DASH) if gaps else out
+
+
+def table(df: pd.DataFrame, **kw) -> None:
+    """`st.dataframe` of `shown(df)`, full width, without the index."""
+    st.dataframe(shown(df), hide_index=True, width="stretch", **kw)

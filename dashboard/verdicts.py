@@ -50,6 +50,11 @@ def _md(text: str) -> str:
     return _BLOCK.sub(r"\1\\\2", _MARKDOWN.sub(r"\\\1", text))
 
 
+def _p(name: str, text: str) -> str:
+    """'p = 0.03', or 'p < 0.001' where the table writes the bound ('< 0.001')."""
+    return f"{name} {_md(text)}" if text.startswith(("<", ">")) else f"{name} = {_md(text)}"
+
+
 def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
     """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why.
     With `track` (a sequential sweep's path for the claim) the verdict is the sequential one, and the evidence
@@ -75,8 +80,8 @@ def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
     lines += [
         (
             f"`{row['metric @ at']}`, {_md(row['contrast'])} (claimed {_md(row['claimed'])}): "
-            f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · p = {_md(row['p'])} · "
-            f"Holm p = {_md(row['p (Holm)'])} · n = {_md(row['n'])}"
+            f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · {_p('p', row['p'])} · "
+            f"{_p('Holm p', row['p (Holm)'])} · n = {_md(row['n'])}"
         ),
     ]
     if v.per_arm:

@@ -399,6 +399,7 @@ def to_html(r: Report) -> str:
 
 def _html_page(r: Report, body: list[str]) -> str:
     esc = html.escape
+    curves = any("<div class='curve'>" in part for part in body)
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px} table.t{border-collapse:collapse;"
         "font-size:13px;margin:.5em 0 1.5em} table.t td,table.t th{border-bottom:1px solid #ddd;padding:3px 8px;"
@@ -406,7 +407,7 @@ def _html_page(r: Report, body: list[str]) -> str:
     )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header['sweep'])}</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}{figures.SWAP_SCRIPT}</body></html>"
+        f"<style>{style}</style></head><body>{''.join(body)}{figures.SWAP_SCRIPT if curves else ''}</body></html>"
     )
 
 

@@ -173,6 +173,28 @@ def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
     assert 0.2 < ranges[1][1] < 0.3 and ranges[2][1] < 0.3, ranges
 
 
+def test_the_clip_panel_says_why_an_on_policy_arm_clips_nothing(tmp_path, monkeypatch):
+    """One optimiser step per rollout batch clips nothing by construction: the page says so for those arms only."""
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    def run(arm, mini_batches, epochs):
+        params = {"train.mini_batches": mini_batches, "train.epochs": epochs}
+        return FakeRun(arm, 0, values={M.CLIP_FRAC: [0.0] * 3, M.ENTROPY: [1.0] * 3}, params=params)
+
+    at = _visit(_app(_fake_store(tmp_path, [run("a", "1", "1"), run("b", "1", "1")]), monkeypatch), "entropy_clipping")
+    notes = [i.value for i in at.info if "nothing is clipped, by construction" in i.value]
+    assert len(notes) == 1 and notes[0].startswith("Every arm takes one optimiser step"), [i.value for i in at.info]
+    at = _visit(
+        _app(_fake_store(tmp_path / "mixed", [run("a", "1", "1"), run("b", "4", "1")]), monkeypatch), "entropy_clipping"
+    )
+    notes = [i.value for i in at.info if "by construction" in i.value]
+    assert len(notes) == 1 and notes[0].startswith("a take one optimiser step"), notes
+    at = _visit(_app(_fake_store(tmp_path / "off", [run("a", "2", "2")]), monkeypatch), "entropy_clipping")
+    assert not [i.value for i in at.info if "by construction" in i.value]
+
+
 def test_token_and_sequence_ratios_are_compared_in_clipped_tokens(tmp_path, monkeypatch):
     """The levels panel draws policy/clip_frac_tokens, not clip_frac (sequences under GSPO); a run without it (from
     before harness logged it) is named in a caption instead."""
@@ -265,3 +287,32 @@ def test_a_link_names_the_sweep_the_pages_start_on(tmp_path, monkeypatch):
         at.run()
         assert not at.exception and at.session_state["sweep"] == chosen, wanted
         assert any("No sweep 'nope'" in w.value for w in at.warning) == (wanted == "nope")
+
+
+def test_tables_show_a_dash_where_a_value_is_missing():
+    """Text, time and numeric columns: a dash instead of Streamlit's `None`, numbers kept as numbers."""
+    import pandas as pd
+
+    from dashboard.page import DASH, shown
+
+    df = pd.DataFrame(
+        {
+            "arm": ["a", None],
+            "started": pd.to_datetime([1_700_000_000_000, None], unit="ms"),
+            "reward": [0.51234, float("nan")],
+            "seed": [0, 1],
+        }
+    )
+    styled = shown(df)
+    data = styled.data
+    assert data["arm"].tolist() == ["a", DASH] and data["started"].tolist() == ["2023-11-14 22:13:20", DASH]
+    assert data["reward"].dtype == float and data["seed"].tolist() == [0, 1]  # still numbers, still sortable
+    html = styled.to_html()
+    assert f">{DASH}<" in html and ">0.5123<" in html and "None" not in html and "nan" not in html
+    assert shown(df.dropna()) is not None and isinstance(shown(df[["seed"]]), pd.DataFrame)  # no gap: no Styler
+
+
+def test_a_p_value_bound_reads_as_a_bound():
+    from dashboard.verdicts import _p
+
+    assert _p("p", "< 0.001") == "p \\< 0.001" and _p("Holm p", "0.0292") == "Holm p = 0.0292"  # < escaped

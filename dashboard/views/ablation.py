@@ -4,7 +4,7 @@ for cumulative sweeps, and the main effect of each switch for factorial ones."""
 import pandas as pd
 import streamlit as st
 
-from dashboard import context, verdicts
+from dashboard import context, page, verdicts
 from dashboard.labels import with_settings
 from harness.analysis import figures
 from harness.analysis.stats import factorial_effects, mean_ci
@@ -59,7 +59,7 @@ st.caption(
     f"Mean over seeds of each run's last {last} steps [95% bootstrap CI over seeds]"
     + (" — arms in order, each adding one technique to the one above." if data.cumulative else ".")
 )
-st.dataframe(with_settings(pd.DataFrame(table), labels), hide_index=True, width="stretch")
+page.table(with_settings(pd.DataFrame(table), labels))
 
 if chosen:
     metric = st.selectbox("Per-seed view of", chosen, key="abl_bar")

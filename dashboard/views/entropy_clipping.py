@@ -5,7 +5,7 @@ import streamlit as st
 
 from dashboard import page
 from harness.analysis import figures
-from harness.runs.sweep_data import arm_setting
+from harness.runs.sweep_data import arm_setting, updates_per_batch
 from trainer import metric_names as M
 
 data, kw, x = page.curve_page("Entropy & clipping (DAPO, GSPO)", "ent", "entropy_clipping")
@@ -20,6 +20,16 @@ st.plotly_chart(
     key="ent_entropy",
 )
 st.subheader("Clip fractions")
+steps = updates_per_batch(data)
+on_policy = [a for a in data.arms if steps.get(a) == 1]
+if on_policy:
+    who = "Every arm takes" if len(on_policy) == len(data.arms) else ", ".join(map(kw["labels"], on_policy)) + " take"
+    st.info(
+        f"{who} one optimiser step per rollout batch (`train.mini_batches` × `train.epochs` = 1): the policy that "
+        "sampled is the one updated, every ratio is 1, and nothing is clipped, by construction; their clip "
+        "fractions are 0. Clipping acts only off-policy: `gspo_vs_grpo.yaml` and `clip_higher_entropy.yaml` take "
+        "4 steps per batch."
+    )
 st.plotly_chart(
     figures.curves_by_arm(
         [

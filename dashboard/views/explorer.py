@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import context
+from dashboard import context, page
 from harness.analysis import figures
 from harness.analysis.stats import ema
 
@@ -88,6 +88,6 @@ cols = [
     )
     if c in rows
 ]
-st.dataframe(rows[cols], hide_index=True, width="stretch")
+page.table(rows[cols])
 if "response" not in rows:
     st.caption("Texts are logged when `train.log_text` is on.")

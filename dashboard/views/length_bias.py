@@ -45,7 +45,7 @@ else:
             f"Finished runs: mean over seeds of each run's last {last} logged steps (all of them in a shorter "
             "run), with a 95% bootstrap CI over seeds."
         )
-        st.dataframe(with_settings(pd.DataFrame(rows), kw["labels"]), hide_index=True, width="stretch")
+        page.table(with_settings(pd.DataFrame(rows), kw["labels"]))
 
 st.subheader("Reward and accuracy")
 st.plotly_chart(

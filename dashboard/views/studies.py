@@ -3,7 +3,7 @@ history, parameter importances, parallel coordinates)."""
 
 import streamlit as st
 
-from dashboard import context
+from dashboard import context, page
 
 
 def fmt(v) -> str:
@@ -93,7 +93,7 @@ formats = {
     for c in trials.columns
     if trials[c].dtype.kind == "f"
 }  # log-scale parameters such as lr stay legible
-st.dataframe(trials, hide_index=True, width="stretch", column_config=formats)
+page.table(trials, column_config=formats)
 st.caption(
     "Every trial of the study; `mlflow_run_id` is the MLflow run a `harness tune` trial logged to, and a "
     "pruned trial's value is its last reported one."

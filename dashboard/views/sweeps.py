@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import context
+from dashboard import context, page
 from harness.runs.reader import reader_for
 
 st.title("Sweeps")
@@ -31,7 +31,7 @@ for s in found:
             "started": pd.to_datetime(s.runs["start_time"].min(), unit="ms") if not s.runs.empty else None,
         }
     )
-st.dataframe(pd.DataFrame(summary), hide_index=True, width="stretch")
+page.table(pd.DataFrame(summary))
 
 data = context.current()
 if data is None:
@@ -54,9 +54,8 @@ st.progress(min(1.0, status.finished / status.total) if status.total else 0.0, t
 if data.sweep.parent is not None:
     settings = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])
     with st.expander("Grid (the sweep file as run)", expanded=True):
-        st.dataframe(
-            settings.drop(columns="run_id").rename(columns={"key": "setting"}), hide_index=True, width="stretch"
-        )
+        grid = settings.drop(columns="run_id").rename(columns={"key": "setting"})
+        page.table(grid.replace({"value": {"None": "null"}}))  # a YAML null, logged by MLflow as Python's None
 
 total = runs["steps"].map(lambda n: "?" if pd.isna(n) else str(int(n)))
 jobs = runs.assign(
@@ -72,6 +71,6 @@ if data.planned:
     )
     jobs = pd.concat([jobs, pending], ignore_index=True) if not pending.empty else jobs
 st.subheader("Jobs")
-st.dataframe(jobs[show], hide_index=True, width="stretch")
+page.table(jobs[show])
 for failed in status.failed_runs:
     st.error(failed.line())

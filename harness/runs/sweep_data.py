@@ -280,6 +280,13 @@ def arm_setting(data: SweepData, key: str) -> dict[str, str]:
     return vals.groupby("arm")["_v"].first().astype(str).to_dict()  # an arm whose runs logged no params is absent
 
 
+def updates_per_batch(data: SweepData) -> dict[str, int]:
+    """Arm → optimiser steps per rollout batch (`train.mini_batches` × `train.epochs`); 1 is on-policy, where every
+    ratio is 1 and nothing can be clipped. Arms that logged neither setting are absent."""
+    mb, ep = arm_setting(data, "train.mini_batches"), arm_setting(data, "train.epochs")
+    return {arm: int(mb.get(arm, "1")) * int(ep.get(arm, "1")) for arm in {*mb, *ep}}
+
+
 def _state(run) -> str:
     """done / running / stalled / pruned / failed, from MLflow's status and the last metric's age (and later
     duplicate / retried, by `_one_run_per_job`)."""
