@@ -257,7 +257,7 @@ def _spread_seen(s: Sequential, tracking_uri: str) -> dict[str, tuple[float, str
     keep = _keeper({arm: first for arm in data.runs["arm"].unique()})
     out = {}
     for claim, ev in zip(s.claims, gather(data, s.claims, alpha=s.design.alpha, keep=keep)):
-        se, n = ev.get("se", math.nan), ev.get("seeds", 0)
+        se, n = ev.se, ev.seeds
         if np.isfinite(se) and se > 0 and n:
             out[claim.id] = (se * math.sqrt(n), f"runs: SE {se:.3g} at {n} seeds")
     return out

@@ -14,6 +14,7 @@ from scipy import stats as sps
 
 from harness.analysis import stats
 from harness.analysis.claims import decide, evidence
+from harness.analysis.evidence import Evidence
 from harness.cli import main
 from harness.config.claims import Claim
 
@@ -274,22 +275,11 @@ def test_factorial_main_effect_claims(tmp_path, capsys):
     assert "REPRODUCED" in std  # the std effect is ~0, well below the claimed 5
 
 
-def _evidence(p: float) -> dict:
-    return {
-        "effect": 1.0,
-        "low": 0.1,
-        "high": 1.9,
-        "p": p,
-        "se": 0.4,
-        "df": 8.0,
-        "n1": 5,
-        "n2": 5,
-        "mean1": 1.0,
-        "mean2": 0.0,
-        "seeds": 5,
-        "note": "",
-        "rows": pd.DataFrame({"run_id": []}),
-    }
+def _evidence(p: float) -> Evidence:
+    return Evidence(
+        pd.DataFrame({"run_id": []}), effect=1.0, low=0.1, high=1.9, p=p, se=0.4, df=8.0, n1=5, n2=5, mean1=1.0,
+        mean2=0.0, seeds=5,
+    )  # fmt: skip
 
 
 def test_holm_is_applied_across_the_claims():
@@ -416,15 +406,15 @@ def test_a_balanced_pooled_reference_is_accepted_and_is_the_main_effect(tmp_path
     )
     claim = _claim(contrast={"arm": {"a": "y"}, "vs": {"a": "x"}, "pool": True})
     ev = evidence(claim, values, ["a", "b"], settings)
-    assert abs(ev["effect"]) < 3 and ev["mean1"] == pytest.approx(
+    assert abs(ev.effect) < 3 and ev.mean1 == pytest.approx(
         values[values["a"] == "y"].groupby("arm")["value"].mean().mean()
     )
     runs = values.groupby("a")["value"].mean()
     assert runs["y"] - runs["x"] == pytest.approx(-42.9, abs=3)  # what pooling the runs would have said
-    assert ev["p"] > 0.05 and ev["low"] < 0 < ev["high"]
+    assert ev.p > 0.05 and ev.low < 0 < ev.high
     # a claim logged before `pool` existed (never checked against its sweep) is not pooled silently
     unpooled = evidence(_claim(contrast={"arm": {"a": "y"}, "vs": {"a": "x"}}), values, ["a", "b"], settings)
-    assert "picks 2 arms; say pool: true" in unpooled["note"] and "p" not in unpooled
+    assert "picks 2 arms; say pool: true" in unpooled.note and np.isnan(unpooled.p)
 
 
 @pytest.mark.parametrize("pool", [False, True])
@@ -476,10 +466,10 @@ def test_since_is_tested_in_every_arm_and_rests_on_the_weakest():
     settings = {arm: {} for arm in changes}
     e = evidence(claim, frame(changes), [], settings)
     ps = {arm: sps.ttest_1samp(vs, 0.0).pvalue for arm, vs in changes.items()}
-    assert e["p"] == pytest.approx(max(ps.values())) and e["effect"] == pytest.approx(np.mean(changes["B"]))
-    assert [a.arm for a in e["per_arm"]] == ["B", "A", "C"]  # the deciding arm first
-    assert [a.p for a in e["per_arm"]] == pytest.approx([ps["B"], ps["A"], ps["C"]])
-    assert all(type(a.n) is int and a.n == 4 for a in e["per_arm"])  # a plain int: the report's JSON writes it
+    assert e.p == pytest.approx(max(ps.values())) and e.effect == pytest.approx(np.mean(changes["B"]))
+    assert [a.arm for a in e.per_arm] == ["B", "A", "C"]  # the deciding arm first
+    assert [a.p for a in e.per_arm] == pytest.approx([ps["B"], ps["A"], ps["C"]])
+    assert all(type(a.n) is int and a.n == 4 for a in e.per_arm)  # a plain int: the report's JSON writes it
     [v] = decide([claim], [e])
     assert v.verdict == "reproduced" and v.n_text() == "4/4/4 runs in 3 arms", v.summary()
     assert "by arm: B +0.03" in v.summary()

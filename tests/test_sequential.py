@@ -14,6 +14,7 @@ from statsmodels.stats.power import TTestIndPower
 from harness.analysis import sequential as seq
 from harness.analysis import stats
 from harness.analysis.claims import evidence
+from harness.analysis.evidence import Evidence
 from harness.config.claims import Claim
 
 ALPHA = 0.05
@@ -82,11 +83,15 @@ def _experiment(
             if track.open:
                 a, b = draws[claim.id]
                 ev = stats.contrast(a[:n], b[:n], fold=claim.contrast.fold, null=claim.threshold, alpha=ALPHA)
-                seq.observe(track, look, {**ev, "seeds": n}, design, claim.threshold)
+                seq.observe(track, look, _ev(ev["effect"], ev["se"], ev["df"], n), design, claim.threshold)
         seq.decide(claims, tracks, design, final=look == len(schedule))
         if not any(t.open for t in tracks):
             break
     return tracks
+
+
+def _ev(effect: float, se: float, df: float, seeds: int) -> Evidence:
+    return Evidence(pd.DataFrame(), effect=effect, se=se, df=df, seeds=seeds)
 
 
 def test_the_simulated_statistic_is_the_claims_evidence():
@@ -100,8 +105,8 @@ def test_the_simulated_statistic_is_the_claims_evidence():
     claim = _claim()
     ev = evidence(claim, values, [], {"c-A": {}, "c-B": {}}, ALPHA)
     direct = stats.contrast(a, b, null=claim.threshold, alpha=ALPHA)
-    assert ev["seeds"] == 6
-    assert all(ev[k] == pytest.approx(direct[k]) for k in ("effect", "se", "df", "p"))
+    assert ev.seeds == 6
+    assert all(getattr(ev, k) == pytest.approx(direct[k]) for k in ("effect", "se", "df", "p"))
 
 
 def test_under_the_null_the_procedure_reproduces_or_contradicts_at_most_alpha():
@@ -149,12 +154,12 @@ def test_holm_passes_a_decided_claims_level_to_the_others():
     tracks = [seq.Track("x"), seq.Track("y")]
     for track, z in zip(tracks, (5.0, z_y)):
         t = seq.t_of_z(z, 1e6)
-        seq.observe(track, 1, {"effect": t, "se": 1.0, "df": 1e6, "seeds": 10}, design, 0.0)
+        seq.observe(track, 1, _ev(t, 1.0, 1e6, 10), design, 0.0)
     seq.decide(claims, tracks, design, final=True)
     assert [t.verdict for t in tracks] == ["reproduced", "reproduced"]
     alone = [seq.Track("x"), seq.Track("y")]
     for track, z in zip(alone, (0.1, z_y)):
-        seq.observe(track, 1, {"effect": seq.t_of_z(z, 1e6), "se": 1.0, "df": 1e6, "seeds": 10}, design, 0.0)
+        seq.observe(track, 1, _ev(seq.t_of_z(z, 1e6), 1.0, 1e6, 10), design, 0.0)
     seq.decide(claims, alone, design, final=True)
     assert [(t.verdict, t.stop) for t in alone] == [("inconclusive", "budget"), ("inconclusive", "budget")]
 
@@ -163,13 +168,13 @@ def test_a_small_effect_stops_when_the_repeated_ci_lies_within_the_smallest_effe
     design = seq.Design(first=10, batch=10, max_seeds=40, alpha=ALPHA)
     claim = _claim(min_effect=1.0)
     track = seq.Track("c")
-    seq.observe(track, 1, {"effect": 0.02, "se": 0.1, "df": 18.0, "seeds": 10}, design, 0.0)
+    seq.observe(track, 1, _ev(0.02, 0.1, 18.0, 10), design, 0.0)
     seq.decide([claim], [track], design, final=False)
     lk = track.looks[-1]
     assert (track.verdict, track.stop, track.stopped_at) == ("inconclusive", "small effect", 1)
     assert -1.0 <= lk.low < 0.02 < lk.high <= 1.0
     wide = seq.Track("c")
-    seq.observe(wide, 1, {"effect": 0.02, "se": 0.5, "df": 18.0, "seeds": 10}, design, 0.0)
+    seq.observe(wide, 1, _ev(0.02, 0.5, 18.0, 10), design, 0.0)
     seq.decide([claim], [wide], design, final=False)
     assert wide.open
 
@@ -178,9 +183,9 @@ def test_a_look_without_new_runs_spends_nothing_and_the_record_round_trips():
     design = seq.Design(first=3, batch=2, max_seeds=7, alpha=ALPHA)
     claim = _claim(min_effect=None)
     track = seq.Track("c")
-    seq.observe(track, 1, {"effect": 0.4, "se": 0.5, "df": 4.0, "seeds": 3}, design, 0.0)
+    seq.observe(track, 1, _ev(0.4, 0.5, 4.0, 3), design, 0.0)
     seq.decide([claim], [track], design, final=False)
-    seq.observe(track, 2, {"effect": 0.4, "se": 0.5, "df": 4.0, "seeds": 3}, design, 0.0)  # every new job failed
+    seq.observe(track, 2, _ev(0.4, 0.5, 4.0, 3), design, 0.0)  # every new job failed
     assert math.isnan(track.looks[-1].z) and track.fractions() == (3 / 7,)
     seq.decide([claim], [track], design, final=True)
     assert (track.verdict, track.stop) == ("inconclusive", "budget")

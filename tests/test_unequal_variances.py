@@ -12,6 +12,7 @@ p-value: far below α, so far less power). So the bar is α plus that excess, SL
 N simulations; the pooled test fails it at 3 seeds in every pattern (checked below).
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -80,8 +81,8 @@ def test_the_simulated_statistic_is_the_claims_evidence():
     t, df = _t(y)
     for i in range(3):
         ev = evidence(CLAIM, _frame(y[i]), ["a", "b"], {}, ALPHA)
-        assert ev["effect"] / ev["se"] == pytest.approx(t[i]) and ev["df"] == pytest.approx(df[i])
-        assert ev["p"] == pytest.approx(2 * sp.t.sf(abs(t[i]), df[i]))
+        assert ev.effect / ev.se == pytest.approx(t[i]) and ev.df == pytest.approx(df[i])
+        assert ev.p == pytest.approx(2 * sp.t.sf(abs(t[i]), df[i]))
 
 
 @pytest.mark.parametrize("seeds", [3, 5])
@@ -120,7 +121,7 @@ def test_the_vectorised_sequential_decision_is_the_procedures():
         for look, n in enumerate(design.schedule(), 1):
             if track.open:
                 ev = evidence(CLAIM, _frame(y[i, :, :n]), ["a", "b"], {}, ALPHA)
-                seq.observe(track, look, {**ev, "seeds": n}, design, CLAIM.threshold)
+                seq.observe(track, look, dataclasses.replace(ev, seeds=n), design, CLAIM.threshold)
                 seq.decide([CLAIM], [track], design, final=n == design.max_seeds)
         assert (track.verdict != "inconclusive") == fast[i], i
     assert 0 < fast.sum() < y.shape[0]

@@ -26,7 +26,8 @@ Failed runs (a crash, a time-out, a divergence) of the arms a claim reads are co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from harness.analysis import stats
+from harness.analysis.evidence import ArmChange, Evidence
 from harness.analysis.values import run_values
 from harness.config.at import At
 from harness.config.claims import Claim, Difference, canonical, check_unique, picks
@@ -41,27 +43,8 @@ from harness.runs.reader import Sweep, sweep_file_text
 from harness.runs.sweep_data import SweepData
 
 POWER = 0.8
-VERDICTS = ("reproduced", "contradicted", "inconclusive")
-
-
-@dataclass(frozen=True)
-class ArmChange:
-    """One arm's change from a `since` claim's start to its `at`: the mean over its runs, 95% CI, p against the
-    claim's threshold."""
-
-    arm: str
-    effect: float
-    low: float
-    high: float
-    p: float
-    n: int
-
-    def text(self) -> str:
-        if np.isnan(self.effect):
-            return f"{self.arm}: no value (n {self.n})"
-        ci = f" [{self.low:+.3g}, {self.high:+.3g}]" if not np.isnan(self.low) else ""
-        p = f"p {self.p:.3g}" if not np.isnan(self.p) else "no test"
-        return f"{self.arm} {self.effect:+.3g}{ci} ({p}, n {self.n})"
+VerdictKind = Literal["reproduced", "contradicted", "inconclusive"]
+VERDICTS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 
 
 @dataclass
@@ -69,8 +52,7 @@ class Verdict:
     """A claim's verdict and the evidence behind it."""
 
     claim: Claim
-    verdict: str
-    """reproduced, contradicted or inconclusive."""
+    verdict: VerdictKind
     reason: str = ""
     """For inconclusive: underpowered, small effect or no test."""
     effect: float = np.nan
@@ -189,7 +171,7 @@ def evidence(
     arm_settings: dict[str, dict],
     alpha: float = 0.05,
     failed: pd.DataFrame | None = None,
-) -> dict:
+) -> Evidence:
     """The claim's effect, CI, p (against its threshold), sizes, runs and failed runs per side, from one value per
     finished run (run_id, arm, seed, the varying settings, value).
 
@@ -198,7 +180,7 @@ def evidence(
     c = claim.contrast
     sides = _sides(claim, values, varying, arm_settings)
     if isinstance(sides, str):
-        return {"note": sides, "rows": values.iloc[:0]}
+        return Evidence(values.iloc[:0], note=sides)
     out = _failed(claim, values, failed, sides)
     imputed = out.pop("imputed")
     if len(imputed):
@@ -233,7 +215,8 @@ def evidence(
                 "'at least fold times as large' reads the other way below zero"
             )
     res["seeds"] = int(cells.min()) if len(cells) else 0
-    return {**res, **out, "rows": rows}
+    known = {f.name for f in fields(Evidence)}
+    return Evidence(rows, **{k: v for k, v in {**res, **out}.items() if k in known})
 
 
 def _sides(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings: dict[str, dict]):
@@ -335,22 +318,23 @@ _CARRIED = (
     "effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds",
     "failed1", "failed2", "diverged1", "diverged2", "failed_value", "per_arm",
 )  # fmt: skip
+"""What a verdict takes over from its evidence as it is."""
 
 
-def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power: float = POWER) -> list[Verdict]:
+def decide(claims: list[Claim], found: list[Evidence], *, alpha: float = 0.05, power: float = POWER) -> list[Verdict]:
     """Verdicts from each claim's evidence, with Holm across the claims (see the module docstring)."""
-    p_holm = stats.holm([e.get("p", np.nan) for e in found])
+    p_holm = stats.holm([e.p for e in found])
     m = max(1, int(np.sum(~np.isnan(p_holm))))
     out = []
     for claim, e, ph in zip(claims, found, p_holm):
         v = Verdict(
             claim,
             "inconclusive",
-            **{k: e[k] for k in _CARRIED if k in e},
+            **{k: getattr(e, k) for k in _CARRIED},
+            p_holm=float(ph),
+            note=e.note,
+            runs=e.run_labels(),
         )
-        v.p_holm, v.note = float(ph), e.get("note", "")
-        names = e["rows"]["run_name"] if "run_name" in e["rows"] else e["rows"]["run_id"]
-        v.runs = [f"{n} ({r})" for n, r in zip(names, e["rows"]["run_id"])]
         side = np.sign(v.effect - claim.threshold) * (1 if claim.direction == "increase" else -1)
         if np.isnan(v.p):
             v.reason = "no test"
@@ -366,9 +350,9 @@ def decide(claims: list[Claim], found: list[dict], *, alpha: float = 0.05, power
             v.reason = "small effect"
         else:
             v.reason = "underpowered"
-            v.mde = stats.t_mde(e["se"], e["df"], alpha=alpha / m, power=power)
+            v.mde = stats.t_mde(e.se, e.df, alpha=alpha / m, power=power)
             v.target = claim.min_effect if claim.min_effect is not None else v.effect - claim.threshold
-            v.seeds_needed = stats.seeds_needed(v.target, e["se"], e["df"], v.seeds, alpha=alpha / m, power=power)
+            v.seeds_needed = stats.seeds_needed(v.target, e.se, e.df, v.seeds, alpha=alpha / m, power=power)
         out.append(v)
     return out
 
@@ -384,7 +368,7 @@ def gather(
     *,
     alpha: float = 0.05,
     keep: Callable[[pd.DataFrame], pd.Series] | None = None,
-) -> list[dict]:
+) -> list[Evidence]:
     """Each claim's `evidence` on the sweep's finished runs; `keep` (a row mask of a claim's values: run_id, arm,
     seed, ...) restricts the runs, e.g. to the seeds of one look of a sequential sweep."""
     settings = _arm_settings(data)

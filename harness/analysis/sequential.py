@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
+from harness.analysis.evidence import Evidence
 from harness.config.claims import Claim
 
 STOPS = ("efficacy", "small effect", "budget")
@@ -172,10 +173,9 @@ class Design:
         return min(1.0, seeds / self.max_seeds)
 
 
-def observe(track: Track, look: int, evidence: dict, design: Design, threshold: float) -> Look:
-    """Append a look from a claim's fixed-design evidence (effect, se, df, seeds, as `claims.evidence` gives)."""
-    effect, se, df = (float(evidence.get(k, math.nan)) for k in ("effect", "se", "df"))
-    seeds = int(evidence.get("seeds", 0))
+def observe(track: Track, look: int, evidence: Evidence, design: Design, threshold: float) -> Look:
+    """Append a look from a claim's fixed-design evidence (its effect, se, df and seeds)."""
+    effect, se, df, seeds = float(evidence.effect), float(evidence.se), float(evidence.df), int(evidence.seeds)
     z = z_of_t((effect - threshold) / se, df) if se > 0 and np.isfinite(effect) else math.nan
     lk = Look(look, seeds, design.fraction(seeds), effect, se, df, z)
     if track.looks and np.isfinite(z) and lk.fraction <= max(track.fractions(), default=0):
