@@ -13,13 +13,13 @@ import yaml
 from dashboard.labels import ArmLabels, arm_labels, arm_names
 from dashboard.launch import OPTUNA_ENV, URI_ENV
 from harness.analysis.claims import Verdict, judge, stored_claims
+from harness.analysis.sequential import Record, stored_record
 from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import (
     Sweep,
     match_sweep,
     reader_for,
     rollout_table,
-    sequential_record,
     sweep_file_text,
     sweeps,
 )
@@ -84,10 +84,10 @@ def verdicts(uri: str, key: str) -> tuple[list[Verdict], str, str]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def sequential(uri: str, key: str) -> dict | None:
+def sequential(uri: str, key: str) -> Record | None:
     """The sweep's `--until-decided` record (its verdicts of record), None for a fixed-seed sweep."""
     found = match_sweep(all_sweeps(uri), key)
-    return sequential_record(found) if found else None
+    return stored_record(found) if found else None
 
 
 def labels(data: SweepData) -> ArmLabels:

@@ -14,6 +14,7 @@ import streamlit as st
 
 from dashboard import context
 from harness.analysis.claims import Verdict
+from harness.analysis.sequential import Track
 from harness.analysis.verdict_table import verdict_rows, why
 from harness.config.claims import Claim
 
@@ -55,12 +56,12 @@ def _p(name: str, text: str) -> str:
     return f"{name} {_md(text)}" if text.startswith(("<", ">")) else f"{name} = {_md(text)}"
 
 
-def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
+def body(v: Verdict, row: dict[str, str], track: Track | None = None) -> str:
     """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why.
     With `track` (a sequential sweep's path for the claim) the verdict is the sequential one, and the evidence
     line is the fixed-design analysis of all the runs, for reference."""
     c = v.claim
-    verdict = track["verdict"] if track else v.verdict
+    verdict = track.verdict if track else v.verdict
     paper = f"[arXiv {c.paper}](https://arxiv.org/abs/{c.paper})" if c.paper else ""
     lines = [
         f"**{verdict.upper()}** · `{c.id}` · "
@@ -70,11 +71,11 @@ def body(v: Verdict, row: dict[str, str], track: dict | None = None) -> str:
     if c.quote:
         lines.append(f"The paper: *“{_md(c.quote)}”*")
     if track:
-        looks = track["looks"]
-        where = f"look {track['stopped_at']}" if track["stop"] else "still open"
+        looks = track.looks
+        where = f"look {track.stopped_at}" if track.stop else "still open"
         lines.append(
-            f"Decided sequentially (`--until-decided`): {_md(track['stop'] or 'open')}, {where}, "
-            f"{looks[-1]['seeds'] if looks else 0} seeds per arm (O'Brien–Fleming spending, Holm across claims). "
+            f"Decided sequentially (`--until-decided`): {_md(track.stop or 'open')}, {where}, "
+            f"{looks[-1].seeds if looks else 0} seeds per arm (O'Brien–Fleming spending, Holm across claims). "
             "Fixed-design analysis of all the runs, for reference:"
         )
     lines += [
@@ -116,10 +117,10 @@ def panel(page: str) -> None:
         f"against its threshold, Holm-adjusted across all {len(found)} (as `harness claims`). Reproduced: "
         "Holm p < 0.05 on the claimed side; contradicted: on the other; inconclusive: neither."
     )
-    tracks = {t["claim_id"]: t for t in (context.sequential(context.tracking_uri(), key) or {}).get("claims", [])}
+    record = context.sequential(context.tracking_uri(), key)
     for v, row in zip(shown, verdict_rows(shown)):
-        track = tracks.get(v.claim.id)
-        box, icon = STYLE.get(track["verdict"] if track else v.verdict, STYLE["inconclusive"])
+        track = record.track(v.claim.id) if record else None
+        box, icon = STYLE.get(track.verdict if track else v.verdict, STYLE["inconclusive"])
         box(body(v, row, track), icon=icon)
         with st.expander(f"Runs used for {v.claim.id} ({len(v.runs)})"):
             st.markdown("\n".join(f"- {_md(r)}" for r in v.runs) if v.runs else "None.")

@@ -187,7 +187,7 @@ def _sweep_until_decided(args: argparse.Namespace) -> int:
         return 128 + 15
     for failed in outcome.failed:
         print(f"harness: job {failed.job_id} FAILED: {failed.reason}", file=sys.stderr)
-    used = {arm: n for r in outcome.rounds for arm, n in r["seeds"].items()}
+    used = {arm: n for r in outcome.rounds for arm, n in r.seeds.items()}
     print(
         f"sweep {s.plan.name}: {len(outcome.rounds)} round(s), {sum(used.values())} runs planned "
         f"(seeds per arm: {', '.join(f'{a}: {n}' for a, n in used.items())}); experiment '{s.plan.experiment}' at {uri}"
@@ -240,8 +240,9 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from harness.analysis.sequential import stored_record
     from harness.config.at import At
-    from harness.runs.reader import reader_for, sequential_record
+    from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
     from report.build import DEFAULT_AT, build
     from report.render import safe_name, write
@@ -264,7 +265,7 @@ def _report(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         seed=args.seed,
         claims=claims,
-        sequential=sequential_record(sweep),
+        sequential=stored_record(sweep),
     )
     report.warnings += notes
     for v in report.verdicts:
@@ -296,7 +297,8 @@ def _print_claims(uri: str, sweep, claims: list, alpha: float, *, unfinished: bo
     printed: the sequential verdicts of an `--until-decided` sweep, then the fixed-design table. Returns the
     verdicts of record (none when no run has finished; `unfinished` then lists each failed or missing job)."""
     from harness.analysis.claims import judge
-    from harness.runs.reader import reader_for, sequential_record
+    from harness.analysis.sequential import stored_record
+    from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
 
     data = read_sweep(reader_for(uri), sweep)
@@ -313,14 +315,14 @@ def _print_claims(uri: str, sweep, claims: list, alpha: float, *, unfinished: bo
     if jobs.finished < jobs.total:
         print(f"{sweep.name}: {jobs.line()}; the claims are judged on the finished runs")
     verdicts = judge(data, claims, alpha=alpha)
-    record = sequential_record(sweep)
+    record = stored_record(sweep)
     if record:
         _print_sequential(sweep.name, record)
         print("fixed-design analysis of all the runs (ignores the looks; for reference):")
     _print_verdicts(sweep.name, verdicts, alpha)
     for line in data.warnings:
         print(f"warning: {line}", file=sys.stderr)
-    return [t["verdict"] for t in record["claims"]] if record else [v.verdict for v in verdicts]
+    return [t.verdict for t in record.tracks] if record else [v.verdict for v in verdicts]
 
 
 def _print_unfinished(jobs) -> None:
@@ -334,17 +336,19 @@ def _print_unfinished(jobs) -> None:
         print(f"  never started: {job_label(arm, seed)}")
 
 
-def _print_sequential(name: str, record: dict) -> None:
+def _print_sequential(name: str, record) -> None:
+    """An `--until-decided` sweep's verdicts of record (`record`, a harness.analysis.sequential.Record) and each
+    claim's path."""
     from rich.console import Console
     from rich.table import Table
 
     from harness.analysis.verdict_table import sequential_rows, sequential_verdicts
 
-    d = record["design"]
+    d = record.design
     for title, rows in (
         (
-            f"{name}: claims decided sequentially ({record['procedure']}; looks at {d['first']} seeds per arm, "
-            f"+{d['batch']} per round, up to {d['max_seeds']}; α = {d['alpha']})",
+            f"{name}: claims decided sequentially ({record.procedure}; looks at {d.first} seeds per arm, "
+            f"+{d.batch} per round, up to {d.max_seeds}; α = {d.alpha})",
             sequential_verdicts(record),
         ),
         ("each claim's path", sequential_rows(record)),

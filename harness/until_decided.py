@@ -40,7 +40,7 @@ class Outcome:
     """What a sequential sweep did: every claim's path, the rounds, and the jobs that failed."""
 
     tracks: list[seq.Track]
-    rounds: list[dict] = field(default_factory=list)
+    rounds: list[seq.Round] = field(default_factory=list)
     failed: list = field(default_factory=list)
     """JobOutcomes of jobs that failed (in any round)."""
 
@@ -121,10 +121,9 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         final = target >= design.max_seeds or look == len(schedule)
         seq.decide(s.claims, outcome.tracks, design, final=final)
         still_open = [t.claim_id for t in outcome.tracks if t.open]
-        outcome.rounds.append(
-            {"look": look, "seeds": dict(given), "jobs": len(jobs), "failed": len(result.failed), "open": still_open}
-        )
-        log_sequential(tracking_uri, result.parent_run_id, seq.record(design, outcome.tracks, outcome.rounds))
+        outcome.rounds.append(seq.Round(look, dict(given), len(jobs), len(result.failed), still_open))
+        record = seq.Record(design, outcome.rounds, outcome.tracks)
+        log_sequential(tracking_uri, result.parent_run_id, record.to_json())
         if console:
             Console(width=200).print(look_table(plan.name, s.claims, outcome.tracks, look, design))
         if not still_open:

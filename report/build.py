@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.analysis import stats
 from harness.analysis.claims import Verdict, judge
+from harness.analysis.sequential import Record
 from harness.analysis.values import run_values
 from harness.config.at import At
 from harness.config.claims import Claim
@@ -51,8 +52,8 @@ class Report:
     """metric → arm → (steps × seeds), for the learning-curve figures."""
     verdicts: list[Verdict] = field(default_factory=list)
     """The sweep's claims judged (harness.analysis.claims), shown first."""
-    sequential: dict | None = None
-    """A `--until-decided` sweep's record (harness.analysis.sequential.record): its verdicts of record."""
+    sequential: Record | None = None
+    """A `--until-decided` sweep's record: its verdicts of record."""
 
 
 def build(
@@ -65,7 +66,7 @@ def build(
     alpha: float = 0.05,
     seed: int = 0,
     claims: list[Claim] | None = None,
-    sequential: dict | None = None,
+    sequential: Record | None = None,
 ) -> Report:
     at = at or At.parse(DEFAULT_AT)
     header = _header(data)
@@ -127,7 +128,7 @@ def _without_statistics(
     alpha: float,
     seed: int,
     claims: list[Claim],
-    sequential: dict | None,
+    sequential: Record | None,
 ) -> Report:
     """The report of a sweep with no finished run: its header (planned, failed and never-started jobs, each failed
     run with its reason), its arms, one finding that says so, and no statistics, curves or verdicts."""

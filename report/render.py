@@ -271,10 +271,8 @@ def power_lines(r: Report) -> list[str]:
 
 
 def sequential_design(r: Report) -> str:
-    d = r.sequential["design"]
-    return (
-        f"Looks at {d['first']} seeds per arm, then every {d['batch']} more, up to {d['max_seeds']}; α = {d['alpha']}."
-    )
+    d = r.sequential.design
+    return f"Looks at {d.first} seeds per arm, then every {d.batch} more, up to {d.max_seeds}; α = {d.alpha}."
 
 
 def to_markdown(r: Report, figure_dir: str | None = None) -> str:
@@ -455,7 +453,7 @@ def to_json(r: Report) -> str:
             "header": r.header,
             "settings": settings,
             "verdicts": verdicts,
-            "sequential": r.sequential,
+            "sequential": r.sequential.to_json() if r.sequential else None,
             "findings": r.findings,
             "warnings": r.warnings,
             "arms": records(r.arms),

@@ -150,7 +150,8 @@ def test_a_sequential_sweep_shows_its_sequential_verdicts(tmp_path, monkeypatch)
         seq.Look(1, 2, 0.5, 8.0, 4.0, 2.0, 1.5, 4.3, -40.0, 56.0),
         seq.Look(2, 4, 1.0, 7.0, 2.0, 5.0, 2.0, 2.9, -1.0, 15.0),
     ]
-    log_sequential(uri, parent, seq.record(design, [track, seq.Track("entropy_kept")], [{"look": 1}, {"look": 2}]))
+    rounds = [seq.Round(1, {"a": 2}, 4, 0, ["incorrect_length"]), seq.Round(2, {"a": 4}, 4, 0, [])]
+    log_sequential(uri, parent, seq.Record(design, rounds, [track, seq.Track("entropy_kept")]).to_json())
     at = _visit(_app(uri, monkeypatch), "length_bias")
     assert not at.success, "the fixed design's 'reproduced' must not be the verdict shown"
     shown = next(b for b in _boxes(at) if "incorrect_length" in b)

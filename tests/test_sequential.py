@@ -189,10 +189,15 @@ def test_a_look_without_new_runs_spends_nothing_and_the_record_round_trips():
     assert math.isnan(track.looks[-1].z) and track.fractions() == (3 / 7,)
     seq.decide([claim], [track], design, final=True)
     assert (track.verdict, track.stop) == ("inconclusive", "budget")
-    back = json.loads(json.dumps(seq.record(design, [track], [{"look": 1}]), allow_nan=False))  # strict JSON
+    record = seq.Record(design, [seq.Round(1, {"a": 3}, 2, 0, ["c"])], [track])
+    back = json.loads(json.dumps(record.to_json(), allow_nan=False))  # strict JSON
     path = back["claims"][0]
     assert path["stop"] == "budget" and path["looks"][0]["z"] == pytest.approx(track.looks[0].z)
     assert path["looks"][1]["z"] is None
+    again = seq.Record.from_json(back)  # NaN back where null was written
+    assert again.design == design and again.rounds == record.rounds and again.track("c").stop == "budget"
+    assert math.isnan(again.track("c").looks[1].z) and again.track("c").looks[0] == track.looks[0]
+    assert again.track("nothing") is None
 
 
 def test_planning_gives_expected_and_maximum_seeds_and_the_fixed_equivalent():

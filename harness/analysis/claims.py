@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -35,7 +34,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from harness.analysis import stats
-from harness.analysis.evidence import ArmChange, Evidence
+from harness.analysis.evidence import ArmChange, Evidence, VerdictKind
 from harness.analysis.values import run_values
 from harness.config.at import At
 from harness.config.claims import Claim, Difference, canonical, check_unique, picks
@@ -43,8 +42,6 @@ from harness.runs.reader import Sweep, sweep_file_text
 from harness.runs.sweep_data import SweepData
 
 POWER = 0.8
-VerdictKind = Literal["reproduced", "contradicted", "inconclusive"]
-VERDICTS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 
 
 @dataclass

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
 
 NAN = float("nan")
+VerdictKind = Literal["reproduced", "contradicted", "inconclusive"]
+VERDICTS: tuple[VerdictKind, ...] = get_args(VerdictKind)
 
 
 @dataclass(frozen=True)

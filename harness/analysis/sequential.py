@@ -32,8 +32,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
-from harness.analysis.evidence import Evidence
+from harness.analysis.evidence import Evidence, VerdictKind
 from harness.config.claims import Claim
+from harness.runs.reader import Sweep, sequential_record
 
 STOPS = ("efficacy", "small effect", "budget")
 
@@ -135,7 +136,7 @@ class Track:
     looks: list[Look] = field(default_factory=list)
     stop: str = ""
     """'' while open; efficacy, small effect or budget."""
-    verdict: str = "inconclusive"
+    verdict: VerdictKind = "inconclusive"
     stopped_at: int = 0
     """The look it stopped at (0: open)."""
 
@@ -230,26 +231,80 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
             track.stop, track.stopped_at = "budget", lk.look
 
 
-def record(design: Design, tracks: list[Track], rounds: list[dict]) -> dict:
-    """The design, the rounds and every claim's path, as JSON-ready data (logged on the sweep's parent run)."""
+PROCEDURE = "group-sequential, Lan-DeMets O'Brien-Fleming alpha spending, sequential Holm"
 
-    def clean(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [clean(v) for v in x]
-        return x
 
-    return clean(
-        {
-            "procedure": "group-sequential, Lan-DeMets O'Brien-Fleming alpha spending, sequential Holm",
-            "design": asdict(design),
-            "rounds": rounds,
-            "claims": [asdict(t) for t in tracks],
-        }
-    )
+@dataclass(frozen=True)
+class Round:
+    """One round of a sequential sweep."""
+
+    look: int
+    seeds: dict[str, int]
+    """Seeds per arm after the round."""
+    jobs: int
+    """Jobs the round ran (those already finished are skipped)."""
+    failed: int
+    open: list[str]
+    """The claims still open after the round's look."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """A sequential sweep's design, rounds and every claim's path: what `--until-decided` logs on the sweep's parent
+    run (as `to_json`, non-finite numbers as null) and what `harness claims`, the report and the dashboard read
+    back as its verdicts of record."""
+
+    design: Design
+    rounds: list[Round]
+    tracks: list[Track]
+    procedure: str = PROCEDURE
+
+    def track(self, claim_id: str) -> Track | None:
+        return next((t for t in self.tracks if t.claim_id == claim_id), None)
+
+    def to_json(self) -> dict:
+        return _finite_or_null(
+            {
+                "procedure": self.procedure,
+                "design": asdict(self.design),
+                "rounds": [asdict(r) for r in self.rounds],
+                "claims": [asdict(t) for t in self.tracks],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, d: dict) -> Record:
+        """The record as `to_json` wrote it (null read back as NaN); KeyError or TypeError on anything else."""
+        tracks = [
+            Track(
+                t["claim_id"],
+                [Look(**{k: math.nan if v is None else v for k, v in lk.items()}) for lk in t["looks"]],
+                t["stop"],
+                t["verdict"],
+                t["stopped_at"],
+            )
+            for t in d["claims"]
+        ]
+        return cls(Design(**d["design"]), [Round(**r) for r in d["rounds"]], tracks, d["procedure"])
+
+
+def _finite_or_null(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite_or_null(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite_or_null(v) for v in x]
+    return x
+
+
+def stored_record(sweep: Sweep) -> Record | None:
+    """The sweep's `--until-decided` record (None for a fixed-seed sweep, or one whose record cannot be read)."""
+    raw = sequential_record(sweep)
+    try:
+        return Record.from_json(raw) if raw else None
+    except (KeyError, TypeError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from harness.analysis.claims import Verdict
+from harness.analysis.sequential import Record
 
 
 def num(x: float, signed: bool = False) -> str:
@@ -79,45 +80,40 @@ SEQUENTIAL_NOTE = (
 )
 
 
-def sequential_rows(record: dict) -> list[dict[str, str]]:
+def sequential_rows(record: Record) -> list[dict[str, str]]:
     """One row per claim and look of a sequential sweep's record: seeds, estimate with its repeated CI, |z|
     against the boundary, and where the claim stopped."""
     rows = []
-    for track in record.get("claims", []):
-        for lk in track["looks"]:
-            last = lk["look"] == track["stopped_at"]
-            z, b = lk.get("z"), lk.get("boundary")
+    for track in record.tracks:
+        for lk in track.looks:
+            last = lk.look == track.stopped_at
             rows.append(
                 {
-                    "claim": track["claim_id"],
-                    "look": str(lk["look"]),
-                    "seeds/arm": str(lk["seeds"]),
-                    "effect": num(_f(lk.get("effect")), True),
-                    "repeated 95% CI": ci(_f(lk.get("low")), _f(lk.get("high")), True),
-                    "|z|": num(abs(_f(z))),
-                    "boundary": num(_f(b)),
-                    "state": f"{track['verdict']} ({track['stop']})" if last and track["stop"] else "open",
+                    "claim": track.claim_id,
+                    "look": str(lk.look),
+                    "seeds/arm": str(lk.seeds),
+                    "effect": num(lk.effect, True),
+                    "repeated 95% CI": ci(lk.low, lk.high, True),
+                    "|z|": num(abs(lk.z)),
+                    "boundary": num(lk.boundary),
+                    "state": f"{track.verdict} ({track.stop})" if last and track.stop else "open",
                 }
             )
     return rows
 
 
-def sequential_verdicts(record: dict) -> list[dict[str, str]]:
+def sequential_verdicts(record: Record) -> list[dict[str, str]]:
     """One row per claim: its sequential verdict, why it stopped, at which look and how many seeds."""
     out = []
-    for track in record.get("claims", []):
-        looks = track["looks"]
+    for track in record.tracks:
+        looks = track.looks
         out.append(
             {
-                "claim": track["claim_id"],
-                "verdict": track["verdict"],
-                "stopped": track["stop"] or "open",
-                "look": str(track["stopped_at"] or (looks[-1]["look"] if looks else "—")),
-                "seeds/arm": str(looks[-1]["seeds"]) if looks else "—",
+                "claim": track.claim_id,
+                "verdict": track.verdict,
+                "stopped": track.stop or "open",
+                "look": str(track.stopped_at or (looks[-1].look if looks else "—")),
+                "seeds/arm": str(looks[-1].seeds) if looks else "—",
             }
         )
     return out
-
-
-def _f(x) -> float:
-    return math.nan if x is None else float(x)
