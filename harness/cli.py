@@ -273,7 +273,7 @@ def _report(args: argparse.Namespace) -> int:
     written = write(report, out, args.format)
     for line in report.findings:
         print(line)
-    if not report.header["finished"]:
+    if not report.header.finished:
         _print_unfinished(data.jobs)
     for line in report.warnings:
         print(f"warning: {line}", file=sys.stderr)

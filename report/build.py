@@ -15,7 +15,7 @@ from harness.analysis.values import run_values
 from harness.config.at import At
 from harness.config.claims import Claim
 from harness.config.yaml_io import ConfigError
-from harness.runs.sweep_data import SweepData
+from harness.runs.sweep_data import FailedRun, SweepData
 from trainer import metric_names as M
 
 # the length-bias question's metrics: does the normaliser lengthen incorrect (and correct) responses, at what cost
@@ -30,12 +30,75 @@ POWER = 0.8
 PER_ARM_COLUMNS = ["metric", "arm", "failed", "n", "mean", "sd", "median", "iqm", "ci_low", "ci_high", "values"]
 
 
+@dataclass(frozen=True)
+class Header:
+    """Who, when and how much: the sweep, its code version and seeds, its jobs by state, its compute."""
+
+    sweep: str
+    sweep_id: str
+    experiment: str
+    code_version: list[str]
+    """The git commits its runs logged (["unknown"] when none did)."""
+    seeds: list[int]
+    runs: int
+    jobs: int
+    """Jobs with a run or a plan (`SweepData.jobs`)."""
+    planned: int
+    """Jobs in the recorded plan (0 for a sweep run before harness recorded it)."""
+    finished: int
+    failed: int
+    """Jobs whose every run failed."""
+    failed_runs: int
+    retried: int
+    """Failed attempts of jobs that a later attempt finished (history, not failures)."""
+    running: int
+    never_started: int
+    failures: list[FailedRun]
+    """Each failed run of a job that never finished, with its reason."""
+    never_started_jobs: list[tuple[str, int]]
+    """(arm, seed) of each planned job with no run."""
+    compute_hours: float
+    wall_clock_hours: float
+    started: str
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["never_started_jobs"] = [{"arm": arm, "seed": seed} for arm, seed in self.never_started_jobs]
+        return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the report computed what it shows."""
+
+    metrics: list[str]
+    at: str
+    """A run's value, described (`At.describe`)."""
+    baseline: str | None
+    test: str
+    """A key of `TESTS`."""
+    alpha: float
+    seed: int
+    """Of the bootstrap."""
+    power: float
+    resamples: int
+    cumulative: bool
+    factors: list[str]
+
+    @property
+    def test_name(self) -> str:
+        return TESTS[self.test][1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "test_name": self.test_name}
+
+
 @dataclass
 class Report:
     """A sweep's across-seed statistics."""
 
-    header: dict[str, Any]
-    settings: dict[str, Any]
+    header: Header
+    settings: Settings
     arms: pd.DataFrame
     """arm, arm_id, seeds (finished), failed, config hashes."""
     per_arm: pd.DataFrame
@@ -70,7 +133,7 @@ def build(
 ) -> Report:
     at = at or At.parse(DEFAULT_AT)
     header = _header(data)
-    if not header["finished"]:  # nothing to compare: say which jobs failed and why, and compute nothing
+    if not header.finished:  # nothing to compare: say which jobs failed and why, and compute nothing
         return _without_statistics(data, header, at, test, alpha, seed, claims or [], sequential)
     metrics = [m for m in (metrics or DEFAULT_METRICS)]
     missing = [m for m in metrics if m not in data.keys]
@@ -103,26 +166,15 @@ def build(
     return report
 
 
-def _settings(data: SweepData, metrics: list[str], at: At, base, test: str, alpha: float, seed: int) -> dict[str, Any]:
-    return {
-        "metrics": metrics,
-        "at": at.describe(),
-        "at_spec": at,
-        "baseline": base,
-        "test": test,
-        "test_name": TESTS[test][1],
-        "alpha": alpha,
-        "seed": seed,
-        "power": POWER,
-        "resamples": stats.N_RESAMPLES,
-        "cumulative": data.cumulative,
-        "factors": data.varying,
-    }
+def _settings(data: SweepData, metrics: list[str], at: At, base, test: str, alpha: float, seed: int) -> Settings:
+    return Settings(
+        metrics, at.describe(), base, test, alpha, seed, POWER, stats.N_RESAMPLES, data.cumulative, list(data.varying)
+    )
 
 
 def _without_statistics(
     data: SweepData,
-    header: dict[str, Any],
+    header: Header,
     at: At,
     test: str,
     alpha: float,
@@ -163,7 +215,7 @@ def _baseline(data: SweepData, wanted: str | None) -> str | None:
     )
 
 
-def _header(data: SweepData) -> dict[str, Any]:
+def _header(data: SweepData) -> Header:
     """Who, when and how much. Jobs are counted by `SweepData.jobs`: a failed attempt of a job that a later invocation
     finished is history (`retried`), not a failure; `failures` lists each failed run of a job that never finished,
     with its reason, and `never_started` each planned job with no run. The start is the sweep's first (its parent's
@@ -175,27 +227,27 @@ def _header(data: SweepData) -> dict[str, Any]:
     starts = pd.to_numeric(pd.concat([runs["start_time"], pd.Series(parent, dtype=float)]), errors="coerce").dropna()
     times = pd.concat([starts, pd.to_numeric(runs["end_time"], errors="coerce")]).dropna()
     commits = sorted(set(runs.get("git_commit", pd.Series(dtype=str)).dropna()) - {""})
-    return {
-        "sweep": sweep.name,
-        "sweep_id": sweep.sweep_id,
-        "experiment": sweep.experiment,
-        "code_version": commits or ["unknown"],
-        "seeds": sorted(int(s) for s in runs["seed"].unique() if s >= 0),
-        "runs": len(runs),
-        "jobs": jobs.total,
-        "planned": len({j["job_id"] for j in data.planned}),
-        "finished": jobs.finished,
-        "failed": jobs.failed,
-        "failed_runs": len(jobs.failed_runs),
-        "retried": int((runs["state"] == "retried").sum()),
-        "running": jobs.running,
-        "never_started": jobs.missing,
-        "failures": [asdict(f) for f in jobs.failed_runs],
-        "never_started_jobs": [{"arm": arm, "seed": seed} for arm, seed in jobs.missing_jobs],
-        "compute_hours": float(secs) / 3600,
-        "wall_clock_hours": float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
-        "started": f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else "",
-    }
+    return Header(
+        sweep=sweep.name,
+        sweep_id=sweep.sweep_id,
+        experiment=sweep.experiment,
+        code_version=commits or ["unknown"],
+        seeds=sorted(int(s) for s in runs["seed"].unique() if s >= 0),
+        runs=len(runs),
+        jobs=jobs.total,
+        planned=len({j["job_id"] for j in data.planned}),
+        finished=jobs.finished,
+        failed=jobs.failed,
+        failed_runs=len(jobs.failed_runs),
+        retried=int((runs["state"] == "retried").sum()),
+        running=jobs.running,
+        never_started=jobs.missing,
+        failures=list(jobs.failed_runs),
+        never_started_jobs=list(jobs.missing_jobs),
+        compute_hours=float(secs) / 3600,
+        wall_clock_hours=float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
+        started=f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else "",
+    )
 
 
 def _arms(data: SweepData) -> pd.DataFrame:
@@ -318,7 +370,7 @@ def _factorial(
 def _findings(r: Report) -> list[str]:
     """One sentence per effect: the switch (or arm), the metric, Δ with its CI and p-values; where there is no
     estimate or test, the reason instead of a NaN."""
-    a = r.settings["alpha"]
+    a = r.settings.alpha
     out = []
     if not r.effects.empty:
         for e in r.effects[
@@ -349,9 +401,7 @@ def _comparison_finding(c, s: dict) -> str:
     if not np.isnan(c.welch_low):
         parts.append(f"95% CI {c.welch_low:+.4g} to {c.welch_high:+.4g}")
     if not np.isnan(c.p):
-        parts.append(
-            f"{s['test_name']} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}{_verdict(c.p_holm, s['alpha'])}"
-        )
+        parts.append(f"{s.test_name} p = {c.p:.3g}, Holm-adjusted p = {c.p_holm:.3g}{_verdict(c.p_holm, s.alpha)}")
     if c.note:
         parts.append(c.note)
     return f"{head}: {c.diff:+.4g} ({'; '.join(parts)}; {_runs(c.n1)} vs {_runs(c.n2)})."

@@ -22,7 +22,7 @@ from harness.analysis.verdict_table import (
     sequential_verdicts,
     verdict_rows,
 )
-from harness.runs.sweep_data import FailedRun, job_label
+from harness.runs.sweep_data import job_label
 from report import figures
 from report.build import Report
 
@@ -70,9 +70,9 @@ def comparison_table(r: Report, metric: str) -> pd.DataFrame:
             "Δ": t["diff"].map(lambda x: num(x, True)),
             "95% CI (Welch)": [ci(lo, hi, True) for lo, hi in zip(t["welch_low"], t["welch_high"])],
             "95% CI (bootstrap)": [ci(lo, hi, True) for lo, hi in zip(t["boot_low"], t["boot_high"])],
-            f"p ({r.settings['test']})": t["p"].map(pval),
+            f"p ({r.settings.test})": t["p"].map(pval),
             "p (Holm)": t["p_holm"].map(pval),
-            **{f"p {name}": t[col].map(pval) for test, name, col in OTHER_P if test != r.settings["test"]},
+            **{f"p {name}": t[col].map(pval) for test, name, col in OTHER_P if test != r.settings.test},
             "P(improve) [CI]": [
                 f"{num(p)} {ci(lo, hi)}" for p, lo, hi in zip(t["p_improve"], t["p_improve_low"], t["p_improve_high"])
             ],
@@ -180,46 +180,45 @@ def _capped(items: list) -> tuple[list, str]:
 
 def has_statistics(r: Report) -> bool:
     """False for a sweep with no finished run: its report is the header, and the jobs that did not finish."""
-    return bool(r.header["finished"])
+    return bool(r.header.finished)
 
 
 def _header_lines(r: Report) -> list[str]:
     h, s = r.header, r.settings
-    if not h["planned"]:  # a sweep run before harness recorded its plan
-        jobs = f"{h['jobs']} (no plan recorded)"
-    elif h["planned"] == h["jobs"]:
-        jobs = f"{h['jobs']} planned"
+    if not h.planned:  # a sweep run before harness recorded its plan
+        jobs = f"{h.jobs} (no plan recorded)"
+    elif h.planned == h.jobs:
+        jobs = f"{h.jobs} planned"
     else:  # runs of jobs outside the current plan (an earlier profile, say)
-        jobs = f"{h['jobs']} ({h['planned']} planned)"
+        jobs = f"{h.jobs} ({h.planned} planned)"
     lines = [
-        f"- sweep: **{h['sweep']}** (id `{h['sweep_id']}`, experiment `{h['experiment']}`), started {h['started']}",
-        f"- code version (git): {', '.join(h['code_version'])}",
-        f"- seeds: {', '.join(map(str, h['seeds'])) or '—'}",
-        f"- jobs: {jobs}: {h['finished']} finished, {h['failed']} failed"
-        + (f" ({h['failed_runs']} failed runs)" if h["failed_runs"] != h["failed"] else "")
-        + (f", {h['running']} still running (left out)" if h["running"] else "")
-        + f", {h['never_started']} never started"
+        f"- sweep: **{h.sweep}** (id `{h.sweep_id}`, experiment `{h.experiment}`), started {h.started}",
+        f"- code version (git): {', '.join(h.code_version)}",
+        f"- seeds: {', '.join(map(str, h.seeds)) or '—'}",
+        f"- jobs: {jobs}: {h.finished} finished, {h.failed} failed"
+        + (f" ({h.failed_runs} failed runs)" if h.failed_runs != h.failed else "")
+        + (f", {h.running} still running (left out)" if h.running else "")
+        + f", {h.never_started} never started"
         + (
-            f"; {h['retried']} failed attempt{'s' if h['retried'] != 1 else ''} of a job that later finished "
+            f"; {h.retried} failed attempt{'s' if h.retried != 1 else ''} of a job that later finished "
             f"(history, not counted)"
-            if h.get("retried")
+            if h.retried
             else ""
         ),
-        f"- compute: {h['compute_hours']:.2f} h of training over finished runs; wall clock "
-        f"{h['wall_clock_hours']:.2f} h",
+        f"- compute: {h.compute_hours:.2f} h of training over finished runs; wall clock {h.wall_clock_hours:.2f} h",
     ]
     if has_statistics(r):
         lines += [
-            f"- value of a run: {s['at']}",
-            f"- baseline: {s['baseline'] or '—'}; test: {s['test_name']}; α = {s['alpha']}; Holm–Bonferroni over "
+            f"- value of a run: {s.at}",
+            f"- baseline: {s.baseline or '—'}; test: {s.test_name}; α = {s.alpha}; Holm–Bonferroni over "
             f"the family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
             f"(switches × metrics)",
-            f"- bootstrap: {s['resamples']} percentile resamples, seed {s['seed']}; minimum detectable effect "
-            f"at {int(s['power'] * 100)}% power",
+            f"- bootstrap: {s.resamples} percentile resamples, seed {s.seed}; minimum detectable effect "
+            f"at {int(s.power * 100)}% power",
         ]
     for kind, listed in (
-        ("failed", [FailedRun(**f).line() for f in h["failures"]]),
-        ("never started", [job_label(j["arm"], j["seed"]) for j in h["never_started_jobs"]]),
+        ("failed", [f.line() for f in h.failures]),
+        ("never started", [job_label(arm, seed) for arm, seed in h.never_started_jobs]),
     ):
         shown, more = _capped(listed)
         lines += [f"- {kind}: {line}" for line in shown] + ([f"- {more}"] if more else [])
@@ -232,16 +231,16 @@ def unfinished_table(r: Report) -> pd.DataFrame:
     h = r.header
     rows = [
         {
-            "job": job_label(f["arm"], f["seed"]),
-            "run": f["run_id"],
+            "job": job_label(f.arm, f.seed),
+            "run": f.run_id,
             "state": "failed",
-            "reason": f["reason"] or "no reason recorded",
+            "reason": f.reason or "no reason recorded",
         }
-        for f in h["failures"]
+        for f in h.failures
     ]
     rows += [
-        {"job": job_label(j["arm"], j["seed"]), "run": "—", "state": "never started", "reason": "—"}
-        for j in h["never_started_jobs"]
+        {"job": job_label(arm, seed), "run": "—", "state": "never started", "reason": "—"}
+        for arm, seed in h.never_started_jobs
     ]
     shown, more = _capped(rows)
     return pd.DataFrame(shown + ([{"job": more}] if more else []), columns=["job", "run", "state", "reason"]).fillna("")
@@ -259,11 +258,11 @@ def power_lines(r: Report) -> list[str]:
         lines.append(
             f"{int(n1)} vs {int(n2)} seeds: smallest possible two-sided p — "
             + ", ".join(f"{name} {pval(p) if p > 0 else 'any'}" for name, p in floors.items())
-            + f" (α = {r.settings['alpha']})."
+            + f" (α = {r.settings.alpha})."
         )
     for metric, t in r.comparisons.groupby("metric", sort=False):
         lines.append(
-            f"{metric}: smallest difference detectable with 80% power by the {r.settings['test_name']} "
+            f"{metric}: smallest difference detectable with 80% power by the {r.settings.test_name} "
             f"at these seed counts ≈ {num(float(t['mde'].median()))} (median over arms; pooled SD, "
             f"the same SD assumed in both arms)."
         )
@@ -276,7 +275,7 @@ def sequential_design(r: Report) -> str:
 
 
 def to_markdown(r: Report, figure_dir: str | None = None) -> str:
-    out = [f"# Report: {r.header['sweep']}", "", *_header_lines(r), ""]
+    out = [f"# Report: {r.header.sweep}", "", *_header_lines(r), ""]
     if r.sequential:
         out += [
             "## Claims, decided sequentially",
@@ -310,11 +309,11 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
     if power_lines(r):
         out += ["## Power", "", *[f"- {line}" for line in power_lines(r)], ""]
     out += ["## Arms", "", markdown_table(arms_table(r))]
-    for metric in r.settings["metrics"] + sorted(set(r.per_arm["metric"]) - set(r.settings["metrics"])):
+    for metric in r.settings.metrics + sorted(set(r.per_arm["metric"]) - set(r.settings.metrics)):
         out += [f"## {metric}", "", markdown_table(per_arm_table(r, metric))]
         comp = comparison_table(r, metric)
         if not comp.empty:
-            out += [f"vs baseline ({r.settings['baseline']}):", "", markdown_table(comp)]
+            out += [f"vs baseline ({r.settings.baseline}):", "", markdown_table(comp)]
         if figure_dir and r.curves.get(metric):
             out += [f"![{metric}]({figure_dir}/{metric.replace('/', '_')}.png)", ""]
     if not r.effects.empty:
@@ -347,7 +346,7 @@ def to_html(r: Report) -> str:
 
     esc = html.escape
     body = [
-        f"<h1>Report: {esc(r.header['sweep'])}</h1>",
+        f"<h1>Report: {esc(r.header.sweep)}</h1>",
         "<ul>"
         + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>" for line in _header_lines(r))
         + "</ul>",
@@ -379,14 +378,14 @@ def to_html(r: Report) -> str:
         body += ["<h2>Power</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in power_lines(r)) + "</ul>"]
     body += ["<h2>Arms</h2>", table(arms_table(r))]
     first = True
-    for metric in r.settings["metrics"] + sorted(set(r.per_arm["metric"]) - set(r.settings["metrics"])):
+    for metric in r.settings.metrics + sorted(set(r.per_arm["metric"]) - set(r.settings.metrics)):
         body += [f"<h2>{esc(metric)}</h2>", table(per_arm_table(r, metric))]
         comp = comparison_table(r, metric)
         if not comp.empty:
-            body += [f"<p>vs baseline ({esc(r.settings['baseline'])}):</p>", table(comp)]
+            body += [f"<p>vs baseline ({esc(r.settings.baseline)}):</p>", table(comp)]
         if r.curves.get(metric):
             arms = list(r.arms["arm"])
-            body.append(figures.interactive(metric, r.curves[metric], arms, first=first, seed=r.settings["seed"]))
+            body.append(figures.interactive(metric, r.curves[metric], arms, first=first, seed=r.settings.seed))
             first = False
     if not r.effects.empty:
         body += ["<h2>Main effects</h2>", table(effects_table(r))]
@@ -404,7 +403,7 @@ def _html_page(r: Report, body: list[str]) -> str:
         "text-align:left} ul.warn li{color:#a15c00}"
     )
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header['sweep'])}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {esc(r.header.sweep)}</title>"
         f"<style>{style}</style></head><body>{''.join(body)}{figures.SWAP_SCRIPT if curves else ''}</body></html>"
     )
 
@@ -413,7 +412,6 @@ def to_json(r: Report) -> str:
     def records(df: pd.DataFrame) -> list[dict]:
         return json.loads(df.to_json(orient="records", double_precision=15)) if not df.empty else []
 
-    settings = {k: v for k, v in r.settings.items() if k != "at_spec"}
     verdicts = [
         {
             "claim": v.claim.model_dump(mode="json", by_alias=True),
@@ -450,8 +448,8 @@ def to_json(r: Report) -> str:
     ]
     return json.dumps(
         {
-            "header": r.header,
-            "settings": settings,
+            "header": r.header.to_json(),
+            "settings": r.settings.to_json(),
             "verdicts": verdicts,
             "sequential": r.sequential.to_json() if r.sequential else None,
             "findings": r.findings,
@@ -520,22 +518,22 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 
 def to_latex(r: Report) -> str:
     """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
-    name, s = r.header["sweep"], r.settings
+    name, s = r.header.sweep, r.settings
     if not has_statistics(r):
-        return f"% harness report: {name} (sweep {r.header['sweep_id']})\n" + latex_table(
+        return f"% harness report: {name} (sweep {r.header.sweep_id})\n" + latex_table(
             unfinished_table(r),
-            f"{name}: no run finished ({r.header['finished']} of {r.header['jobs']} jobs), so no statistics: the jobs "
+            f"{name}: no run finished ({r.header.finished} of {r.header.jobs} jobs), so no statistics: the jobs "
             "that did not finish.",
-            f"tab:{r.header['sweep_id']}-unfinished",
+            f"tab:{r.header.sweep_id}-unfinished",
         )
-    parts = [f"% harness report: {name} (sweep {r.header['sweep_id']}); value of a run: {s['at']}\n"]
+    parts = [f"% harness report: {name} (sweep {r.header.sweep_id}); value of a run: {s.at}\n"]
     if r.sequential:
         parts.append(
             latex_table(
                 pd.DataFrame(sequential_rows(r.sequential)),
                 f"{name}: the claims decided sequentially (O'Brien-Fleming-type alpha spending, sequential Holm; "
                 f"{sequential_design(r)})",
-                f"tab:{r.header['sweep_id']}-sequential",
+                f"tab:{r.header.sweep_id}-sequential",
             )
         )
     if r.verdicts:
@@ -544,15 +542,15 @@ def to_latex(r: Report) -> str:
             latex_table(
                 t,
                 f"{name}: the papers' claims judged on this sweep (Holm across claims).",
-                f"tab:{r.header['sweep_id']}-claims",
+                f"tab:{r.header.sweep_id}-claims",
             )
         )
-    for i, metric in enumerate(s["metrics"]):
+    for i, metric in enumerate(s.metrics):
         t = per_arm_table(r, metric).drop(columns=["seeds"])
         comp = comparison_table(r, metric)
         if not comp.empty:
             t = t.merge(
-                comp[["arm", "Δ", "95% CI (Welch)", f"p ({s['test']})", "p (Holm)", "Hedges' g [CI]"]],
+                comp[["arm", "Δ", "95% CI (Welch)", f"p ({s.test})", "p (Holm)", "Hedges' g [CI]"]],
                 on="arm",
                 how="left",
             ).fillna("")
@@ -560,8 +558,8 @@ def to_latex(r: Report) -> str:
             latex_table(
                 t,
                 f"{name}: {metric} across seeds (mean ± SD, 95% bootstrap CI; Δ vs "
-                f"{s['baseline']} with Welch CI, {s['test_name']}, Holm-adjusted p).",
-                f"tab:{r.header['sweep_id']}-{i}",
+                f"{s.baseline} with Welch CI, {s.test_name}, Holm-adjusted p).",
+                f"tab:{r.header.sweep_id}-{i}",
             )
         )
     eff = effects_table(r)
@@ -571,7 +569,7 @@ def to_latex(r: Report) -> str:
                 eff,
                 f"{name}: main effect of each switch (CI and p from the factorial cell-means "
                 f"model, Holm over switches × metrics).",
-                f"tab:{r.header['sweep_id']}-effects",
+                f"tab:{r.header.sweep_id}-effects",
             )
         )
     return "\n".join(parts)
@@ -593,7 +591,7 @@ def write(r: Report, out: Path, formats: list[str]) -> list[Path]:
     if curves:
         (out / "figures").mkdir(exist_ok=True)
     for metric, by_arm in curves.items():
-        written += figures.save_static(metric, by_arm, list(r.arms["arm"]), out / "figures", seed=r.settings["seed"])
+        written += figures.save_static(metric, by_arm, list(r.arms["arm"]), out / "figures", seed=r.settings.seed)
     for name, text in texts.items():
         (out / name).write_text(text, encoding="utf-8")
         written.append(out / name)

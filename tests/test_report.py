@@ -148,7 +148,7 @@ def test_tables_match_numpy_and_scipy(store):
     data = _data(store)
     r = build(data, metrics=["train/length_incorrect_mean", "train/accuracy"], at=At.parse("final"))
     base = "advantage=group_std aggregation=seq_mean_token_mean"
-    assert r.settings["baseline"] == base == data.arms[0]
+    assert r.settings.baseline == base == data.arms[0]
     per = r.per_arm.set_index(["metric", "arm"]).loc[("train/length_incorrect_mean", base)]
     x = np.array([truth("seq_mean_token_mean", "group_std", s, STEPS) for s in SEEDS])
     assert per["n"] == 3 and per["failed"] == 1
@@ -178,9 +178,9 @@ def test_tables_match_numpy_and_scipy(store):
         for f in r.findings
     )
     assert len(r.interactions) == 2  # one pair of 2-level switches × 2 metrics
-    assert r.header["failed"] == 1
-    assert [(f["arm"], f["seed"], f["reason"]) for f in r.header["failures"]] == [(base, 9, "timeout after 5 s")]
-    assert r.header["code_version"] == ["abc1234"] and r.header["seeds"] == [0, 1, 2, 9]
+    assert r.header.failed == 1
+    assert [(f.arm, f.seed, f.reason) for f in r.header.failures] == [(base, 9, "timeout after 5 s")]
+    assert r.header.code_version == ["abc1234"] and r.header.seeds == [0, 1, 2, 9]
 
 
 def test_small_n_rank_test_warning_and_stratified_benchmarks(store):
@@ -342,7 +342,7 @@ def test_resumed_sweep_counts_the_finished_retry_draws_only_counted_runs_and_sta
     uri, data, ids = _fake(tmp_path, runs, parent_start=0)
     assert data.runs.set_index("run_id").loc[ids["4"], "state"] == "retried"
     r = build(data, metrics=[LEN])
-    assert r.header["failed"] == 0 and r.header["failures"] == [] and r.header["retried"] == 1
+    assert r.header.failed == 0 and r.header.failures == [] and r.header.retried == 1
     assert r.arms.set_index("arm").loc["B", "failed"] == []
     assert r.per_arm.set_index("arm").loc["B", "failed"] == 0
     # the figures draw the runs the statistics use: 3 seeds of B, not the failed attempt as a fourth
@@ -350,7 +350,7 @@ def test_resumed_sweep_counts_the_finished_retry_draws_only_counted_runs_and_sta
     assert r.curves[LEN]["B"].max().max() < 50
     from datetime import datetime, timezone
 
-    assert r.header["started"] == f"{datetime.fromtimestamp(T0 / 1000, timezone.utc):%Y-%m-%d %H:%M} UTC"
+    assert r.header.started == f"{datetime.fromtimestamp(T0 / 1000, timezone.utc):%Y-%m-%d %H:%M} UTC"
     from report.render import to_markdown
 
     md = to_markdown(r)
@@ -364,7 +364,7 @@ def test_partial_sweep_says_how_many_jobs_never_ran_and_prints_no_nan(tmp_path):
     planned = [(a, s) for a in "ABCD" for s in range(5)]
     uri, data, ids = _fake(tmp_path, runs, planned=planned)
     r = build(data, metrics=[LEN])
-    assert r.header["planned"] == 20 and r.header["jobs"] - r.header["finished"] == 13
+    assert r.header.planned == 20 and r.header.jobs - r.header.finished == 13
     text = "\n".join(r.findings)
     assert "nan" not in text.lower(), text
     assert any(f.startswith("C vs A") and "no CI or test" in f and "1 finished run" in f for f in r.findings), text
