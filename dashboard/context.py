@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import traceback
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -175,9 +178,55 @@ def _close_optuna(storage) -> None:
     storage.engine.dispose()
 
 
+@dataclass(frozen=True)
+class StudyEntry:
+    """One study of an Optuna storage, as the study list shows it."""
+
+    name: str
+    n_trials: int
+    directions: list[str]
+    """minimize / maximize, one per objective."""
+    start: datetime | None
+    user_attrs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    number: int
+    value: float
+    params: dict[str, Any]
+    mlflow_run_id: str | None
+    """The MLflow run a `harness tune` trial logged to."""
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """One study as the Studies page draws it, built in one cached call (a Study holding a live storage is not
+    cached, its figures are)."""
+
+    directions: list[str]
+    user_attrs: dict[str, Any]
+    objective: str
+    """The objective's label: the study's `objective_metric`, else 'objective value'."""
+    trials: pd.DataFrame
+    """One row per trial: number, state, value(s), params, started, duration, last reported step, MLflow run."""
+    states: dict[str, int]
+    """Trials by state: COMPLETE, PRUNED, FAIL, RUNNING."""
+    best: BestTrial | None
+    """Single-objective studies with a completed trial."""
+    pareto: int | None
+    """Multi-objective studies: trials on the Pareto front."""
+    varying: list[str]
+    """Parameters that differ between completed trials."""
+    figures: dict[str, Any]
+    """Optuna's Plotly figures: history, parallel, importances (when they can be had)."""
+    notes: dict[str, str]
+    """Why a figure is missing, by figure."""
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def optuna_studies(url: str) -> list[dict]:
-    """The studies of an Optuna storage, newest first, as plain records (empty when it has none)."""
+def optuna_studies(url: str) -> list[StudyEntry]:
+    """The studies of an Optuna storage, newest first (empty when it has none)."""
     import optuna
 
     storage = _open_optuna(url)
@@ -188,22 +237,17 @@ def optuna_studies(url: str) -> list[dict]:
     finally:
         _close_optuna(storage)
     return [
-        {
-            "name": s.study_name,
-            "n_trials": s.n_trials,
-            "directions": [d.name.lower() for d in s.directions],
-            "start": s.datetime_start,
-            "user_attrs": dict(s.user_attrs),
-        }
+        StudyEntry(
+            s.study_name, s.n_trials, [d.name.lower() for d in s.directions], s.datetime_start, dict(s.user_attrs)
+        )
         for s in sorted(found, key=lambda s: getattr(s, "_study_id", 0), reverse=True)
     ]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Loading the study…")
-def optuna_study(url: str, name: str) -> dict | None:
-    """One study as plain data: directions, user attrs, a trials table, counts by state, the best trial, and
-    Optuna's own Plotly figures (history, importances, parallel coordinates), built here since a Study holding a
-    live storage is not cached, while its figures are."""
+def optuna_study(url: str, name: str) -> StudySummary | None:
+    """One study: directions, user attrs, a trials table, counts by state, the best trial, and Optuna's own Plotly
+    figures (history, importances, parallel coordinates); None when it is gone."""
     import optuna
     from optuna.importance import FanovaImportanceEvaluator
     from optuna.trial import TrialState
@@ -246,12 +290,7 @@ def optuna_study(url: str, name: str) -> dict | None:
         best, pareto = None, None
         if complete and len(directions) == 1:
             b = study.best_trial
-            best = {
-                "number": b.number,
-                "value": b.value,
-                "params": dict(b.params),
-                "mlflow_run_id": b.user_attrs.get("mlflow_run_id"),
-            }
+            best = BestTrial(b.number, b.value, dict(b.params), b.user_attrs.get("mlflow_run_id"))
         elif complete:
             pareto = len(study.best_trials)
     finally:
@@ -280,15 +319,4 @@ def optuna_study(url: str, name: str) -> dict | None:
     if not table.empty and table["last reported step"].isna().all():
         table = table.drop(columns="last reported step")
     states = {s: sum(t.state == TrialState[s] for t in trials) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
-    return {
-        "directions": directions,
-        "user_attrs": attrs,
-        "objective": label,
-        "trials": table,
-        "states": states,
-        "best": best,
-        "pareto": pareto,
-        "varying": varying,
-        "figures": figures,
-        "notes": notes,
-    }
+    return StudySummary(directions, attrs, label, table, states, best, pareto, varying, figures, notes)

@@ -29,8 +29,7 @@ if not found:
     st.stop()
 
 labels = {
-    s["name"]: f"{s['name']} · {s['n_trials']} trial{'' if s['n_trials'] == 1 else 's'} · {'/'.join(s['directions'])}"
-    for s in found
+    s.name: f"{s.name} · {s.n_trials} trial{'' if s.n_trials == 1 else 's'} · {'/'.join(s.directions)}" for s in found
 }
 name = st.selectbox("Study", list(labels), format_func=labels.get, key="study")
 study = context.optuna_study(storage, name)
@@ -38,9 +37,9 @@ if study is None:
     st.info(f"Study `{name}` is no longer in `{storage}`: press Reload.")
     st.stop()
 
-attrs, objective, states = study["user_attrs"], study["objective"], study["states"]
+attrs, objective, states = study.user_attrs, study.objective, study.states
 at = attrs.get("objective_at")
-goal = " / ".join(study["directions"])
+goal = " / ".join(study.directions)
 st.caption(
     f"Objective: `{objective}`" + (f" at {at}" if at else "") + f", to {goal}."
     if "objective_metric" in attrs
@@ -49,16 +48,16 @@ st.caption(
 cols = st.columns(5)
 for col, state in zip(cols, ("COMPLETE", "PRUNED", "FAIL", "RUNNING")):
     col.metric(state.lower(), states[state])
-best = study["best"]
-cols[4].metric(f"best value ({study['directions'][0][:3]})", fmt(best["value"]) if best else "—")
+best = study.best
+cols[4].metric(f"best value ({study.directions[0][:3]})", fmt(best.value) if best else "—")
 if best:
-    params = ", ".join(f"{k} = {fmt(v)}" for k, v in best["params"].items())
-    run = f" · MLflow run `{best['mlflow_run_id']}`" if best["mlflow_run_id"] else ""
-    st.markdown(f"**Best trial #{best['number']}**: {params or 'no parameters'}{run}")
-elif study["pareto"] is not None:
-    st.markdown(f"**{study['pareto']} trials on the Pareto front**; the figures show the first objective.")
+    params = ", ".join(f"{k} = {fmt(v)}" for k, v in best.params.items())
+    run = f" · MLflow run `{best.mlflow_run_id}`" if best.mlflow_run_id else ""
+    st.markdown(f"**Best trial #{best.number}**: {params or 'no parameters'}{run}")
+elif study.pareto is not None:
+    st.markdown(f"**{study.pareto} trials on the Pareto front**; the figures show the first objective.")
 
-figs = study["figures"]
+figs = study.figures
 if not figs:
     st.info("No completed trial yet: the figures appear with the first one.")
 else:
@@ -79,7 +78,7 @@ else:
                 "trials."
             )
         else:
-            st.caption(study["notes"].get("importances", "No parameter importances."))
+            st.caption(study.notes.get("importances", "No parameter importances."))
     st.plotly_chart(figs["parallel"], key="optuna_parallel")
     st.caption(
         f"One line per completed trial through its parameter values, coloured by `{objective}` "
@@ -87,7 +86,7 @@ else:
     )
 
 st.subheader("Trials")
-trials = study["trials"]
+trials = study.trials
 formats = {
     c: st.column_config.NumberColumn(format="%d" if c == "last reported step" else "%.4g")
     for c in trials.columns
