@@ -12,8 +12,8 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from harness.config.errors import ConfigError, HarnessError, Terminated
 from harness.config.evaluation import EvalSettings
-from harness.config.yaml_io import ConfigError
 from harness.engine.preflight import check_host, check_store, check_writable
 from harness.runs.layout import default_tracking_uri, tracking_uri_key
 
@@ -63,19 +63,11 @@ def _sweep(args: argparse.Namespace) -> int:
         _print_jobs(plan, uri)
         return 0
     executor = _executor(args, plan)
-    from harness.engine.executor import Terminated
-    from harness.engine.sweep import SweepRunning, run_sweep
+    from harness.engine.sweep import run_sweep
 
-    try:
-        result = run_sweep(
-            plan.name, plan.sweep_id, plan.experiment, plan.raw, list(plan.jobs), executor=executor, tracking_uri=uri
-        )
-    except SweepRunning as exc:
-        print(f"harness: {exc}", file=sys.stderr)
-        return 1
-    except Terminated:
-        print("harness: terminated", file=sys.stderr)
-        return 128 + 15  # SIGTERM
+    result = run_sweep(
+        plan.name, plan.sweep_id, plan.experiment, plan.raw, list(plan.jobs), executor=executor, tracking_uri=uri
+    )
     for outcome in result.failed:
         print(f"harness: job {outcome.job_id} FAILED: {outcome.reason}", file=sys.stderr)
     print(
@@ -174,17 +166,7 @@ def _sweep_until_decided(args: argparse.Namespace) -> int:
         for table in ud.planning_table(s, uri):
             Console(width=200).print(table)
         return 0
-    from harness.engine.executor import Terminated
-    from harness.engine.sweep import SweepRunning
-
-    try:
-        outcome = ud.run(s, executor=_executor(args, s.plan), tracking_uri=uri)
-    except SweepRunning as exc:
-        print(f"harness: {exc}", file=sys.stderr)
-        return 1
-    except Terminated:
-        print("harness: terminated", file=sys.stderr)
-        return 128 + 15
+    outcome = ud.run(s, executor=_executor(args, s.plan), tracking_uri=uri)
     for failed in outcome.failed:
         print(f"harness: job {failed.job_id} FAILED: {failed.reason}", file=sys.stderr)
     used = {arm: n for r in outcome.rounds for arm, n in r.seeds.items()}
@@ -781,9 +763,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
-        print(f"harness: config error: {exc}", file=sys.stderr)
-        return 2
+    except HarnessError as exc:  # one line and its exit code (harness.config.errors)
+        print(exc.line(), file=sys.stderr)
+        return exc.exit_code
+    except Terminated:
+        print("harness: terminated", file=sys.stderr)
+        return Terminated.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130

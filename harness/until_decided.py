@@ -20,8 +20,8 @@ from rich.table import Table
 
 from harness.analysis import sequential as seq
 from harness.config.claims import Claim, canonical, claim_arms, picks
+from harness.config.errors import ConfigError
 from harness.config.plan import SweepPlan, arm_settings, plan_sweep
-from harness.config.yaml_io import ConfigError
 
 if TYPE_CHECKING:
     from harness.engine.executor import Executor

@@ -14,7 +14,7 @@ from harness.analysis.sequential import Record
 from harness.analysis.values import run_values
 from harness.config.at import At
 from harness.config.claims import Claim
-from harness.config.yaml_io import ConfigError
+from harness.config.errors import ConfigError
 from harness.runs.sweep_data import FailedRun, SweepData
 from trainer import metric_names as M
 

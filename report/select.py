@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.analysis.claims import stored_claims
 from harness.config.claims import Claim
-from harness.config.yaml_io import ConfigError
+from harness.config.errors import ConfigError, DataError
 from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import Sweep, find_sweep
 
@@ -32,7 +32,7 @@ def resolve(
         found = find_sweep(uri, ref)
         hint = f"sweep named or with id '{ref}'"
     if found is None:
-        raise ConfigError(f"{ref}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
+        raise DataError(f"{ref}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
     if path.is_file():
         return uri, found, list(plan.settings.claims), []
     claims, warning = stored_claims(found)

@@ -420,8 +420,8 @@ def _grid_sweep(tmp_path: Path, seeds: str = "[0, 1]") -> Path:
 
 
 def test_job_limit_counts_before_expanding_and_max_jobs_raises_it(tmp_path):
+    from harness.config.errors import ConfigError
     from harness.config.plan import plan_sweep
-    from harness.config.yaml_io import ConfigError
 
     path = _grid_sweep(tmp_path)
     with pytest.raises(ConfigError, match="18 jobs exceed the limit of 17"):
@@ -446,7 +446,8 @@ def test_set_keys_the_sweep_does_not_set_still_apply(tmp_path):
 
 
 def test_set_values_refuse_duplicate_keys_and_aliases_within_budget_load(tmp_path):
-    from harness.config.yaml_io import ConfigError, apply_overrides, load_yaml
+    from harness.config.errors import ConfigError
+    from harness.config.yaml_io import apply_overrides, load_yaml
 
     with pytest.raises(ConfigError, match="x: line 1: duplicate key"):
         apply_overrides({}, ["a={x: 1, x: 2}"])
@@ -491,8 +492,8 @@ def test_switch_names_are_declared_without_torch_and_all_registered():
 
 
 def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
+    from harness.config.errors import ConfigError
     from harness.config.run_config import RunConfig
-    from harness.config.yaml_io import ConfigError
     from harness.engine import preflight
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
@@ -514,8 +515,8 @@ def test_hub_model_unreachable_fails_once_and_fast(tmp_path, monkeypatch):
 
 
 def test_local_model_positions_bound_the_generation_budget(tmp_path):
+    from harness.config.errors import ConfigError
     from harness.config.run_config import RunConfig
-    from harness.config.yaml_io import ConfigError
     from harness.engine import preflight
 
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 128}')
@@ -526,8 +527,8 @@ def test_local_model_positions_bound_the_generation_budget(tmp_path):
 
 
 def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
+    from harness.config.errors import ConfigError
     from harness.config.tune import load_tune
-    from harness.config.yaml_io import ConfigError
 
     with pytest.raises(ConfigError, match="--set train.lr: train.lr is set by this file for every run"):
         load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.lr=0.1"])
@@ -560,7 +561,7 @@ def test_an_unwritable_cache_dir_is_one_line_exit_2_within_a_second_and_creates_
 
 
 def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path):
-    from harness.config.yaml_io import ConfigError
+    from harness.config.errors import ConfigError
     from harness.engine.preflight import check_store, unwritable
 
     assert unwritable(str(tmp_path / "a" / "b"), "k") is None and not list(tmp_path.iterdir())

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.config.yaml_io import ConfigError, apply_overrides, load_yaml, validate
+from harness.config.errors import ConfigError
+from harness.config.yaml_io import apply_overrides, load_yaml, validate
 
 
 class Objective(BaseModel):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.errors import ConfigError
 from harness.config.plan import plan_sweep
-from harness.config.yaml_io import ConfigError
 
 ABLATIONS = Path(__file__).resolve().parents[1] / "ablations"
 

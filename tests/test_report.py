@@ -246,21 +246,23 @@ def test_cli_writes_every_format(store, sweep_file, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, message, code",
     [
-        (["nope_sweep"], "nope_sweep: no sweep named or with id 'nope_sweep'"),
-        (["bias_report", "--at", "middle"], "--at: 'middle' is not one of"),
-        (["bias_report", "--format", "md,pdf"], "--format: pdf is not one of"),
-        (["bias_report", "--baseline", "zzz"], "--baseline: 'zzz' is not an arm"),
-        (["bias_report", "--test", "anova"], "--test: 'anova' is not one of"),
+        (["nope_sweep"], "harness: data error: nope_sweep: no sweep named or with id 'nope_sweep'", 3),
+        (["bias_report", "--at", "middle"], "--at: 'middle' is not one of", 2),
+        (["bias_report", "--format", "md,pdf"], "--format: pdf is not one of", 2),
+        (["bias_report", "--baseline", "zzz"], "harness: config error: --baseline: 'zzz' is not an arm", 2),
+        (["bias_report", "--test", "anova"], "--test: 'anova' is not one of", 2),
     ],
 )
-def test_bad_input_is_one_line(store, tmp_path, capsys, args, message):
-    try:  # a bad flag value is an argparse usage error (SystemExit), a bad sweep, arm or --at a config error
-        code = main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)])
+def test_bad_input_is_one_line(store, tmp_path, capsys, args, message, code):
+    """A bad flag value is a usage error (argparse's SystemExit) and a bad arm or --at a config error: exit 2; a
+    sweep the store does not hold is a data error: exit 3."""
+    try:
+        got = main(["report", *args, "--tracking-uri", store, "--out", str(tmp_path)])
     except SystemExit as exc:
-        code = exc.code
-    assert code == 2
+        got = exc.code
+    assert got == code
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
@@ -438,9 +440,10 @@ def test_non_finite_value_is_refused_naming_run_and_metric(tmp_path, capsys):
     runs += [FakeRun("B", 0, values=_curve(1.0)), FakeRun("B", 1, values={LEN: [1.0, float("inf")]})]
     uri, data, ids = _fake(tmp_path, runs)
     capsys.readouterr()
-    assert main(["report", "fake", "--tracking-uri", uri, "--metric", LEN, "--out", str(tmp_path / "r")]) == 2
+    assert main(["report", "fake", "--tracking-uri", uri, "--metric", LEN, "--out", str(tmp_path / "r")]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ids["3"] in err and LEN in err and "inf" in err, err
+    assert err.startswith("harness: data error: metric")  # the store's runs, not the config, are the problem
     assert not (tmp_path / "r").exists()
 
 

@@ -12,9 +12,9 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from harness.cli import main
+from harness.config.errors import ConfigError
 from harness.config.run_config import load_run_config
 from harness.config.trl_args import TABLE, grpo_args, settings_of, trl_problems
-from harness.config.yaml_io import ConfigError
 from trainer import metric_names as M
 from trainer.config import RolloutConfig, TrainConfig
 from trainer.objective.settings import ObjectiveSettings

@@ -13,8 +13,8 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from harness.cli import main
+from harness.config.errors import ConfigError
 from harness.config.tune import load_tune
-from harness.config.yaml_io import ConfigError
 from harness.engine.tune import run_tune, score
 
 ROOT = Path(__file__).resolve().parents[1]

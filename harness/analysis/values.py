@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.config.at import At
-from harness.config.yaml_io import ConfigError
+from harness.config.errors import DataError
 from harness.runs.sweep_data import SweepData, non_finite
 
 
 def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
     """One row per finished run that logged `metric`: run_id, arm, seed, the varying settings, value
-    (ConfigError naming the run and metric where a value is ±inf)."""
+    (DataError naming the run and metric where a value is ±inf)."""
     m = data.metrics[data.metrics["key"] == metric]
     done = data.runs[data.runs["state"] == "done"]
     m = m[m["run_id"].isin(done["run_id"])].sort_values("step")
@@ -24,5 +24,5 @@ def run_values(data: SweepData, metric: str, at: At) -> pd.DataFrame:
     out = done[cols].join(vals.rename("value"), on="run_id").dropna(subset=["value"]).reset_index(drop=True)
     bad = non_finite(out, metric, data.runs)
     if bad:
-        raise ConfigError(f"{bad} (--at: {at.describe()})")
+        raise DataError(f"{bad} (--at: {at.describe()})")
     return out

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.config.yaml_io import ConfigError
+from harness.config.errors import ConfigError
 
 _AT = re.compile(r"^(final|best|auc|(?P<end>last|first)-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
 CHOICES = "final, last-K (e.g. last-10), first-K, step N, auc, best"

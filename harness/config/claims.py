@@ -33,7 +33,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.config.at import At
-from harness.config.yaml_io import ConfigError, Name
+from harness.config.errors import ConfigError
+from harness.config.yaml_io import Name
 from trainer import metric_names as M
 from trainer.config import STRICT as _STRICT
 

@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from harness.config.claims import Claim, check_claims, check_unique
+from harness.config.errors import ConfigError
 from harness.config.job import Job
 from harness.config.run_config import RunConfig
 from harness.config.yaml_io import (
-    ConfigError,
     Name,
     apply_overrides,
     flatten,

@@ -11,10 +11,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from harness.config.at import At
+from harness.config.errors import ConfigError
 from harness.config.plan import RunsFile, refuse_taken_overrides
 from harness.config.run_config import RunConfig
 from harness.config.yaml_io import (
-    ConfigError,
     apply_overrides,
     load_yaml,
     set_dotted,

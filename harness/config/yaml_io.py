@@ -17,6 +17,8 @@ from typing import Annotated, Any, TypeVar, get_args
 import yaml
 from pydantic import AfterValidator, BaseModel, Discriminator, Tag, ValidationError
 
+from harness.config.errors import ConfigError
+
 M = TypeVar("M", bound=BaseModel)
 
 _MAX_PROBLEMS = 5
@@ -30,10 +32,6 @@ MAX_NAME = 200
 """Longest name (MLflow stores experiment names in 256 characters, and run names are built from them)."""
 # PyYAML follows YAML 1.1, where `1e-4` (no dot) is a string; on the command line it means a float.
 _BARE_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
-class ConfigError(ValueError):
-    """A config that cannot be read or does not validate; the message is one line."""
 
 
 def _check_name(name: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
+from harness.config.errors import Terminated
 from harness.config.job import Job
 from harness.engine.resume import end_failed, quote_value
 from harness.runs.layout import (
@@ -332,11 +333,6 @@ def record_failure(
     except Exception as exc:  # noqa: BLE001
         _log.warning("job %s: could not record its failure in MLflow (%s)", job.job_id, exc)
         return None
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a process manager, `kill PID`), raised in the main thread so that a sweep stops as on Ctrl-C:
-    its workers stopped, their runs ended FAILED, a non-zero exit."""
 
 
 def stop_reason(exc: BaseException) -> str | None:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from harness.config.errors import ConfigError
 from harness.config.trl_args import trl_install_problem
-from harness.config.yaml_io import ConfigError
 from harness.runs.layout import sqlite_path
 
 if TYPE_CHECKING:

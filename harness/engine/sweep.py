@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from harness.config.errors import SweepRunning
 from harness.config.job import Job
 from harness.engine.executor import Executor, JobOutcome, sigterm_raises, stop_reason
 from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
@@ -39,10 +40,6 @@ from harness.runs.locks import Busy, hold
 from harness.runs.writer import failure_reason, flatten_params, lock_file, prepare_store
 
 ORPHAN_REASON = "orphaned: the sweep process died while this run was running"
-
-
-class SweepRunning(RuntimeError):
-    """Another live process is running this sweep on this store."""
 
 
 @dataclass
