@@ -223,10 +223,10 @@ def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.analysis.sequential import stored_record
-    from harness.config.at import At
+    from harness.config.at import DEFAULT_AT, At
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
-    from report.build import DEFAULT_AT, build
+    from report.build import build
     from report.render import safe_name, write
     from report.select import resolve
 

@@ -12,7 +12,7 @@ from harness.analysis import stats
 from harness.analysis.claims import Verdict, judge
 from harness.analysis.sequential import Record
 from harness.analysis.values import run_values
-from harness.config.at import At
+from harness.config.at import DEFAULT_AT, At
 from harness.config.claims import Claim
 from harness.config.errors import ConfigError
 from harness.runs.sweep_data import FailedRun, SweepData
@@ -20,7 +20,6 @@ from trainer import metric_names as M
 
 # the length-bias question's metrics: does the normaliser lengthen incorrect (and correct) responses, at what cost
 DEFAULT_METRICS = (M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ACCURACY, M.REWARD_MEAN, M.ENTROPY)
-DEFAULT_AT = "last-10"
 TESTS = {
     "welch": ("welch_p", "Welch's t-test"),
     "mannwhitney": ("mwu_p", "Mann–Whitney U"),

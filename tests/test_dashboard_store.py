@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from harness.config.at import At
 from harness.runs import store_adapter
 from harness.runs.reader import MlflowReader, SqlReader, reader_for, sweeps
 from harness.runs.sweep_data import read_sweep
@@ -68,8 +69,10 @@ def test_sweep_data_arms_states_and_plan(dashboard_store):
     assert list(by_arm["aggregation=constant"].index) == [1, 2, 3]
     tokens = data.wide("train/accuracy", "tokens")
     assert tokens.index.is_monotonic_increasing or len(tokens.columns) > 1
-    final = data.final("train/accuracy", 2)
-    assert set(final["arm"]) == set(data.arms)
+    final = data.values("train/accuracy", At("last", k=2))
+    assert set(final.frame["arm"]) == set(data.arms) and final.not_finite == ""
+    every = data.values("train/accuracy", At("last", k=2), finished_only=False).frame
+    assert set(every["run_id"]) - set(final.frame["run_id"])  # the running run's value too
 
 
 def test_empty_or_missing_store(tmp_path):

@@ -180,7 +180,8 @@ def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
         ), name
         assert (config_hash(new.model.toy), new.train.lr) == ("815c506b2d1fda13", 2e-4), name
         claims = {c.id: c for c in plan_sweep(ABLATIONS / f"{name}.yaml").settings.claims}
-        assert claims["training_improves_reward"].contrast.since == "first-10", name
+        improves = claims["training_improves_reward"]
+        assert (str(improves.contrast.since), str(improves.at)) == ("first-10", "last-10"), name
     # setting another field of the SFT task keeps the tutor's slips: the peaked toy slips, unless told not to
     peaked = plan_sweep(ABLATIONS / "clip_higher_entropy_peaked.yaml").jobs[0].config.model.toy.task
     assert (peaked.guess_peak, peaked.slip_prob) == (0.8, 0.1)

@@ -114,6 +114,14 @@ def test_at_parsing_and_values(store):
     assert At.parse("last-10") == At("last", k=10) and At.parse("step 7") == At("step", n=7)
     assert At.parse("final").kind == "final" and At.parse("best").kind == "best"
     assert At.parse("first-10") == At("first", k=10)
+    assert [str(At.parse(t)) for t in ("final", "last-3", "first-10", "step=7", "auc", "best")] == [
+        "final",
+        "last-3",
+        "first-10",
+        "step 7",
+        "auc",
+        "best",
+    ]  # the text it reads back as
     data = _data(store)
     last5 = run_values(data, "train/length_incorrect_mean", At.parse("last-5"))
     row = last5[(last5["arm"] == "advantage=group_std aggregation=constant") & (last5["seed"] == 1)].iloc[0]

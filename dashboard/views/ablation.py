@@ -8,7 +8,7 @@ from dashboard import context, page, verdicts
 from dashboard.labels import with_settings
 from harness.analysis import figures
 from harness.analysis.stats import factorial_effects, mean_ci
-from harness.runs.sweep_data import non_finite
+from harness.config.at import At
 from trainer import metric_names as M
 
 st.title("Ablation table")
@@ -31,10 +31,11 @@ only_done = st.toggle("Finished runs only", value=True, key="abl_done")
 runs_ok = set(data.runs.loc[data.runs["state"] == "done", "run_id"]) if only_done else set(data.current["run_id"])
 for warning in data.warnings:
     st.warning(warning)
+window = At("last", k=int(last))
+found = {key: data.values(key, window, finished_only=only_done) for key in chosen}
 for key in chosen:  # the statistics refuse ±inf: name the runs, and leave them out
-    bad = non_finite(data.final(key, int(last), finite=False), key, data.runs)
-    if bad:
-        st.error(bad)
+    if found[key].not_finite:
+        st.error(found[key].not_finite)
 
 
 def fmt(m: float, lo: float, hi: float) -> str:
@@ -45,8 +46,8 @@ table, numbers = [], {}
 for arm in data.arms:
     row = {"arm": arm, "seeds": int(((data.runs["arm"] == arm) & data.runs["run_id"].isin(runs_ok)).sum())}
     for key in chosen:
-        f = data.final(key, int(last))
-        vals = f.loc[(f["arm"] == arm) & f["run_id"].isin(runs_ok), "value"]
+        f = found[key].frame
+        vals = f.loc[f["arm"] == arm, "value"]
         numbers[(arm, key)] = (mean_ci(vals), vals.tolist())
         row[key] = fmt(*numbers[(arm, key)][0])
     table.append(row)
@@ -79,8 +80,7 @@ if chosen:
 
     if data.varying and not data.cumulative:
         st.subheader("Main effects")
-        final = data.final(metric, int(last))
-        final = final[final["run_id"].isin(runs_ok)]
+        final = found[metric].frame
         effects, caught = factorial_effects(final, data.varying)
         for note in caught:
             st.warning(f"{metric}: {note}")

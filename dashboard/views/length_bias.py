@@ -11,6 +11,7 @@ from dashboard import context, page
 from dashboard.labels import with_settings
 from harness.analysis import figures
 from harness.analysis.stats import mean_ci
+from harness.config.at import At
 from trainer import metric_names as M
 
 data, kw, x = page.curve_page("Length bias (Dr. GRPO)", "len", "length_bias")
@@ -37,8 +38,8 @@ else:
                 ("correct length", M.LENGTH_CORRECT_MEAN),
                 ("accuracy", M.ACCURACY),
             ):
-                final = data.final(key, last)
-                m, lo, hi = mean_ci(final.loc[(final["arm"] == arm) & final["run_id"].isin(done), "value"])
+                final = data.values(key, At("last", k=last)).frame  # finished runs
+                m, lo, hi = mean_ci(final.loc[final["arm"] == arm, "value"])
                 row[name] = f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if pd.notna(lo) else f"{m:.3g}"
             rows.append(row)
         st.caption(

@@ -36,7 +36,6 @@ from pydantic import TypeAdapter, ValidationError
 from harness.analysis import stats
 from harness.analysis.evidence import ArmChange, Evidence, VerdictKind
 from harness.analysis.values import run_values
-from harness.config.at import At
 from harness.config.claims import Claim, Difference, canonical, check_unique, picks
 from harness.runs.reader import Sweep, sweep_file_text
 from harness.runs.sweep_data import SweepData
@@ -144,12 +143,11 @@ def claim_values(data: SweepData, claim: Claim) -> pd.DataFrame:
     """One value per finished run (run_id, arm, seed, the varying settings, value); a ratio (difference) claim's
     value is the first metric's over (minus) the second's, each read at the claim's `at` (runs where either is
     undefined left out)."""
-    at = At.parse(claim.at, key=f"claims ({claim.id}).at")
+    at = claim.at
     first, *rest = claim.metrics
     values = run_values(data, first, at)
     if claim.contrast.since is not None:  # each run's change from its start (the metric at `since`)
-        since = At.parse(claim.contrast.since, key=f"claims ({claim.id}).contrast.since")
-        start = values["run_id"].map(run_values(data, first, since).set_index("run_id")["value"])
+        start = values["run_id"].map(run_values(data, first, claim.contrast.since).set_index("run_id")["value"])
         values = values.assign(value=values["value"].to_numpy(float) - start.to_numpy(float))
         return values[np.isfinite(values["value"].to_numpy(float))].reset_index(drop=True)
     if rest:

@@ -7,11 +7,16 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BeforeValidator, PlainSerializer
 
 from harness.config.errors import ConfigError
 
 _AT = re.compile(r"^(final|best|auc|(?P<end>last|first)-(?P<k>[1-9]\d*)|step[ =:]?(?P<n>\d+))$")
 CHOICES = "final, last-K (e.g. last-10), first-K, step N, auc, best"
+DEFAULT_AT = "last-10"
+"""A run's value unless asked otherwise (a claim's `at`, `harness report --at`, a study's objective)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,12 @@ class At:
         area = math.fsum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1))
         return area / (xs[-1] - xs[0])
 
+    def __str__(self) -> str:
+        """The text it is parsed from, e.g. 'last-10' or 'step 100'."""
+        return {"last": f"last-{self.k}", "first": f"first-{self.k}", "step": f"step {self.n}"}.get(
+            self.kind, self.kind
+        )
+
     def describe(self) -> str:
         return {
             "final": "the last logged value of each run",
@@ -69,3 +80,16 @@ class At:
             "auc": "each run's area under the curve divided by its step span (its mean over training)",
             "best": "each run's best (largest) value over training — optimistic, a selection on the test curve",
         }[self.kind]
+
+
+def _parsed(text: object) -> At:
+    if isinstance(text, At):
+        return text
+    try:
+        return At.parse(str(text), key="at")
+    except ConfigError as exc:
+        raise ValueError(str(exc).removeprefix("at: ")) from None
+
+
+AtField = Annotated[At, BeforeValidator(_parsed), PlainSerializer(str, return_type=str)]
+"""A settings field that reads 'last-10' (etc.) as an `At`, once, at validation, and writes it back as text."""

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.config.at import At
+from harness.config.at import DEFAULT_AT, At, AtField
 from harness.config.errors import ConfigError
 from harness.config.yaml_io import Name
 from trainer import metric_names as M
@@ -80,7 +80,7 @@ class Contrast(BaseModel):
     fold: float = Field(1.0, gt=0)
     """arm vs arm only: the effect is mean(arm) − fold·mean(vs) ("at least fold times as large"); a reference whose
     mean is not positive makes the claim inconclusive (no test), since the ratio then reads the other way."""
-    since: str | None = None
+    since: AtField | None = None
     """Each arm against its own start: every run's value at the claim's `at` minus its value here (first-K, step N;
     as `at`), tested in each arm on its own (one-sample t). The claim holds only if it holds in every arm: its p is
     the largest of the arms' (an intersection-union test, exact at α with no correction), and an arm significant
@@ -95,11 +95,7 @@ class Contrast(BaseModel):
         if self.since is not None:
             if self.effect is not None or self.arm is not None or self.vs is not None or self.fold != 1.0 or self.pool:
                 raise ValueError("since compares each arm with its own start: give it without effect or arm/vs")
-            try:
-                kind = At.parse(self.since, key="since").kind
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-            if kind == "best":
+            if self.since.kind == "best":
                 raise ValueError("since: best is a selection on the curve; use first-K or step N")
         elif self.effect is not None:
             if self.arm is not None or self.vs is not None or self.fold != 1.0 or self.pool:
@@ -137,7 +133,7 @@ class Claim(BaseModel):
     """The paper's arXiv id, e.g. 2503.20783; none for a claim of harness's own (e.g. that two engines agree)."""
     metric: str | Ratio | Difference
     """A logged metric (trainer.metric_names), {ratio: [numerator, denominator]} or {difference: [first, second]}."""
-    at: str = "last-10"
+    at: AtField = At.parse(DEFAULT_AT)
     """Where each run's value is read: final, last-K, step N or auc (as `harness report --at`)."""
     contrast: Contrast
     direction: Literal["increase", "decrease"]
@@ -197,12 +193,8 @@ class Claim(BaseModel):
 
     @field_validator("at")
     @classmethod
-    def _at(cls, at: str) -> str:
-        try:
-            kind = At.parse(at, key="at").kind
-        except ConfigError as exc:
-            raise ValueError(str(exc).removeprefix("at: ")) from None
-        if kind == "best":
+    def _at(cls, at: At) -> At:
+        if at.kind == "best":
             raise ValueError("best is a selection on the curve being tested; use final, last-K, step N or auc")
         return at
 

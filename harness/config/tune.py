@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from harness.config.at import At
+from harness.config.at import DEFAULT_AT, At
 from harness.config.errors import ConfigError
 from harness.config.plan import RunsFile, refuse_taken_overrides
 from harness.config.run_config import RunConfig
@@ -69,7 +69,7 @@ class Objective(BaseModel):
 
     metric: str = "train/accuracy"
     """A metric every step logs (pruning reports it each step)."""
-    at: str = "last-10"
+    at: str = DEFAULT_AT
     """final (last value), last-K (mean of the last K), or best (over training, in the direction)."""
     direction: Literal["maximize", "minimize"] = "maximize"
     """Whether larger is better."""

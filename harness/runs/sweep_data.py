@@ -135,21 +135,34 @@ class SweepData:
                 out[arm] = frame.set_axis([f"seed {s}" for s in runs["seed"]], axis=1)
         return out
 
-    def final(self, key: str, last: int, *, finite: bool = True) -> pd.DataFrame:
-        """Per `current` run: the mean of `key` over its last `last` logged steps (run_id, arm, seed, the varying
-        settings, value); runs whose value is ±inf are left out unless `finite=False` (`non_finite` names them)."""
-        m = self.metrics[self.metrics["key"] == key]
-        if m.empty:
-            return pd.DataFrame(columns=["run_id", "arm", "seed", *self.varying, "value"])
-        window = At("last", k=last)
+    def values(self, key: str, at: At, *, finished_only: bool = True) -> RunValues:
+        """One value of `key` per run, read at `at`: the one rule by which claims, reports and the dashboard's
+        tables turn a run's curve into a number. Runs: the finished ones (`finished_only`), else every `current`
+        run. A run that never logged `key` (or has no point at `at`) has no value; a run whose value is ±inf is
+        set aside and named in `not_finite`, since no statistic can use it."""
+        runs = self.runs[self.runs["state"] == "done"] if finished_only else self.current
+        cols = ["run_id", "arm", "seed", *self.varying]
+        m = self.metrics[(self.metrics["key"] == key) & self.metrics["run_id"].isin(runs["run_id"])]
+        if m.empty:  # groupby-apply on nothing gives a frame, not a series
+            return RunValues(runs[cols].iloc[:0].assign(value=pd.Series(dtype=float)).reset_index(drop=True), "")
         vals = (
             m.sort_values("step")
             .groupby("run_id", observed=True)[["step", "value"]]
-            .apply(lambda curve: window.value(curve["step"].tolist(), curve["value"].tolist()))
+            .apply(lambda curve: at.value(curve["step"].tolist(), curve["value"].tolist()))
             .rename("value")
         )
-        out = self.current[["run_id", "arm", "seed", *self.varying]].join(vals, on="run_id").dropna(subset=["value"])
-        return out[np.isfinite(out["value"].to_numpy(float))] if finite else out
+        out = runs[cols].join(vals, on="run_id").dropna(subset=["value"]).reset_index(drop=True)
+        finite = np.isfinite(out["value"].to_numpy(float))
+        return RunValues(out[finite].reset_index(drop=True), non_finite(out, key, self.runs))
+
+
+@dataclass(frozen=True)
+class RunValues:
+    """`SweepData.values`: the finite values (run_id, arm, seed, the varying settings, value) and, when some run's
+    value is ±inf, one line naming each such run ('' when none)."""
+
+    frame: pd.DataFrame
+    not_finite: str
 
 
 def read_sweep(reader: Reader, sweep: Sweep) -> SweepData:
