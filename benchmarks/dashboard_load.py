@@ -18,7 +18,7 @@ plain functions; a fresh reader each time):
   - baseline: MlflowClient.search_runs for the sweep, then get_metric_history for every run × key
     (RUNS × METRICS calls) into the same long frame, --baseline-repeats times (it is slow).
 Checks the dashboard frame has RUNS×STEPS×METRICS rows and equals the baseline's point for point
-(NaN-safe), then reports the ratio baseline / dashboard load against the issue's target (≤ 1 s).
+(NaN-safe), then reports the ratio baseline / dashboard load against the target (≤ 1 s).
 Prints a table and writes results/benchmarks/dashboard_load.json.
 """
 

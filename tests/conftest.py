@@ -12,6 +12,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # inherits an ignored SIGINT, and so would the sweeps the interrupt tests start: give it Python's own handler.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
+SLOW_FIXTURES = {"toy_cache", "tiny_run_overrides", "dashboard_store", "failed_sweep", "local_ray"}
+"""A test that uses one of these trains a toy model (or starts Ray): it is marked slow."""
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def toy_cache(tmp_path_factory) -> Path:

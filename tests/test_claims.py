@@ -147,6 +147,7 @@ PLANTED = [
 ]
 
 
+@pytest.mark.slow
 def test_each_verdict_kind_and_the_exit_code(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/m.db"
     _planted(uri, PLANTED)
@@ -162,6 +163,7 @@ def test_each_verdict_kind_and_the_exit_code(tmp_path, capsys):
     assert main(["claims", "fine", "--tracking-uri", f"sqlite:///{tmp_path}/ok.db"]) == 0
 
 
+@pytest.mark.slow
 def test_a_failed_run_counts_by_the_claim_and_the_verdict_says_so(tmp_path, capsys):
     """A not-worse claim where the method's one extra seed diverged: written through MLflow's API (a FAILED run
     with the trainer's reason), it is counted at the worst value seen by default, which turns a reproduced
@@ -205,6 +207,7 @@ def test_a_failed_run_counts_by_the_claim_and_the_verdict_says_so(tmp_path, caps
     assert "failed runs 1 vs 0 (1 diverged), counted at the worst value 0.4" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_verdicts_head_every_report_format(tmp_path):
     uri, out = f"sqlite:///{tmp_path}/m.db", tmp_path / "rep"
     _planted(uri, PLANTED)
@@ -222,6 +225,7 @@ def test_verdicts_head_every_report_format(tmp_path):
     assert "claims" in (out / "report.tex").read_text()
 
 
+@pytest.mark.slow
 def test_factorial_main_effect_claims(tmp_path, capsys):
     """A planted +4 main effect of one switch, none of the other: reproduced, and not reproduced."""
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -534,6 +538,7 @@ def test_repeated_claim_ids_are_refused(tmp_path, capsys):
 # ---- the false-reproduction rate -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_null_sweeps_reproduce_at_most_alpha():
     """200 sweeps of a 2×2 grid × 5 seeds with no effect anywhere, each judged on a main-effect claim and an
     arm-vs-arm claim (Holm across the two): the share of sweeps with any claim reproduced stays within α plus

@@ -7,6 +7,8 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.launch import URI_ENV
 
+pytestmark = pytest.mark.slow  # every test drives the Streamlit app (AppTest)
+
 APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
 PAGES = {"sweeps": 0, "length_bias": 3, "entropy_clipping": 3, "dynamic_sampling": 3, "ablation": 1, "explorer": 1}
 

@@ -18,11 +18,14 @@ from dashboard.browser import HOST, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 START_S = 180  # the CPU may be busy
-STOP_S = 5  # the bound
+STOP_S = 5  # how long a stop may take
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/stat").exists() or os.name != "posix", reason="reads process groups from Linux's /proc"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not Path("/proc/self/stat").exists() or os.name != "posix", reason="reads process groups from Linux's /proc"
+    ),
+    pytest.mark.slow,  # starts the server twice
+]
 
 
 def _group(pgid: int) -> list[str]:

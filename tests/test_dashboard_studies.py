@@ -10,6 +10,8 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.launch import OPTUNA_ENV, URI_ENV
 
+pytestmark = pytest.mark.slow  # every test drives the Streamlit app (AppTest)
+
 APP = os.path.join(os.path.dirname(__file__), "..", "dashboard", "app.py")
 
 

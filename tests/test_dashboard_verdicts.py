@@ -24,6 +24,9 @@ GRPO, DR = "advantage=group_std aggregation=seq_mean_token_mean", "advantage=gro
 CURVE_PAGES = ("length_bias", "entropy_clipping", "dynamic_sampling")
 
 
+pytestmark = pytest.mark.slow  # every test drives the Streamlit app (AppTest)
+
+
 def objective(preset: str, max_len: int = 48, **overrides) -> dict[str, str]:
     """A run's objective.* params as the run logs them: the preset resolved with its max_len."""
     return flatten_params({"objective": preset_fields(preset, {"max_len": max_len, **overrides})})

@@ -15,6 +15,8 @@ from harness.engine.ray_executor import RayExecutor, connect  # noqa: E402
 from harness.runs.writer import prepare_store  # noqa: E402
 from trainer.models.toy import ensure_toy_model  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Ray instance
+
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 SWEEP = "sweep-ray-test"
 # with the trl extra (CI has it) one job trains with TRL's GRPOTrainer

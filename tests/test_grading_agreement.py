@@ -27,6 +27,7 @@ def _agreement(problems, completions, template="qwen_math"):
     return 1 - len(misses) / len(problems), misses, time.perf_counter() - start
 
 
+@pytest.mark.slow
 def test_math500_reference_solutions_all_grade_correct():
     problems = load_benchmark("math500")
     assert len(problems) == 500
@@ -42,6 +43,7 @@ def test_math500_under_other_templates(template):
     assert _agreement(problems, [p.solution for p in problems], template)[0] == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, floor", [("gsm8k", 1.0), ("aime24", 0.9), ("math_test5000", 1.0)])
 def test_other_sets_agreement_reported(name, floor):
     """GSM8K: the answer text with its `####` line; AIME: AoPS solutions, some without a box (28/30)."""
@@ -51,6 +53,7 @@ def test_other_sets_agreement_reported(name, floor):
     assert rate >= floor, misses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["amc23", "amc22_23", "olympiad_bench", "minerva"])
 def test_answer_only_sets_grade_their_own_boxed_gold(name):
     problems = load_benchmark(name)

@@ -151,6 +151,7 @@ def test_runaway_comparison_times_out_in_another_thread():
     assert results["after"].correct and not results["after"].timed_out
 
 
+@pytest.mark.slow
 def test_a_dead_helper_is_restarted():
     from trainer.rewards import math_verify
 
@@ -174,6 +175,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from grader_adversarial import GOLD, _cpu_s, cases  # noqa: E402  (the benchmark's battery: one home)
 
 
+@pytest.mark.slow
 def test_adversarial_completions_grade_wrong_fast_and_run_nothing(tmp_path):
     """Each case through the training loop's path and through grade_math on the raw text: wrong, within
     a generous bound of CPU time (the budget is 1 s of CPU time, which is wall-clock time on an idle

@@ -109,6 +109,7 @@ def test_the_simulated_statistic_is_the_claims_evidence():
     assert all(getattr(ev, k) == pytest.approx(direct[k]) for k in ("effect", "se", "df", "p"))
 
 
+@pytest.mark.slow
 def test_under_the_null_the_procedure_reproduces_or_contradicts_at_most_alpha():
     design = seq.Design(first=3, batch=2, max_seeds=15, alpha=ALPHA)
     rng = np.random.default_rng(2026)
@@ -131,6 +132,7 @@ def test_holm_across_claims_keeps_the_familywise_error():
     assert any_decided / n <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / n)
 
 
+@pytest.mark.slow
 def test_at_the_smallest_effect_of_interest_it_needs_fewer_seeds_than_a_fixed_design_of_equal_power():
     design = seq.Design(first=4, batch=2, max_seeds=24, alpha=ALPHA)
     rng = np.random.default_rng(5)

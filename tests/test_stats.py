@@ -252,6 +252,7 @@ def test_holm_worked_example():
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
+@pytest.mark.slow
 def test_holm_nan_safe():
     out = holm([np.nan, 0.01, 0.04])  # family of 2: 0.01×2 = 0.02, 0.04×1 -> max(0.02, 0.04)
     assert np.isnan(out[0]) and out[1:] == pytest.approx([0.02, 0.04])
@@ -355,6 +356,7 @@ def test_ci_of_mean_difference_has_nominal_coverage():
         assert (c["welch_low"], c["welch_high"]) == welch_diff_ci(a, b)
 
 
+@pytest.mark.slow
 def test_percentile_bootstrap_ci_undercovers_at_few_seeds():
     # finding: the percentile bootstrap of a mean difference is too narrow at 5 seeds per arm
     # (measured 87.4% here; ≈87.3% with 20,000 experiments), so the report leads with the Welch CI

@@ -111,6 +111,7 @@ def test_hash_follows_the_config():
     assert toy.config_hash(TINY) != toy.config_hash(nested)
 
 
+@pytest.mark.slow
 def test_build_uses_its_own_thread_count(tmp_path, monkeypatch):
     """Float sums depend on the thread count (two 800-step builds, on 1 and 2 threads, differed by up
     to 0.59 in a weight), so the build runs on config.build_threads whatever the caller set."""
@@ -174,6 +175,7 @@ print(toy.ensure_toy_model(config, sys.argv[1]))
 """
 
 
+@pytest.mark.slow
 def test_two_processes_building_one_model_build_it_once(tmp_path):
     """Two processes (two checkouts, or a sweep and a run) asking at once for one build into the shared cache:
     the file lock makes one build and the other wait, and both get the same complete build."""
@@ -221,6 +223,7 @@ def test_sft_batch_trains_on_the_response_only():
         assert row_labels[n:] == [-100] * (len(row_ids) - n)
 
 
+@pytest.mark.slow
 def test_short_sft_lowers_the_loss(tmp_path):
     config = TINY.model_copy(update={"sft_steps": 40, "batch_size": 16, "warmup_steps": 5, "eval_samples": 0})
     report = json.loads((toy.build_toy_model(config, tmp_path) / toy.COMPLETE_MARKER).read_text())

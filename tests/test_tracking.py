@@ -204,6 +204,7 @@ def _worker(uri: str, experiment_id: str, seed: int, steps: int) -> None:
             run.log_metrics(step, {f"m{i}": float(step * seed) for i in range(35)})
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_prepared_store(store):
     uri = store[0]
     experiment_id = prepare_store(uri, "concurrent")
@@ -226,6 +227,7 @@ def _prepare_together(uri: str, barrier) -> None:
     prepare_store(uri, "fresh")
 
 
+@pytest.mark.slow
 def test_concurrent_first_use_of_a_fresh_store_all_succeed(tmp_path):
     """Several processes creating one new SQLite store at the same instant: one migrates, the others wait."""
     uri = f"sqlite:///{tmp_path}/new/mlflow.db"

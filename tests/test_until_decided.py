@@ -22,6 +22,8 @@ from harness.config.plan import plan_sweep
 from harness.engine.resume import job_runs
 from harness.runs.layout import SEQUENTIAL_ARTIFACT, SEQUENTIAL_TAG
 
+pytestmark = pytest.mark.slow  # sweeps run as subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 TOY_RUN = ROOT / "ablations" / "toy_run.yaml"
 EXPERIMENT = "seq"
