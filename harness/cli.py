@@ -124,26 +124,24 @@ def _sweep_uri(args: argparse.Namespace, plan) -> str:
 
 
 def _executor(args: argparse.Namespace, plan):
+    """The executor of a sweep's jobs: the flags, else the file's `executor:` settings; locally, as many jobs at
+    once as the cores hold at the jobs' thread count."""
     import os
 
+    from harness.engine.executor import make_executor
+
     settings = plan.settings.executor
-    retries = settings.retries if args.retries is None else args.retries
-    timeout = settings.timeout_s if args.timeout is None else args.timeout
-    if args.executor == "ray":
-        from harness.engine.ray_executor import RayExecutor
-
-        return RayExecutor(
-            address=args.address,
-            cpus_per_job=args.cpus_per_job,
-            gpus_per_job=args.gpus_per_job,
-            timeout_s=timeout,
-            retries=retries,
-        )
-    from harness.engine.local import LocalExecutor
-
     threads = max(j.config.train.threads or 1 for j in plan.jobs)
-    workers = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
-    return LocalExecutor(workers=workers, timeout_s=timeout, retries=retries)
+    local = args.workers or settings.workers or max(1, (os.cpu_count() or 1) // threads)
+    return make_executor(
+        args.executor,
+        workers=local if args.executor == "local" else args.workers,
+        timeout_s=settings.timeout_s if args.timeout is None else args.timeout,
+        retries=settings.retries if args.retries is None else args.retries,
+        address=args.address,
+        cpus_per_job=args.cpus_per_job,
+        gpus_per_job=args.gpus_per_job,
+    )
 
 
 def _sweep_until_decided(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from harness.config.at import At
 from harness.config.job import Job
 from harness.config.run_config import RunConfig
 from harness.config.tune import TuneFile, TunePlan, load_tune
-from harness.engine.executor import JobOutcome, RetryingExecutor, Task, stop_reason
+from harness.engine.executor import JobOutcome, Task, make_executor, stop_reason
 from harness.engine.resume import fail_orphans
 from harness.engine.sweep import end_parent, parent_run, sole_invocation
 from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG, STUDY_TAG, TRIAL_TAG
@@ -149,16 +149,9 @@ def run_tune(
             artifact="tune.yaml",
             text=plan.source.read_text(),
         )
-        if executor == "ray":
-            from harness.engine.ray_executor import RayExecutor
-
-            runner: RetryingExecutor = RayExecutor(
-                address, timeout_s=timeout_s, retries=retries, max_in_flight=workers, log_to_driver=False
-            )
-        else:
-            from harness.engine.local import LocalExecutor
-
-            runner = LocalExecutor(workers=workers, timeout_s=timeout_s, retries=retries)
+        runner = make_executor(
+            executor, workers=workers, timeout_s=timeout_s, retries=retries, address=address, log_to_driver=False
+        )
         driver = _Trials(plan, study, url, parent, n_trials)
         try:
             runner.run_tasks(driver.next_task, tracking_uri=uri, sweep_id=plan.study_id)
