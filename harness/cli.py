@@ -128,7 +128,7 @@ def _executor(args: argparse.Namespace, plan):
     once as the cores hold at the jobs' thread count."""
     import os
 
-    from harness.engine.executor import make_executor
+    from harness.engine.executor_factory import make_executor
 
     settings = plan.settings.executor
     threads = max(j.config.train.threads or 1 for j in plan.jobs)

@@ -26,7 +26,8 @@ from harness.config.at import At
 from harness.config.job import Job
 from harness.config.run_config import RunConfig
 from harness.config.tune import TuneFile, TunePlan, load_tune
-from harness.engine.executor import JobOutcome, Task, make_executor, stop_reason
+from harness.engine.executor import JobOutcome, Task, stop_reason
+from harness.engine.executor_factory import make_executor
 from harness.engine.resume import fail_orphans
 from harness.engine.sweep import end_parent, parent_run, sole_invocation
 from harness.runs.layout import ARM_LABEL_TAG, PARENT_RUN_TAG, STUDY_TAG, TRIAL_TAG
