@@ -400,7 +400,7 @@ def _tune(args: argparse.Namespace) -> int:
         executor=args.executor,
         address=args.address,
         timeout_s=args.timeout,
-        retries=args.retries,
+        retries=args.retries or 0,
     )
     import optuna
 
@@ -548,6 +548,46 @@ def _tracking_uri_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _alpha_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--alpha",
+        type=_finite(0, inclusive=False, below=1),
+        default=ALPHA,
+        help=f"significance level (default {ALPHA:g})",
+    )
+
+
+def _profile_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
+
+
+def _set_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """--set KEY=VALUE (repeatable): a run-config key overridden for `what`."""
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help=f"override a run-config key for {what}"
+    )
+
+
+def _executor_options(parser: argparse.ArgumentParser, what: str, file_default: bool) -> None:
+    """Where `what` (jobs, trials) run, and their time limit and retries: the same flags for `harness sweep` and
+    `harness tune`; unset, the sweep file's `executor:` settings apply (`file_default`), else none and 0."""
+    fallback = "the file's executor settings, else " if file_default else ""
+    parser.add_argument("--executor", choices=["local", "ray"], default="local", help=f"where {what} run")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    parser.add_argument(
+        "--retries",
+        type=_at_least(0),
+        default=None,
+        help=f"extra attempts for a failed one of the {what} (default: {fallback}0)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_finite(0, inclusive=False),
+        default=None,
+        help=f"seconds before one of the {what} is killed and FAILED (default: {fallback}none)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="harness", description="Seeded ablations of GRPO-family RL tricks, tracked in MLflow.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -557,13 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train one run from a YAML run config and log it to MLflow.",
     )
     run.add_argument("config", help="run config (YAML), e.g. ablations/toy_run.yaml")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set objective.preset=dr_grpo --set seed=1 (repeatable)",
-    )
+    _set_option(run, "this run, e.g. --set objective.preset=dr_grpo --set seed=1 (repeatable)")
     _tracking_uri_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.set_defaults(func=_run, failure="run failed")
@@ -583,21 +617,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(a contradicted claim leaves the exit code 0). --until-decided ends with its sequential verdicts instead",
     )
     sweep.add_argument("--profile", default=None, help="a named profile of the sweep file, e.g. paper")
-    sweep.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a run-config key for every job (repeatable)",
-    )
-    sweep.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run")
-    sweep.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    _set_option(sweep, "every job (repeatable)")
+    _executor_options(sweep, "jobs", file_default=True)
     sweep.add_argument(
         "--workers", type=_at_least(1), default=None, help="local jobs at once (default: cores / threads per job)"
-    )
-    sweep.add_argument("--retries", type=_at_least(0), default=None, help="extra attempts for a failed job")
-    sweep.add_argument(
-        "--timeout", type=_finite(0, inclusive=False), default=None, help="seconds before a job is killed and FAILED"
     )
     sweep.add_argument(
         "--seeds",
@@ -681,12 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="welch",
         help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation",
     )
-    rep.add_argument(
-        "--alpha",
-        type=_finite(0, inclusive=False, below=1),
-        default=ALPHA,
-        help=f"significance level (default {ALPHA:g})",
-    )
+    _alpha_option(rep)
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     rep.add_argument(
         "--format",
@@ -695,7 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: md, html, json, latex (default: all four)",
     )
     rep.add_argument("--out", default=None, help="output folder (default results/reports/<sweep>)")
-    rep.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
+    _profile_option(rep)
     _tracking_uri_option(rep)
     rep.set_defaults(func=_report, failure=None)
 
@@ -708,13 +726,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument(
         "sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it last ran with)"
     )
-    cl.add_argument(
-        "--alpha",
-        type=_finite(0, inclusive=False, below=1),
-        default=ALPHA,
-        help=f"significance level (default {ALPHA:g})",
-    )
-    cl.add_argument("--profile", default=None, help="the sweep file's profile the sweep ran with")
+    _alpha_option(cl)
+    _profile_option(cl)
     _tracking_uri_option(cl)
     cl.set_defaults(func=_claims, failure=None)
 
@@ -739,19 +752,8 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--trials", type=_at_least(1), default=None, help="finished trials wanted (default: the file's)")
     tu.add_argument("--workers", type=_at_least(1), default=1, help="trials at once (default 1)")
     tu.add_argument("--storage", default=None, help="Optuna RDB URL (default sqlite:///results/optuna.db)")
-    tu.add_argument("--executor", choices=["local", "ray"], default="local", help="where trials run")
-    tu.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
-    tu.add_argument("--retries", type=_at_least(0), default=0, help="extra attempts for a failed job")
-    tu.add_argument(
-        "--timeout", type=_finite(0, inclusive=False), default=None, help="seconds before a job is killed and FAILED"
-    )
-    tu.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a run-config key for every trial (repeatable)",
-    )
+    _executor_options(tu, "trials", file_default=False)
+    _set_option(tu, "every trial (repeatable)")
     _tracking_uri_option(tu)
     tu.set_defaults(func=_tune, failure="tune failed")
     return parser
