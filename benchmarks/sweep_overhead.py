@@ -52,16 +52,7 @@ def main() -> None:
         plan = plan_sweep(path)
         uri = f"sqlite:///{tmp}/mlflow.db"
         start = time.perf_counter()
-        result = run_sweep(
-            plan.name,
-            plan.sweep_id,
-            plan.experiment,
-            plan.raw,
-            list(plan.jobs),
-            executor=LocalExecutor(workers=args.workers),
-            tracking_uri=uri,
-            console=False,
-        )
+        result = run_sweep(plan, executor=LocalExecutor(workers=args.workers), tracking_uri=uri, console=False)
         wall = time.perf_counter() - start
         client = MlflowClient(uri)
         trained = [sum(m.value for m in client.get_metric_history(o.run_id, "time/step_s")) for o in result.finished]

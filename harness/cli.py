@@ -65,9 +65,7 @@ def _sweep(args: argparse.Namespace) -> int:
     executor = _executor(args, plan)
     from harness.engine.sweep import run_sweep
 
-    result = run_sweep(
-        plan.name, plan.sweep_id, plan.experiment, plan.raw, list(plan.jobs), executor=executor, tracking_uri=uri
-    )
+    result = run_sweep(plan, executor=executor, tracking_uri=uri)
     for outcome in result.failed:
         print(f"harness: job {outcome.job_id} FAILED: {outcome.reason}", file=sys.stderr)
     print(

@@ -106,10 +106,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         jobs = [j for j in plan.jobs if j.seed in allowed[j.arm]]
         if console:
             out.print(f"sweep {plan.name}: round {look}: {_seed_text(given)}", soft_wrap=True)
-        result = run_sweep(
-            plan.name, plan.sweep_id, plan.experiment, plan.raw, jobs, executor=executor,
-            tracking_uri=tracking_uri, console=console,
-        )  # fmt: skip
+        result = run_sweep(plan, jobs, executor=executor, tracking_uri=tracking_uri, console=console)
         outcome.failed += result.failed
         found = find_sweep(tracking_uri, plan.sweep_id, plan.experiment)
         assert found is not None, "run_sweep logs the sweep's parent run before any job"

@@ -53,6 +53,7 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
     (FAILED with its reason), and a sixth run still RUNNING with two steps logged."""
     import time
 
+    from fake_sweep import plan_of
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -83,7 +84,10 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
     ensure_toy_model(jobs[0].config.model.toy, jobs[0].config.model.cache_dir)
     spec = {"name": "dash", "grid": {"objective.aggregation": ["seq_mean_token_mean", "constant"]}, "seeds": [0, 1]}
     result = run_sweep(
-        "dash", "dash01", "dash", spec, jobs, executor=LocalExecutor(workers=2), tracking_uri=uri, console=False
+        plan_of("dash", "dash01", "dash", spec, jobs),
+        executor=LocalExecutor(workers=2),
+        tracking_uri=uri,
+        console=False,
     )
     assert result.ok, result.failed
     slow = Job(
@@ -92,11 +96,7 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
         varying={"objective.aggregation": "seq_mean_token_mean"},
     )
     result = run_sweep(
-        "dash",
-        "dash01",
-        "dash",
-        spec,
-        [*jobs, slow],
+        plan_of("dash", "dash01", "dash", spec, [*jobs, slow]),
         executor=LocalExecutor(workers=1, timeout_s=4, retries=0),
         tracking_uri=uri,
         console=False,

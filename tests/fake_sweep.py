@@ -9,6 +9,8 @@ import yaml
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from harness.config.plan import SweepFile, SweepPlan
+
 T0 = 1_700_000_000_000  # ms; a run's `start` is minutes after it
 
 
@@ -98,3 +100,8 @@ def write_sweep(
         client.log_text(parent.info.run_id, yaml.safe_dump(spec, sort_keys=False), "sweep.yaml")
     client.set_terminated(parent.info.run_id, end_time=int(T0 + 24 * 3600_000))
     return ids
+
+
+def plan_of(name: str, sweep_id: str, experiment: str, raw: dict, jobs) -> SweepPlan:
+    """The plan `plan_sweep` would make, for jobs a test builds in code (`raw`: the sweep file it stands for)."""
+    return SweepPlan(name, experiment, sweep_id, "<test>", raw, SweepFile.model_construct(), tuple(jobs))

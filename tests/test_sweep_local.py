@@ -12,6 +12,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from fake_sweep import plan_of
 from mlflow.tracking import MlflowClient
 
 from harness.config.job import Job
@@ -50,16 +51,8 @@ def _runs(uri, sweep_id):
 
 
 def _sweep(uri, jobs, executor, sweep_id="s1"):
-    return run_sweep(
-        "test",
-        sweep_id,
-        EXPERIMENT,
-        {"grid": {"seed": [j.seed for j in jobs]}},
-        jobs,
-        executor=executor,
-        tracking_uri=uri,
-        console=False,
-    )
+    plan = plan_of("test", sweep_id, EXPERIMENT, {"grid": {"seed": [j.seed for j in jobs]}}, jobs)
+    return run_sweep(plan, executor=executor, tracking_uri=uri, console=False)
 
 
 def test_sweep_runs_all_jobs_under_parent_and_rerun_trains_nothing(tmp_path, overrides, capsys):
@@ -80,7 +73,7 @@ def test_sweep_runs_all_jobs_under_parent_and_rerun_trains_nothing(tmp_path, ove
         assert run.info.status == "FINISHED" and run.data.tags["status"] == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and run.data.tags["sweep_id"] == "s1"
 
-    again = run_sweep("test", "s1", EXPERIMENT, {}, jobs, executor=LocalExecutor(workers=2), tracking_uri=uri)
+    again = run_sweep(plan_of("test", "s1", EXPERIMENT, {}, jobs), executor=LocalExecutor(workers=2), tracking_uri=uri)
     assert len(again.skipped) == 3 and not again.finished and not again.failed
     assert "all 3 jobs are done" in capsys.readouterr().err
     assert len(_runs(uri, "s1")) == len(runs)  # no new runs, the parent reused

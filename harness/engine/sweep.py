@@ -26,6 +26,7 @@ from rich.text import Text
 
 from harness.config.errors import SweepRunning
 from harness.config.job import Job
+from harness.config.plan import SweepPlan
 from harness.engine.executor import Executor, JobOutcome, sigterm_raises, stop_reason
 from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
 from harness.runs.layout import (
@@ -58,20 +59,20 @@ class SweepResult:
 
 
 def run_sweep(
-    name: str,
-    sweep_id: str,
-    experiment: str,
-    sweep_file: dict[str, Any],
-    jobs: Sequence[Job],
+    plan: SweepPlan,
+    jobs: Sequence[Job] | None = None,
     *,
     executor: Executor,
     tracking_uri: str,
     console: bool = True,
 ) -> SweepResult:
-    """Run the jobs of sweep `sweep_id` not yet FINISHED in `experiment`, under one parent run.
+    """Run the plan's jobs (or `jobs`, some of them: a round of `--until-decided`) not yet FINISHED, under the
+    sweep's one parent run, which records the sweep file as read.
 
     The parent run is FAILED if any job failed (or the executor raised, e.g. on Ctrl-C), else FINISHED.
     """
+    name, sweep_id, experiment, sweep_file = plan.name, plan.sweep_id, plan.experiment, plan.raw
+    jobs = list(plan.jobs if jobs is None else jobs)
     ids = [job.job_id for job in jobs]
     if len(set(ids)) != len(ids):
         raise ValueError("two jobs of the sweep have the same config (same job id)")
