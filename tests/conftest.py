@@ -49,8 +49,9 @@ def tiny_run_overrides(toy_cache) -> list[str]:
 @pytest.fixture(scope="session")
 def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
     """A tracking store as a user's would look mid-sweep, for the dashboard tests: a real 2-arm × 2-seed
-    sweep (GRPO vs Dr. GRPO's aggregation, 3 steps), a fifth job killed by the executor's timeout
-    (FAILED with its reason), and a sixth run still RUNNING with two steps logged."""
+    sweep (GRPO vs Dr. GRPO's aggregation, 3 steps), a fifth job that diverges at its first step (lr 1e38:
+    FAILED with its reason, on any machine, however fast or loaded), and a sixth run still RUNNING with two steps
+    logged."""
     import time
 
     from fake_sweep import plan_of
@@ -90,14 +91,14 @@ def dashboard_store(tmp_path_factory, tiny_run_overrides) -> str:
         console=False,
     )
     assert result.ok, result.failed
-    slow = Job(
-        config=load_run_config(base, [*overrides, "seed=2", "train.steps=500"]),
+    diverging = Job(
+        config=load_run_config(base, [*overrides, "seed=2", "train.lr=1e38"]),
         arm="aggregation=seq_mean_token_mean",
         varying={"objective.aggregation": "seq_mean_token_mean"},
     )
     result = run_sweep(
-        plan_of("dash", "dash01", "dash", spec, [*jobs, slow]),
-        executor=LocalExecutor(workers=1, timeout_s=4, retries=0),
+        plan_of("dash", "dash01", "dash", spec, [*jobs, diverging]),
+        executor=LocalExecutor(workers=1, retries=0),
         tracking_uri=uri,
         console=False,
     )

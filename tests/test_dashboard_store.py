@@ -57,13 +57,13 @@ def test_sweep_data_arms_states_and_plan(dashboard_store):
     assert data.arms == ["aggregation=seq_mean_token_mean", "aggregation=constant"]  # plan order
     # the timed-out job was made slow with more steps: a second varying setting, if its params got logged
     # before the kill (they do when the worker started its run within the 4 s)
-    assert data.varying in (["objective.aggregation"], ["objective.aggregation", "train.steps"])
+    assert data.varying in (["objective.aggregation"], ["objective.aggregation", "train.lr"])
     assert not data.cumulative
     assert len(data.planned) == 5
     states = data.runs.groupby("state").size().to_dict()
     assert states == {"done": 4, "failed": 1, "running": 1}
     failed = data.runs[data.runs["state"] == "failed"].iloc[0]
-    assert failed["failure_reason"].startswith("timeout after")
+    assert failed["failure_reason"].startswith("TrainingDiverged: diverged at step 1")
     by_arm = data.by_arm("train/accuracy")
     assert list(by_arm["aggregation=constant"].columns) == ["seed 0", "seed 1"]
     assert list(by_arm["aggregation=constant"].index) == [1, 2, 3]
