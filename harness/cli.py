@@ -618,7 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
     _set_option(sweep, "every job (repeatable)")
     _executor_options(sweep, "jobs", file_default=True)
     sweep.add_argument(
-        "--workers", type=_at_least(1), default=None, help="local jobs at once (default: cores / threads per job)"
+        "--workers",
+        type=_at_least(1),
+        default=None,
+        help="jobs at once: locally (default: cores / threads per job), or at most this many Ray tasks in flight "
+        "(default: as many as the cluster fits)",
     )
     sweep.add_argument(
         "--seeds",
