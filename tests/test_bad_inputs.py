@@ -102,6 +102,38 @@ CASES = [
         SWEEP + "grid:\n  objective.aggregation: [token_mean, nope]\n",
         "objective.aggregation",
     ),
+    # the 2025-26 switches
+    Case("unknown surrogate", "sweep", SWEEP + "grid:\n  objective.surrogate: [clip, ppo2]\n", "objective.surrogate"),
+    Case(
+        "entropy coefficient below 0",
+        "sweep",
+        SWEEP + "grid:\n  objective.entropy_coef: [0.01, -0.5]\n",
+        "objective.entropy_coef",
+    ),
+    Case(
+        "top-entropy quantile above 1",
+        "sweep",
+        SWEEP + "grid:\n  objective.top_entropy_quantile: [0.2, 1.5]\n",
+        "objective.top_entropy_quantile",
+    ),
+    Case(
+        "luspo without the sequence ratio",
+        "sweep",
+        SWEEP + "set:\n  objective.preset: luspo\n  objective.ratio: token\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.ratio",
+    ),
+    Case(
+        "sapo temperatures without sapo",
+        "sweep",
+        SWEEP + "set:\n  objective.sapo_temperature: [1.0, 1.05]\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.sapo_temperature",
+    ),
+    Case(
+        "run: unknown rollout correction",
+        "run",
+        "objective:\n  preset: grpo\n  rollout_correction: tis\n",
+        "objective.rollout_correction",
+    ),
     Case(
         "timeout nan",
         "sweep",

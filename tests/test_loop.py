@@ -61,8 +61,22 @@ def test_several_optimiser_steps_make_gspo_clip(tiny_run_overrides):
     assert tr.step(1)[M.CLIP_FRAC] == 0  # one on-policy step: ratio 1, nothing to clip
 
 
-@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "gspo"])
-def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_overrides, preset):
+NEWER = (  # every 2025-26 switch at once: the clipping form, both masks, the rollout weight, adaptive entropy
+    "objective.top_entropy_quantile=0.5",
+    "objective.entropy_coef=0.01",
+    "objective.entropy_target=5.0",
+    "objective.entropy_coef_step=0.01",
+    "objective.entropy_coef_max=0.05",
+    "objective.off_policy_threshold=0.01",
+    "objective.rollout_correction=token_truncate",
+    "objective.rollout_correction_max=2.0",
+)
+
+
+@pytest.mark.parametrize(
+    "preset, extra", [("grpo", ()), ("dr_grpo", ()), ("gspo", ()), ("cispo", NEWER), ("sapo", ()), ("vespo", ())]
+)
+def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_overrides, preset, extra):
     """One forward/backward over the whole padded batch, against length-sorted buckets cut to their own longest
     response (4 buckets, and micro-batches of 3 within 1 bucket): same loss, metrics and weights after 2 steps."""
     runs = []
@@ -73,13 +87,20 @@ def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_over
             f"train.micro_batch_size={micro}",
             f"train.length_buckets={buckets}",
             "train.mini_batches=2",
+            *extra,
         )
         metrics = [tr.step(s) for s in (1, 2)]
         runs.append((metrics, [p.detach().clone() for p in tr.policy.parameters()]))
     (m1, p1), *others = runs
+    if extra:  # the adaptive coefficient starts off (no entropy measured yet) and rises below the target
+        assert m1[0][M.ENTROPY_COEF] < m1[1][M.ENTROPY_COEF]
     for m2, p2 in others:
         for a, b in zip(m1, m2):
             for key in (M.LOSS, M.ENTROPY, M.KL, M.ACCURACY, M.ADV_MEAN, M.CLIP_FRAC, M.RATIO_MAX, M.GRAD_NORM):
+                assert a[key] == pytest.approx(b[key], abs=1e-5), key
+            newer = (M.ENTROPY_TRAINED, M.ENTROPY_COEF, M.OFF_POLICY_MASKED_FRAC, M.ROLLOUT_WEIGHT_MEAN)
+            assert all(key in a for key in newer) == bool(extra)
+            for key in newer if extra else ():
                 assert a[key] == pytest.approx(b[key], abs=1e-5), key
         assert max((x - y).abs().max().item() for x, y in zip(p1, p2)) < 1e-4
 
@@ -162,6 +183,7 @@ def test_grade_timeouts_are_counted_per_step():
         grades,
         [""] * 4,
         [1] * 4,
+        [[-0.5]] * 4,
     )
     metrics = rollout_metrics(s, torch.tensor([1.0, 0.0, 0.0, 0.0]))
     assert metrics[M.GRADE_TIMEOUTS] == 2.0 and metrics[M.ACCURACY] == 0.25

@@ -95,6 +95,73 @@ def test_micro_batch_invariance(mode, ratio):
         assert metrics_k == pytest.approx(metrics1, abs=1e-6)
 
 
+NEW_SWITCHES = {
+    "cispo": ("cispo", {"clip_high": 0.2}),
+    "sapo": ("sapo", {}),
+    "luspo": ("luspo", {"clip_low": 0.05, "clip_high": 0.06}),
+    "vespo": ("vespo", {}),
+    "entropy_bonus": ("grpo", {"entropy_coef": 0.05}),
+    "entropy_adaptive": (
+        "grpo",
+        {"entropy_coef": 0.05, "entropy_target": 9.0, "entropy_coef_step": 0.01, "entropy_coef_max": 0.1},
+    ),
+    "top_entropy": ("grpo", {"top_entropy_quantile": 0.3}),
+    "top_entropy_bonus": ("dr_grpo", {"top_entropy_quantile": 0.3, "entropy_coef": 0.05}),
+    "off_policy_mask": ("grpo", {"off_policy_threshold": 0.02}),
+    **{
+        f"rollout_{mode}": (
+            "grpo",
+            {"rollout_correction": mode, "rollout_correction_min": 0.8, "rollout_correction_max": 1.2},
+        )
+        for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+    },
+    "vespo_rollout": ("vespo", {"rollout_correction": "token_truncate", "rollout_correction_max": 1.2}),
+}
+
+
+def _run_all(s, logits, tokens, mask, old_logp, rollout_logp, adv, splits):
+    """`_run` with every input a switch may read: the rollout's log-probs and the batch's entropies."""
+    logits.grad = None
+    entropy = token_entropy(logits.detach())
+    norm = Normaliser.from_mask(mask, s.max_len, entropy=entropy, top_entropy_quantile=s.top_entropy_quantile)
+    total, parts = 0.0, []
+    for rows in torch.arange(mask.shape[0]).chunk(splits):
+        lg = logits[rows]
+        h = token_entropy(lg)
+        out = policy_loss(
+            token_logprobs(lg, tokens[rows]),
+            old_logp[rows],
+            adv[rows],
+            mask[rows],
+            s,
+            entropy=h if s.entropy_bonus else h.detach(),
+            norm=norm,
+            rollout_logp=rollout_logp[rows],
+        )
+        out.loss.backward()
+        total += out.loss.item()
+        parts.append(out.metrics)
+    return total, merge_metrics(parts), logits.grad.clone()
+
+
+@pytest.mark.parametrize("name", NEW_SWITCHES)
+def test_micro_batch_invariance_of_the_newer_switches(name):
+    """CISPO, SAPO, LUSPO, VESPO, the entropy bonus, the top-entropy mask, the off-policy mask and the rollout
+    correction: split into 2 or 4 micro-batches with batch-wide counts (the entropy quantile taken over the batch),
+    the same loss, gradient and metrics as the whole batch."""
+    preset, over = NEW_SWITCHES[name]
+    s = ObjectiveSettings.preset(preset, max_len=16, **over)
+    logits, tokens, mask, old_logp, _, adv = _batch(0)
+    rollout_logp = old_logp + 0.2 * torch.randn(old_logp.shape, generator=torch.Generator().manual_seed(5))
+    batch = (logits, tokens, mask, old_logp, rollout_logp, adv)
+    loss1, metrics1, grad1 = _run_all(s, *batch, splits=1)
+    for splits in (2, 4):
+        loss_k, metrics_k, grad_k = _run_all(s, *batch, splits=splits)
+        assert abs(loss_k - loss1) < 1e-6
+        assert (grad_k - grad1).abs().max().item() < 1e-6
+        assert metrics_k == pytest.approx(metrics1, abs=1e-6)
+
+
 @pytest.mark.parametrize("mode", AGGREGATIONS.names())
 def test_fully_masked_micro_batch_adds_nothing_and_keeps_its_count(mode):
     """Row 6 of `_batch` is fully masked (e.g. overlong-filtered). Alone in a micro-batch it adds 0 to the

@@ -1,5 +1,5 @@
-"""The settings object: the presets (grpo, dr_grpo, dapo, gspo) as their papers define them, and errors
-that name the field."""
+"""The settings object: the presets (grpo, dr_grpo, dapo, gspo, cispo, sapo, luspo, vespo) as their papers define
+them, and errors that name the field."""
 
 import inspect
 import re
@@ -14,6 +14,9 @@ from trainer.objective import (
     KL_ESTIMATORS,
     PRESETS,
     RATIOS,
+    ROLLOUT_CORRECTIONS,
+    SURROGATES,
+    TOKEN_WEIGHTS,
     ObjectiveSettings,
 )
 
@@ -23,6 +26,7 @@ def test_presets_match_the_guide_table():
         name: (
             p["advantage"],
             p["aggregation"],
+            p["surrogate"],
             p["clip_low"],
             p["clip_high"],
             p["ratio"],
@@ -33,11 +37,17 @@ def test_presets_match_the_guide_table():
         for name, p in PRESETS.items()
     }
     assert rows == {
-        "grpo": ("group_std", "seq_mean_token_mean", 0.2, 0.2, "token", False, False, False),
-        "dr_grpo": ("group_mean", "constant", 0.2, 0.2, "token", False, False, False),
-        "dapo": ("group_std", "token_mean", 0.2, 0.28, "token", True, True, True),
-        "gspo": ("group_std", "seq_mean_token_mean", 3e-4, 4e-4, "sequence", False, False, False),
+        "grpo": ("group_std", "seq_mean_token_mean", "clip", 0.2, 0.2, "token", False, False, False),
+        "dr_grpo": ("group_mean", "constant", "clip", 0.2, 0.2, "token", False, False, False),
+        "dapo": ("group_std", "token_mean", "clip", 0.2, 0.28, "token", True, True, True),
+        "gspo": ("group_std", "seq_mean_token_mean", "clip", 3e-4, 4e-4, "sequence", False, False, False),
+        "cispo": ("group_std", "token_mean", "cispo", 0.2, 4.0, "token", False, False, False),  # cap 1 + 4 = 5
+        "sapo": ("group_std", "seq_mean_token_mean", "sapo", 0.2, 0.2, "token", False, False, False),
+        "luspo": ("group_std", "seq_mean_token_sum", "clip", 3e-4, 4e-4, "sequence", False, False, False),
+        "vespo": ("group_std", "token_mean", "vespo", 0.2, 0.2, "token", False, False, False),
     }
+    assert PRESETS["sapo"]["sapo_temperature"] == (1.0, 1.05)
+    assert (PRESETS["vespo"]["vespo_k"], PRESETS["vespo"]["vespo_lambda"]) == ((2.0, 3.0), (3.0, 2.0))
     assert all(p["kl_coef"] == 0 for p in PRESETS.values())
 
 
@@ -121,8 +131,10 @@ def test_settings_are_frozen():
 
 def test_every_switch_documents_its_equation_and_paper():
     """Every registered switch and every public function states its equation and where it is from."""
-    fns = [fn for reg in (ADVANTAGES, AGGREGATIONS, RATIOS, KL_ESTIMATORS) for fn in map(reg.__getitem__, reg.names())]
+    registries = (ADVANTAGES, AGGREGATIONS, RATIOS, KL_ESTIMATORS, SURROGATES, ROLLOUT_CORRECTIONS)
+    fns = [fn for reg in registries for fn in map(reg.__getitem__, reg.names())]
     fns += [getattr(objective, n) for n in objective.__all__ if inspect.isfunction(getattr(objective, n))]
+    fns += list(TOKEN_WEIGHTS)
     for fn in fns:
         doc = inspect.getdoc(fn) or ""
         assert any(c in doc for c in "=←∈→"), f"{fn.__name__}: no equation"
@@ -136,4 +148,4 @@ def test_every_switch_documents_its_equation_and_paper():
             "shape_rewards",
             "loss_mask",
         }:
-            assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020", doc), f"{fn.__name__}: no paper"
+            assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020|Yao et al\. 2025", doc), f"{fn.__name__}: no paper"

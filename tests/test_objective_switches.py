@@ -353,3 +353,135 @@ def test_dynamic_sampling_filter_and_group_outcomes():
     assert (f.dropped, f.dropped_all_max) == (3, 1)
     got = group_outcome_metrics(torch.tensor([[1, 0, 1], [1, 1, 1], [0, 0, 0], [0, 0, 0]]))
     assert got == {M.GROUPS_ALL_CORRECT_FRAC: 0.25, M.GROUPS_ALL_WRONG_FRAC: 0.5, M.GROUPS_MIXED_FRAC: 0.25}
+
+
+# ---- the 2025-26 switches: clipping forms, LUSPO, token masks and weights, the entropy bonus -----------------------
+def _one_token(preset: str, logp: float, old: float, adv: float, **over):
+    """policy_loss on one response of one token: (loss, ∂loss/∂log π, metrics)."""
+    s = ObjectiveSettings.preset(preset, max_len=4, **over)
+    lp = T([logp]).requires_grad_(True)
+    out = policy_loss(lp, T([old]), T(adv), torch.ones(1, 1), s)
+    out.loss.backward()
+    return out.loss.item(), lp.grad.item(), out.metrics
+
+
+@pytest.mark.parametrize(
+    "old, adv, loss, grad, capped",
+    [
+        (math.log(0.25), 1.0, -1.5 * math.log(0.5), -1.5, 1.0),  # r = 2 > cap 1.5: weight 1.5, gradient kept
+        (math.log(0.25), -1.0, 1.5 * math.log(0.5), 1.5, 1.0),  # the cap acts whatever A's sign
+        (math.log(0.5 / 1.2), 1.0, -1.2 * math.log(0.5), -1.2, 0.0),  # r = 1.2 below the cap: weight 1.2
+    ],
+)
+def test_cispo_caps_the_weight_and_keeps_the_gradient(old, adv, loss, grad, capped):
+    got_loss, got_grad, metrics = _one_token("cispo", math.log(0.5), old, adv, clip_high=0.5)
+    assert got_loss == pytest.approx(loss, abs=1e-12) and got_grad == pytest.approx(grad, abs=1e-12)
+    assert metrics[M.CLIP_FRAC_HIGH].item() == capped
+
+
+def test_sapo_soft_gate():
+    # r = 1, A = 1, τ_pos = 1: loss −4σ(0) = −2, gradient −4σ(0)(1 − σ(0))·r·A = −1 (the hard clip's, at r = 1)
+    loss, grad, _ = _one_token("sapo", 0.0, 0.0, 1.0)
+    assert (loss, grad) == (pytest.approx(-2.0, abs=1e-12), pytest.approx(-1.0, abs=1e-12))
+    # r = e^0.5, A = −1, τ_neg = 1.05: loss (4/1.05)σ(1.05·0.6487) = 2.5295, gradient 4σ(1 − σ)·r = 1.4714
+    loss, grad, metrics = _one_token("sapo", 0.5, 0.0, -1.0)
+    assert loss == pytest.approx(2.5295122036, abs=1e-9) and grad == pytest.approx(1.4713518315, abs=1e-9)
+    assert metrics[M.CLIP_FRAC].item() == 0.0  # no hard clip
+
+
+@pytest.mark.parametrize("adv, phi", [(1.0, 0.6378982936), (-1.0, 1.2217477125)])
+def test_vespo_gamma_weight_of_the_sequence_ratio(adv, phi):
+    """Two tokens with log-ratios 0.1 and 0.2: w = e^0.3; A ≥ 0 (k 2, λ 3): φ = e^(3 + 0.6 − 3w) = 0.6379;
+    A < 0 (k 3, λ 2): φ = e^(2 + 0.9 − 2w) = 1.2217. Loss −φ·A·log π per token, token mean; gradient −φ·A/2."""
+    s = ObjectiveSettings.preset("vespo", max_len=4)
+    lp = T([-1.0, -2.0]).requires_grad_(True)
+    out = policy_loss(lp, T([-1.1, -2.2]), T(adv), torch.ones(1, 2), s)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-phi * adv * (-3.0) / 2, abs=1e-9)
+    assert lp.grad.flatten().tolist() == pytest.approx([-phi * adv / 2] * 2, abs=1e-9)
+
+
+def test_luspo_scales_gspo_by_length():
+    """At r = 1, responses of 2 and 4 tokens with A = 1 and −1, B = 2: GSPO's per-token gradient is −A/(B·T_i),
+    LUSPO's −A/B whatever the length (loss (1/B) Σ_i T_i·(−A_i) = (−2 + 4)/2 = 1)."""
+    mask = T([1, 1, 0, 0], [1, 1, 1, 1])
+    for preset, loss, grads in (
+        ("gspo", 0.0, [-0.25, -0.25, 0.0, 0.0, 0.125, 0.125, 0.125, 0.125]),
+        ("luspo", 1.0, [-0.5, -0.5, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5]),
+    ):
+        lp = torch.zeros(2, 4, dtype=torch.float64, requires_grad=True)
+        out = policy_loss(lp, torch.zeros(2, 4), T(1.0, -1.0), mask, ObjectiveSettings.preset(preset, max_len=4))
+        out.loss.backward()
+        assert out.loss.item() == pytest.approx(loss, abs=1e-12), preset
+        assert lp.grad.flatten().tolist() == pytest.approx(grads, abs=1e-12), preset
+
+
+def test_luspo_without_the_sequence_ratio_is_an_error():
+    with pytest.raises(ValueError, match="ratio: preset luspo needs sequence or sequence_token, got token"):
+        ObjectiveSettings.preset("luspo", max_len=4, ratio="token")
+
+
+def test_entropy_bonus_is_a_token_mean_of_the_trained_tokens():
+    """H = 1, 2, 3 on three loss tokens, c = 0.1: L_H = −0.1·2 = −0.2, ∂L/∂H_t = −0.1/3 (the policy term is 0
+    at A = 0)."""
+    s = ObjectiveSettings.preset("grpo", max_len=4, entropy_coef=0.1)
+    h = T([1.0, 2.0, 3.0, 9.0]).requires_grad_(True)
+    out = policy_loss(torch.zeros(1, 4), torch.zeros(1, 4), T(0.0), T([1, 1, 1, 0]), s, entropy=h)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-0.2, abs=1e-12)
+    assert h.grad.flatten().tolist() == pytest.approx([-0.1 / 3] * 3 + [0.0], abs=1e-12)
+    assert out.metrics[M.ENTROPY_COEF].item() == pytest.approx(0.1)
+
+
+def test_top_entropy_mask_keeps_the_tokens_at_or_above_the_batch_quantile():
+    """Entropies 0.1 … 1.7 on five tokens, ρ = 0.4: the 0.6 quantile is 0.9 + 0.4·0.4 = 1.06, so the tokens of
+    entropy 1.3 and 1.7 train; under token_mean each of them gets −A/5 (the mean still counts all five)."""
+    h = T([0.1, 0.5, 0.9, 1.3, 1.7])
+    norm = Normaliser.from_mask(torch.ones(1, 5), 8, entropy=h, top_entropy_quantile=0.4)
+    assert norm.entropy_floor == pytest.approx(1.06, abs=1e-12) and norm.num_trained == 2
+    s = ObjectiveSettings.preset("grpo", max_len=8, aggregation="token_mean", top_entropy_quantile=0.4)
+    lp = torch.zeros(1, 5, dtype=torch.float64, requires_grad=True)
+    out = policy_loss(lp, torch.zeros(1, 5), T(1.0), torch.ones(1, 5), s, entropy=h)
+    out.loss.backward()
+    assert lp.grad.flatten().tolist() == pytest.approx([0, 0, 0, -0.2, -0.2], abs=1e-12)
+    assert out.metrics[M.ENTROPY_TRAINED].item() == pytest.approx(1.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("adv, delta, kept", [(-1.0, 0.3, False), (-1.0, 0.5, True), (1.0, 0.0, True)])
+def test_off_policy_mask(adv, delta, kept):
+    """log π_θ = −1, −1 and the rollout's −0.5, −0.7: mean KL 0.4. A failing response beyond δ leaves the loss."""
+    s = ObjectiveSettings.preset("grpo", max_len=4, off_policy_threshold=delta)
+    lp = T([-1.0, -1.0]).requires_grad_(True)
+    out = policy_loss(lp, lp.detach(), T(adv), torch.ones(1, 2), s, rollout_logp=T([-0.5, -0.7]))
+    out.loss.backward()
+    assert bool(lp.grad.abs().sum() > 0) == kept
+    assert out.metrics[M.OFF_POLICY_MASKED_FRAC].item() == (0.0 if kept else 1.0)
+
+
+@pytest.mark.parametrize(
+    "mode, low, high, weight",
+    [
+        ("token_truncate", None, 1.2, [1.2, 0.6065306597]),  # e^0.5 = 1.6487 truncated to 1.2; e^−0.5 kept
+        ("token_truncate", 0.7, 1.2, [1.2, 0.7]),
+        ("token_mask", 0.5, 2.0, [1.6487212707, 0.6065306597]),
+        ("token_mask", None, 1.2, [0.0, 0.6065306597]),  # above the bound: the token leaves the loss
+        ("sequence_truncate", 0.5, 1.2, [1.0]),  # Σ log-gap = 0.5 − 0.5: w = 1
+        ("sequence_mask", None, 0.9, [0.0]),
+    ],
+)
+def test_rollout_corrections(mode, low, high, weight):
+    """π_old's log-probs −1, −1 against the rollout engine's −1.5, −0.5: per-token weights e^0.5 and e^−0.5."""
+    from trainer.objective import ROLLOUT_CORRECTIONS
+
+    w = ROLLOUT_CORRECTIONS[mode](T([-1.0, -1.0]), T([-1.5, -0.5]), torch.ones(1, 2), low, high)
+    assert w.flatten().tolist() == pytest.approx(weight, abs=1e-9)
+
+
+def test_rollout_correction_weighs_the_loss():
+    s = ObjectiveSettings.preset("grpo", max_len=4, rollout_correction="token_truncate", rollout_correction_max=1.2)
+    lp = T([-1.0, -1.0]).requires_grad_(True)
+    out = policy_loss(lp, lp.detach(), T(1.0), torch.ones(1, 2), s, rollout_logp=T([-1.5, -0.5]))
+    out.loss.backward()
+    assert lp.grad.flatten().tolist() == pytest.approx([-1.2 / 2, -0.6065306597 / 2], abs=1e-9)  # 1/T_i, r = 1
+    with pytest.raises(ValueError, match="rollout engine's log-probabilities"):
+        policy_loss(lp, lp.detach(), T(1.0), torch.ones(1, 2), s)

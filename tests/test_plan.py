@@ -136,7 +136,13 @@ def test_shipped_ablation_files_plan(tmp_path):
         "clip_higher_entropy_clean_lr1e4": 2,
         "clip_higher_entropy_clean_lr1e4_mb16": 2,
         "toy_regime": 12,
+        "dapo_overlong_filter": 6,
     }
+    # the mechanism check's two arms differ in overlong filtering alone, on seeds no other run used
+    (a, b) = {j.arm: j.config.identity(with_seed=False) for j in pilots["dapo_overlong_filter"]}.values()
+    assert {k for k in a["objective"] if a["objective"][k] != b["objective"][k]} == {"overlong_filter"}
+    assert {k for k in a if a[k] != b[k]} == {"objective"}
+    assert {j.seed for j in pilots["dapo_overlong_filter"]} == {9101, 9102, 9103}
     regime = {(j.config.train.lr, j.config.train.warmup_steps, j.config.seed) for j in pilots["toy_regime"]}
     assert regime == {(lr, w, 9001) for lr in (1e-4, 2e-4, 5e-4) for w in (0, 10)}  # as docs/toy.md's pilot table
     # the clip-higher pilots ran on the toy of 2026-11-25, and still plan it: no slips, RL at lr 5e-4 unless set

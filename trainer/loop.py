@@ -20,6 +20,7 @@ import torch
 from trainer import metric_names as M
 from trainer.config import RolloutConfig, TrainConfig
 from trainer.objective import (
+    EntropyCoefficient,
     Normaliser,
     ObjectiveSettings,
     advantage_metrics,
@@ -58,6 +59,8 @@ class Samples:
     grades: list[Grade]
     texts: list[str]
     rounds: list[int]
+    logprobs: list[list[float]]
+    """Each response token's log-probability under the rollout engine that sampled it."""
 
     def select_groups(self, keep: list[int], group_size: int) -> Samples:
         rows = [g * group_size + j for g in keep for j in range(group_size)]
@@ -71,6 +74,7 @@ class Samples:
             pick(self.grades),
             pick(self.texts),
             pick(self.rounds),
+            pick(self.logprobs),
         )
 
     @staticmethod
@@ -84,6 +88,7 @@ class Samples:
             sum((p.grades for p in parts), []),
             sum((p.texts for p in parts), []),
             sum((p.rounds for p in parts), []),
+            sum((p.logprobs for p in parts), []),
         )
 
 
@@ -126,6 +131,7 @@ class Trainer:
         self.rows: list[dict[str, Any]] = []
         self.tokens_generated = 0  # the run explorer's "tokens seen" axis
         self.micro_size = self.cfg.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
+        self.entropy_coef = EntropyCoefficient.of(self.obj)  # the entropy bonus's, across optimiser steps
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> Samples:
@@ -148,8 +154,17 @@ class Trainer:
             grades.append(grade)
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(out.prompt_ids.cpu(), out.prompt_mask.cpu())]
         response_ids = [row[:n].tolist() for row, n in zip(out.response_ids.cpu(), lengths.tolist())]
+        logprobs = [row[:n].tolist() for row, n in zip(out.logprobs.float().cpu(), lengths.tolist())]
         return Samples(
-            groups, prompt_ids, response_ids, truncated, lengths, grades, list(out.texts), [round_] * len(prompts)
+            groups,
+            prompt_ids,
+            response_ids,
+            truncated,
+            lengths,
+            grades,
+            list(out.texts),
+            [round_] * len(prompts),
+            logprobs,
         )
 
     def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,14 +206,17 @@ class Trainer:
         n = len(s.prompt_ids)
         ids = torch.full((n, P + L), self.pad_id, dtype=torch.long)
         attn = torch.zeros((n, P + L), dtype=torch.long)
+        rollout_logp = torch.zeros((n, L))
         for i, (p, r) in enumerate(zip(s.prompt_ids, s.response_ids)):
             ids[i, P - len(p) : P + len(r)] = torch.tensor(p + r, dtype=torch.long)
             attn[i, P - len(p) : P + len(r)] = 1
+            rollout_logp[i, : len(r)] = torch.tensor(s.logprobs[i][: len(r)])
         resp_mask = attn[:, P:].clone()
         return {
             "ids": ids.to(self.device),
             "attn": attn.to(self.device),
             "resp_mask": resp_mask.to(self.device),
+            "rollout_logp": rollout_logp.to(self.device),
             "prompt_len": torch.tensor(P),
         }
 
@@ -231,6 +249,19 @@ class Trainer:
 
         with torch.no_grad():
             return self._fitting(everything, work)
+
+    def _entropies(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[len(rows), L] entropy of every response token of `rows` under the policy now (0 after its end): what
+        a batch-wide statistic of the loss (the top-entropy quantile) is taken over."""
+
+        def work() -> torch.Tensor:
+            out = torch.zeros(t["resp_mask"].shape, device=self.device)
+            for part, w in self._micro(rows, t):
+                out[part, :w] = token_entropy(self._logits(self.policy, t, part, w))
+            return out[rows]
+
+        with torch.no_grad():
+            return self._fitting(rows, work)
 
     def _micro(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
         """`rows` in forward/backward batches, each with the width of its longest response: longest first, then
@@ -274,9 +305,17 @@ class Trainer:
         for _ in range(self.cfg.epochs):
             order = torch.randperm(n, generator=gen).to(self.device) if several else torch.arange(n, device=self.device)
             for mini in order.tensor_split(self.cfg.mini_batches):
-                norm = Normaliser.from_mask(mask[mini], self.obj.max_len)  # counts of the whole optimisation batch
+                norm = Normaliser.from_mask(  # counts of the whole optimisation batch
+                    mask[mini],
+                    self.obj.max_len,
+                    entropy=self._entropies(mini, t) if self.obj.needs_batch_entropy else None,
+                    top_entropy_quantile=self.obj.top_entropy_quantile,
+                )
+                coef = self.entropy_coef.applied()
 
-                def accumulate(mini: torch.Tensor = mini, norm: Normaliser = norm) -> list[dict[str, float]]:
+                def accumulate(
+                    mini: torch.Tensor = mini, norm: Normaliser = norm, coef: float = coef
+                ) -> list[dict[str, float]]:
                     parts = []
                     for rows, w in self._micro(mini, t):
                         logits = self._logits(self.policy, t, rows, w)
@@ -288,8 +327,10 @@ class Trainer:
                             mask[rows, :w],
                             self.obj,
                             ref_logp=None if ref is None else ref[rows, :w],
-                            entropy=token_entropy(logits.detach()),
+                            entropy=token_entropy(logits if self.obj.entropy_bonus else logits.detach()),
                             norm=norm,
+                            rollout_logp=t["rollout_logp"][rows, :w],
+                            entropy_coef=coef,
                         )
                         if not torch.isfinite(out.loss):
                             raise self._diverged(step, f"loss is {out.loss.item()}")
@@ -313,6 +354,8 @@ class Trainer:
                 self._optimiser_step(step)
                 self.optimiser.zero_grad(set_to_none=True)
                 self.schedule.step()
+                if M.ENTROPY_TRAINED in metrics:
+                    self.entropy_coef.update(metrics[M.ENTROPY_TRAINED])
                 per_step.append(metrics)
         return {k: float(np.mean([m[k] for m in per_step])) for k in per_step[0]}
 

@@ -37,6 +37,13 @@ CLIP_FRAC_TOKENS = "policy/clip_frac_tokens"
 # sequence ratio is clipped (= clip_frac); under token, those with at least one clipped token.
 CLIP_FRAC_SEQS = "policy/clip_frac_seqs"
 DUAL_CLIP_FRAC = "policy/dual_clip_frac"
+# Under CISPO, clip_frac_high counts the tokens whose weight the cap lowered (any advantage sign); SAPO and VESPO
+# clip nothing (their clip fractions are 0).
+# Only in runs with the switch that defines them:
+ENTROPY_TRAINED = "policy/entropy_trained"  # token mean over the trained tokens (top_entropy_quantile, entropy bonus)
+ENTROPY_COEF = "policy/entropy_coef"  # the entropy bonus's coefficient applied (adaptive: before this step's update)
+OFF_POLICY_MASKED_FRAC = "policy/off_policy_masked_frac"  # responses the off-policy mask left out
+ROLLOUT_WEIGHT_MEAN = "policy/rollout_weight_mean"  # the rollout correction's mean weight over loss tokens
 KL = "policy/kl"
 LOSS = "policy/loss"
 GRAD_NORM = "policy/grad_norm"

@@ -196,7 +196,10 @@ class RunConfig(BaseModel):
         if name is not None:
             if name not in PRESETS:
                 raise ValueError(f"objective.preset: unknown preset {name!r}; known: {', '.join(PRESETS)}")
-            objective = preset_fields(name, objective)  # after max_len: a preset may derive from it
+            try:
+                objective = preset_fields(name, objective)  # after max_len: a preset may derive from it
+            except ValueError as error:  # a value the preset's definition excludes: name the key
+                raise ValueError(f"objective.{error}") from None
         return {**data, "objective": objective}
 
     @model_validator(mode="after")
@@ -266,7 +269,22 @@ They are left out of the job id and are never an arm's switch.
 A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""
 
 
-LATER_FIELDS: dict[str, Any] = {"train.engine": "harness"}
+LATER_FIELDS: dict[str, Any] = {
+    "train.engine": "harness",
+    "objective.surrogate": "clip",
+    "objective.sapo_temperature": None,
+    "objective.vespo_k": None,
+    "objective.vespo_lambda": None,
+    "objective.entropy_coef": 0.0,
+    "objective.entropy_target": None,
+    "objective.entropy_coef_step": None,
+    "objective.entropy_coef_max": None,
+    "objective.top_entropy_quantile": 1.0,
+    "objective.off_policy_threshold": None,
+    "objective.rollout_correction": None,
+    "objective.rollout_correction_min": None,
+    "objective.rollout_correction_max": None,
+}
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""
 

@@ -23,19 +23,45 @@ OVERLONG_REWARD = "soft_overlong_punishment_reward"
 """The `__name__` of TRL's soft overlong punishment reward (trl.rewards.get_soft_overlong_punishment)."""
 
 SCALE_REWARDS = {"group_std": "group", "batch_std": "batch", "group_mean": "none"}
-LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "constant": "dr_grpo", "seq_mean_token_sum": "luspo"}
+LOSS_TYPES = {
+    ("clip", "seq_mean_token_mean"): "grpo",
+    ("clip", "token_mean"): "dapo",
+    ("clip", "constant"): "dr_grpo",
+    ("clip", "seq_mean_token_sum"): "luspo",
+    ("cispo", "token_mean"): "cispo",
+    ("sapo", "seq_mean_token_mean"): "sapo",
+    ("vespo", "token_mean"): "vespo",
+}
+"""(surrogate, aggregation) → TRL's `loss_type`, which names both at once."""
 IS_LEVELS = {"token": "token", "sequence": "sequence"}
 
 TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
     "group_median has none (error)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
-    "objective.aggregation": "`loss_type`: seq_mean_token_mean → grpo, token_mean → dapo, constant → dr_grpo, "
-    "seq_mean_token_sum → luspo",
+    "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
+    "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
+    "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
+    "objective.surrogate": "`loss_type` (see objective.aggregation)",
     "objective.max_len": "TRL's dr_grpo divides by `max_completion_length`: must equal rollout.max_new_tokens (error)",
     "objective.ratio": "`importance_sampling_level`: token, sequence; sequence_token has none (error)",
     "objective.clip_low": "`epsilon`",
-    "objective.clip_high": "`epsilon_high`",
+    "objective.clip_high": "`epsilon_high`; under cispo `epsilon_high` = 1 + clip_high (TRL's cap is the weight's "
+    "bound itself)",
+    "objective.sapo_temperature": "`sapo_temperature_pos`, `sapo_temperature_neg`",
+    "objective.vespo_k": "`vespo_k_pos`, `vespo_k_neg`",
+    "objective.vespo_lambda": "`vespo_lambda_pos`, `vespo_lambda_neg`",
+    "objective.entropy_coef": "`entropy_coef`",
+    "objective.entropy_target": "`use_adaptive_entropy=True`, `entropy_target`, `entropy_coef_min=0`",
+    "objective.entropy_coef_step": "`entropy_coef_delta`",
+    "objective.entropy_coef_max": "`entropy_coef_max`",
+    "objective.top_entropy_quantile": "`top_entropy_quantile` (TRL takes the quantile over each micro-batch, "
+    "harness over the optimisation batch: the same when they coincide)",
+    "objective.off_policy_threshold": "`off_policy_mask_threshold`",
+    "objective.rollout_correction": "`vllm_importance_sampling_correction=True`, `vllm_importance_sampling_mode`; "
+    "TRL corrects only vLLM's log-probabilities: needs rollout.backend vllm (error)",
+    "objective.rollout_correction_min": "`vllm_importance_sampling_clip_min`",
+    "objective.rollout_correction_max": "`vllm_importance_sampling_clip_max`",
     "objective.dual_clip": "`delta` (INTELLECT-2's cap on the ratio: the same loss and gradient when c > 1 + "
     "clip_high; error otherwise)",
     "objective.kl_coef": "`beta`, with `use_bias_correction_kl=False` (harness's KL term has no ratio weight)",
@@ -99,8 +125,16 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.advantage: {o.advantage} (TRL's scale_rewards is group, batch or none)")
     elif SCALE_REWARDS[o.advantage] != "none" and o.adv_eps != TRL_STD_EPS:
         out.append(f"objective.adv_eps: {o.adv_eps:g} (TRL adds a fixed 1e-4 to the std: set objective.adv_eps=1e-4)")
-    if o.aggregation not in LOSS_TYPES:
-        out.append(f"objective.aggregation: {o.aggregation} (TRL's loss_type has no equivalent)")
+    if (o.surrogate, o.aggregation) not in LOSS_TYPES:
+        out.append(
+            f"objective.aggregation: {o.aggregation} with objective.surrogate {o.surrogate} "
+            "(TRL's loss_type has no equivalent)"
+        )
+    if o.rollout_correction is not None and r.backend != "vllm":
+        out.append(
+            f"objective.rollout_correction: {o.rollout_correction} (TRL corrects only vLLM's log-probabilities: "
+            "set rollout.backend=vllm)"
+        )
     if o.aggregation == "constant" and o.max_len != r.max_new_tokens:
         out.append(
             f"objective.max_len: {o.max_len} (TRL's dr_grpo divides by max_completion_length, "
@@ -136,13 +170,44 @@ def grpo_args(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> dict[st
     mini = r.prompts_per_step * r.group_size // t.mini_batches
     micro = t.micro_batch_size or mini
     accumulation = mini // micro
+    sapo, vk, vl = o.sapo_temperature or (1.0, 1.05), o.vespo_k or (2.0, 3.0), o.vespo_lambda or (3.0, 2.0)
     return {
         "scale_rewards": SCALE_REWARDS[o.advantage],
-        "loss_type": LOSS_TYPES[o.aggregation],
+        "loss_type": LOSS_TYPES[o.surrogate, o.aggregation],
         "importance_sampling_level": IS_LEVELS[o.ratio],
         "epsilon": o.clip_low,
-        "epsilon_high": o.clip_high,
+        "epsilon_high": 1 + o.clip_high if o.surrogate == "cispo" else o.clip_high,
         "delta": o.dual_clip,
+        "sapo_temperature_pos": sapo[0],
+        "sapo_temperature_neg": sapo[1],
+        "vespo_k_pos": vk[0],
+        "vespo_k_neg": vk[1],
+        "vespo_lambda_pos": vl[0],
+        "vespo_lambda_neg": vl[1],
+        "entropy_coef": o.entropy_coef,
+        "use_adaptive_entropy": o.entropy_target is not None,
+        **(
+            {
+                "entropy_target": o.entropy_target,
+                "entropy_coef_delta": o.entropy_coef_step,
+                "entropy_coef_max": o.entropy_coef_max,
+                "entropy_coef_min": 0.0,
+            }
+            if o.entropy_target is not None
+            else {}
+        ),
+        "top_entropy_quantile": o.top_entropy_quantile,
+        "off_policy_mask_threshold": o.off_policy_threshold,
+        "vllm_importance_sampling_correction": o.rollout_correction is not None,
+        **(
+            {
+                "vllm_importance_sampling_mode": o.rollout_correction,
+                "vllm_importance_sampling_clip_min": o.rollout_correction_min,
+                "vllm_importance_sampling_clip_max": o.rollout_correction_max,
+            }
+            if o.rollout_correction is not None
+            else {}
+        ),
         "beta": o.kl_coef,
         "use_bias_correction_kl": False,
         "mask_truncated_completions": o.overlong_filter,
@@ -192,17 +257,36 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
     overlong = next((f for f in reward_funcs if getattr(f, "__name__", "") == OVERLONG_REWARD), None)
     inverse = lambda table, value: next((k for k, v in table.items() if v == value), f"trl:{value}")  # noqa: E731
     scale = {True: "group", False: "none"}.get(args.scale_rewards, args.scale_rewards)
+    surrogate, aggregation = next(
+        (pair for pair, name in LOSS_TYPES.items() if name == args.loss_type), ("clip", f"trl:{args.loss_type}")
+    )
+    high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    adaptive = bool(getattr(args, "use_adaptive_entropy", False))
+    correction = bool(args.use_vllm and getattr(args, "vllm_importance_sampling_correction", False))
     per_generation = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
     return {
         "objective": {
             "advantage": inverse(SCALE_REWARDS, scale),
             "adv_eps": TRL_STD_EPS,
-            "aggregation": inverse(LOSS_TYPES, args.loss_type),
+            "aggregation": aggregation,
+            "surrogate": surrogate,
             "max_len": args.max_completion_length,
             "ratio": inverse(IS_LEVELS, args.importance_sampling_level),
             "clip_low": args.epsilon,
-            "clip_high": args.epsilon_high if args.epsilon_high is not None else args.epsilon,
+            "clip_high": high - 1 if surrogate == "cispo" else high,
             "dual_clip": args.delta,
+            "sapo_temperature": [args.sapo_temperature_pos, args.sapo_temperature_neg] if surrogate == "sapo" else None,
+            "vespo_k": [args.vespo_k_pos, args.vespo_k_neg] if surrogate == "vespo" else None,
+            "vespo_lambda": [args.vespo_lambda_pos, args.vespo_lambda_neg] if surrogate == "vespo" else None,
+            "entropy_coef": args.entropy_coef,
+            "entropy_target": args.entropy_target if adaptive else None,
+            "entropy_coef_step": args.entropy_coef_delta if adaptive else None,
+            "entropy_coef_max": args.entropy_coef_max if adaptive else None,
+            "top_entropy_quantile": args.top_entropy_quantile,
+            "off_policy_threshold": args.off_policy_mask_threshold,
+            "rollout_correction": args.vllm_importance_sampling_mode if correction else None,
+            "rollout_correction_min": args.vllm_importance_sampling_clip_min if correction else None,
+            "rollout_correction_max": args.vllm_importance_sampling_clip_max if correction else None,
             "kl_coef": args.beta,
             "kl_estimator": "k3",
             "overlong_filter": bool(args.mask_truncated_completions),

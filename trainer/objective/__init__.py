@@ -6,8 +6,8 @@
     out = policy_loss(logp, old_logp, adv.flatten(), mask, s, entropy=entropy)
     out.loss.backward(); out.metrics                # policy/clip_frac, policy/entropy, ...
 
-Each switch is a registered function (ADVANTAGES, RATIOS, AGGREGATIONS, KL_ESTIMATORS);
-a new variant is one decorated function.
+Each switch is a registered function (ADVANTAGES, RATIOS, SURROGATES, AGGREGATIONS, KL_ESTIMATORS,
+ROLLOUT_CORRECTIONS) or a token weight in TOKEN_WEIGHTS; a new variant is one decorated function.
 """
 
 import importlib
@@ -16,6 +16,10 @@ from typing import Any
 # Imported on first use, so that `trainer.objective.settings` (a config's validation) needs no torch.
 _HOMES = {
     "advantages": ["ADVANTAGES", "advantage_metrics"],
+    "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS"],
+    "regularisers": ["EntropyCoefficient", "entropy_bonus"],
+    "surrogates": ["SURROGATES"],
+    "terms": ["PolicyTerms"],
     "aggregation": ["AGGREGATIONS", "Normaliser"],
     "clipping": ["Surrogate", "clipped_surrogate"],
     "kl": ["KL_ESTIMATORS", "token_entropy", "token_logprobs"],
@@ -32,6 +36,12 @@ __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "RATIOS",
+    "SURROGATES",
+    "ROLLOUT_CORRECTIONS",
+    "TOKEN_WEIGHTS",
+    "EntropyCoefficient",
+    "entropy_bonus",
+    "PolicyTerms",
     "PRESETS",
     "preset_fields",
     "ObjectiveSettings",

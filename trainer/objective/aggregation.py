@@ -30,11 +30,37 @@ class Normaliser:
     clip fraction, ratio mean), which a fully masked response has no value for. Not used by the loss."""
     max_len: int | None = None
     """L_max, the generation budget (constant normaliser only)."""
+    entropy_floor: float | None = None
+    """The batch's loss-token entropy at its 1 − ρ quantile (top_entropy_quantile ρ < 1), else None."""
+    num_trained: int | None = None
+    """Loss tokens the policy trains on: those at or above `entropy_floor` when it is set, else every loss token
+    (the entropy bonus's denominator)."""
 
     @classmethod
-    def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> Normaliser:
+    def from_mask(
+        cls,
+        mask: torch.Tensor,
+        max_len: int | None = None,
+        *,
+        entropy: torch.Tensor | None = None,
+        top_entropy_quantile: float = 1.0,
+    ) -> Normaliser:
+        """The counts of the batch `mask` covers; with ρ = `top_entropy_quantile` < 1, also the 1 − ρ quantile
+        (linear interpolation) of its loss tokens' `entropy` and how many tokens reach it."""
         lengths = mask.sum(-1)
-        return cls(mask.shape[0], int(lengths.sum()), int((lengths > 0).sum()), max_len)
+        num_tokens = int(lengths.sum())
+        floor, trained = None, num_tokens
+        if top_entropy_quantile < 1:
+            if entropy is None:
+                raise ValueError("top_entropy_quantile < 1 needs the batch's entropies")
+            m = mask.bool()
+            values = entropy.detach()[m].double()
+            if values.numel():
+                floor = float(torch.quantile(values, 1.0 - top_entropy_quantile))
+                trained = int(((entropy.detach().double() * m >= floor) & m).sum())
+            else:
+                trained = 0
+        return cls(mask.shape[0], num_tokens, int((lengths > 0).sum()), max_len, floor, trained)
 
 
 def masked(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

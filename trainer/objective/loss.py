@@ -13,11 +13,14 @@ import torch
 from trainer import metric_names as M
 from trainer.objective.advantages import ADVANTAGES
 from trainer.objective.aggregation import AGGREGATIONS, Normaliser, masked
-from trainer.objective.clipping import clipped_surrogate
 from trainer.objective.kl import KL_ESTIMATORS
+from trainer.objective.masks import TOKEN_WEIGHTS, off_policy_mask, rollout_weight, trained_tokens
 from trainer.objective.overlong import overlong_filter, soft_overlong_penalty
 from trainer.objective.ratios import RATIOS
+from trainer.objective.regularisers import entropy_bonus
 from trainer.objective.settings import ObjectiveSettings
+from trainer.objective.surrogates import SURROGATES
+from trainer.objective.terms import PolicyTerms
 
 _MIN_METRICS = (M.RATIO_MIN,)
 _MAX_METRICS = (M.RATIO_MAX,)
@@ -58,20 +61,39 @@ def policy_loss(
     ref_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     norm: Normaliser | None = None,
+    rollout_logp: torch.Tensor | None = None,
+    entropy_coef: float | None = None,
 ) -> ObjectiveOutput:
-    """L = agg_{i,t}( ℓ_it + β·KL_it ), ℓ_it the clipped surrogate at the configured ratio level.
+    """L = agg_{i,t}( ℓ_it·Π_w w_it + β·KL_it ) − c·H̄, ℓ_it the configured surrogate at the configured ratio
+    level, w the token weights (trainer.objective.masks) and H̄ the trained tokens' mean entropy.
 
-    logp, old_logp, ref_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
-    `norm` holds the counts of the whole optimisation batch; leave it None when the tensors
-    are the whole batch. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO
-    (arXiv 2503.20783), DAPO (arXiv 2503.14476) and GSPO (arXiv 2507.18071).
+    logp, old_logp, ref_logp, rollout_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
+    `entropy` carries its graph when the loss has an entropy bonus; `entropy_coef` overrides the settings' (the
+    adaptive coefficient's value this step). `norm` holds the counts of the whole optimisation batch; leave it
+    None when the tensors are the whole batch. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO
+    (arXiv 2503.20783), DAPO (arXiv 2503.14476), GSPO (arXiv 2507.18071) and their successors.
     """
     s = settings
-    norm = norm or Normaliser.from_mask(mask, s.max_len)
+    norm = norm or Normaliser.from_mask(mask, s.max_len, entropy=entropy, top_entropy_quantile=s.top_entropy_quantile)
     if norm.max_len is None and s.max_len is not None:
         norm = replace(norm, max_len=s.max_len)
-    sur = clipped_surrogate(RATIOS[s.ratio](logp, old_logp, mask), advantages, s.clip_low, s.clip_high, s.dual_clip)
+    terms = PolicyTerms(
+        logp,
+        old_logp,
+        RATIOS[s.ratio](logp, old_logp, mask),
+        advantages,
+        mask,
+        rollout_logp,
+        entropy,
+        norm.entropy_floor,
+    )
+    terms = replace(terms, rollout_weight=rollout_weight(terms, s))
+    sur = SURROGATES[s.surrogate](terms, s)
     per_token = sur.loss
+    for weight in TOKEN_WEIGHTS:
+        w = weight(terms, s)
+        if w is not None:
+            per_token = per_token * w
     kl = None
     if ref_logp is not None:
         kl = KL_ESTIMATORS[s.kl_estimator](logp, ref_logp)
@@ -80,6 +102,12 @@ def policy_loss(
     elif s.kl_coef > 0:
         raise ValueError("kl_coef > 0 needs ref_logp (log-probs of the reference policy)")
     loss = AGGREGATIONS[s.aggregation](per_token, mask, norm)
+    coef = s.entropy_coef if entropy_coef is None else entropy_coef
+    trained = trained_tokens(terms, s)
+    if s.entropy_bonus:
+        if entropy is None:
+            raise ValueError("an entropy bonus needs the tokens' entropy (with its graph)")
+        loss = loss + entropy_bonus(entropy, trained, norm.num_trained or 0, coef)
 
     with torch.no_grad():
         metrics = {M.LOSS: loss.detach()}
@@ -113,6 +141,18 @@ def policy_loss(
             metrics[M.DUAL_CLIP_FRAC] = share(sur.dual_clipped)
         if entropy is not None:  # a token mean whatever the aggregation: comparable across arms
             metrics[M.ENTROPY] = masked(entropy.detach(), m).sum().double() / n_tok
+            if s.entropy_bonus or s.needs_batch_entropy:
+                n_trained = max(norm.num_trained or 0, 1)
+                metrics[M.ENTROPY_TRAINED] = masked(entropy.detach(), trained).sum().double() / n_trained
+        if s.entropy_bonus:  # this micro-batch's share of the coefficient, so the merged metric is the coefficient
+            share = len(mask) / max(norm.num_sequences, 1)
+            metrics[M.ENTROPY_COEF] = torch.tensor(coef * share, dtype=torch.float64)
+        if s.off_policy_threshold is not None:
+            kept = off_policy_mask(terms, s)
+            metrics[M.OFF_POLICY_MASKED_FRAC] = seq_share((kept == 0).expand_as(m))
+        if terms.rollout_weight is not None:
+            weight = terms.rollout_weight.expand_as(logp).detach()
+            metrics[M.ROLLOUT_WEIGHT_MEAN] = masked(weight, m).sum().double() / n_tok
         if kl is not None:
             metrics[M.KL] = masked(kl.detach(), m).sum().double() / n_tok
     return ObjectiveOutput(loss=loss, metrics=metrics)

@@ -66,3 +66,11 @@ RATIOS: Registry = Registry(
     "importance ratio level", "trainer.objective.ratios", ("token", "sequence", "sequence_token")
 )
 KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3"))
+SURROGATES: Registry = Registry(
+    "surrogate (clipping form)", "trainer.objective.surrogates", ("clip", "cispo", "sapo", "vespo")
+)
+ROLLOUT_CORRECTIONS: Registry = Registry(
+    "rollout correction",
+    "trainer.objective.masks",
+    ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+)

@@ -1,4 +1,5 @@
-"""The objective's settings: one validated object, and the named presets (grpo, dr_grpo, dapo, gspo)."""
+"""The objective's settings: one validated object, and the named presets (grpo, dr_grpo, dapo, gspo, cispo, sapo,
+luspo, vespo)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from trainer.objective.registry import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     RATIOS,
+    ROLLOUT_CORRECTIONS,
+    SURROGATES,
     Registry,
 )
 
@@ -37,10 +40,23 @@ class ObjectiveSettings(BaseModel):
     """Importance-ratio level: token (PPO/GRPO), sequence (GSPO), sequence_token (GSPO-token).
     Ratio-level clipping only acts when the policy moves between sampling and update (several
     optimiser steps per rollout batch)."""
+    surrogate: str
+    """The clipping form, how the ratio enters the loss: clip (PPO's clipped surrogate; GRPO, DAPO, GSPO), cispo
+    (MiniMax-M1: the ratio capped at 1 + clip_high and detached, times A·log π), sapo (a smooth gate in place of
+    the clip, temperatures `sapo_temperature`), vespo (a Gamma weight of the sequence's ratio, `vespo_k` and
+    `vespo_lambda`; needs the token ratio)."""
     clip_low: float = Field(ge=0, lt=1)
-    """ε_low: the ratio is clipped below at 1 − ε_low (0.2; GSPO 3e-4)."""
+    """ε_low: the ratio is clipped below at 1 − ε_low (0.2; GSPO 3e-4). Used by the clip surrogate only."""
     clip_high: float = Field(ge=0)
-    """ε_high: the ratio is clipped above at 1 + ε_high (0.2; DAPO clip-higher 0.28; GSPO 4e-4)."""
+    """ε_high: the ratio is clipped above at 1 + ε_high (0.2; DAPO clip-higher 0.28; GSPO 4e-4); CISPO caps its
+    weight at 1 + ε_high (ScaleRL's cap 5 is ε_high 4)."""
+    sapo_temperature: tuple[float, float] | None
+    """SAPO's gate temperatures (τ for A > 0, τ for A < 0), each > 0 (the paper's 1.0 and 1.05); null unless
+    surrogate is sapo."""
+    vespo_k: tuple[float, float] | None
+    """VESPO's Gamma shape k (for A ≥ 0, for A < 0), each > 0 (2 and 3); null unless surrogate is vespo."""
+    vespo_lambda: tuple[float, float] | None
+    """VESPO's Gamma rate λ (for A ≥ 0, for A < 0), each > 0 (3 and 2); null unless surrogate is vespo."""
     dual_clip: float | None = Field(gt=1)
     """Dual-clip constant c > 1: for A < 0 the loss is capped at −c·A (verl 3, DAPO recipe 10); null = off."""
     kl_coef: float = Field(ge=0)
@@ -48,6 +64,32 @@ class ObjectiveSettings(BaseModel):
     DAPO, TRL). β > 0 needs reference log-probs."""
     kl_estimator: str
     """KL estimator for the loss and the policy/kl metric: k1, k2 or k3 (GRPO uses k3)."""
+    entropy_coef: float = Field(ge=0)
+    """Entropy bonus: the loss minus entropy_coef × the token-mean entropy of the tokens trained on (0 = off).
+    With entropy_target set, the coefficient's starting value."""
+    entropy_target: float | None = Field(gt=0)
+    """Adaptive entropy control (Skywork-OR1): after each optimiser step the coefficient rises by
+    entropy_coef_step while the trained tokens' entropy is at or below this target and falls by it above (within
+    0 and entropy_coef_max), and the bonus applies only at or below the target. null = a fixed coefficient."""
+    entropy_coef_step: float | None = Field(gt=0)
+    """Δ of the adaptive control (TRL 0.005); required with entropy_target, else null."""
+    entropy_coef_max: float | None = Field(gt=0)
+    """Upper bound of the adaptive coefficient (TRL 1.0); required with entropy_target, else null."""
+    top_entropy_quantile: float = Field(gt=0, le=1)
+    """ρ: train only on the ρ share of loss tokens with the highest entropy (those at or above the batch's 1 − ρ
+    quantile; "Beyond the 80/20 rule": 0.2). 1 = every token."""
+    off_policy_threshold: float | None = Field(ge=0)
+    """δ of DeepSeek-V3.2's off-policy sequence mask: a response with A < 0 whose mean per-token
+    log π_rollout − log π_θ exceeds δ is left out of the loss. null = off."""
+    rollout_correction: str | None
+    """Importance weight for the gap between the rollout engine's and the trainer's log-probabilities,
+    w = π_old/π_rollout: token_truncate (truncated IS: w clamped to [rollout_correction_min,
+    rollout_correction_max]), token_mask (tokens with w outside them dropped), sequence_truncate or sequence_mask
+    (w of the whole response). null = off."""
+    rollout_correction_min: float | None = Field(ge=0)
+    """Lower bound of the rollout weight (null = none)."""
+    rollout_correction_max: float | None = Field(gt=0)
+    """Upper bound of the rollout weight (TRL's default 3); required with rollout_correction, else null."""
     overlong_filter: bool
     """DAPO overlong filtering: truncated responses get loss mask 0."""
     overlong_penalty: bool
@@ -62,15 +104,15 @@ class ObjectiveSettings(BaseModel):
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ObjectiveSettings:
-        """A named preset (grpo, dr_grpo, dapo, gspo) with any field overridden; see `preset_fields`
+        """A named preset (see `PRESETS`) with any field overridden; see `preset_fields`
         for the defaults a preset derives (dapo: overlong_cache_len = max_len // 5)."""
         return cls(**preset_fields(name, overrides))
 
-    @field_validator("advantage", "aggregation", "ratio", "kl_estimator")
+    @field_validator("advantage", "aggregation", "ratio", "kl_estimator", "surrogate", "rollout_correction")
     @classmethod
-    def _registered(cls, name: str, info: ValidationInfo) -> str:
+    def _registered(cls, name: str | None, info: ValidationInfo) -> str | None:
         registry = _REGISTRIES[info.field_name]
-        if name not in registry:
+        if name is not None and name not in registry:
             raise ValueError(f"unknown {registry.kind} {name!r}; known: {', '.join(registry.names())}")
         return name
 
@@ -85,6 +127,30 @@ class ObjectiveSettings(BaseModel):
                 raise ValueError(
                     f"overlong_cache_len ({self.overlong_cache_len}) must not exceed max_len ({self.max_len})"
                 )
+        for field, owner in (("sapo_temperature", "sapo"), ("vespo_k", "vespo"), ("vespo_lambda", "vespo")):
+            value = getattr(self, field)
+            if (self.surrogate == owner) != (value is not None):
+                raise ValueError(f"{field} is set exactly when surrogate is '{owner}' (surrogate: {self.surrogate})")
+            if value is not None and min(value) <= 0:
+                raise ValueError(f"{field} must be two values > 0, got {list(value)}")
+        if self.dual_clip is not None and self.surrogate != "clip":
+            raise ValueError(f"dual_clip caps the clip surrogate's loss; surrogate '{self.surrogate}' has no clip")
+        if self.surrogate == "vespo" and self.per_sequence_ratio:
+            raise ValueError("surrogate 'vespo' weighs the sequence's ratio itself: it needs ratio 'token'")
+        adaptive = (self.entropy_target, self.entropy_coef_step, self.entropy_coef_max)
+        if any(v is not None for v in adaptive) and any(v is None for v in adaptive):
+            raise ValueError("entropy_target, entropy_coef_step and entropy_coef_max are set together or not at all")
+        if self.entropy_coef_max is not None and self.entropy_coef > self.entropy_coef_max:
+            raise ValueError(
+                f"entropy_coef ({self.entropy_coef:g}) exceeds entropy_coef_max ({self.entropy_coef_max:g})"
+            )
+        if (self.rollout_correction is None) != (self.rollout_correction_max is None):
+            raise ValueError("rollout_correction_max is set exactly when rollout_correction is")
+        if self.rollout_correction is None and self.rollout_correction_min is not None:
+            raise ValueError("rollout_correction_min needs rollout_correction")
+        low, high = self.rollout_correction_min, self.rollout_correction_max
+        if low is not None and high is not None and low >= high:
+            raise ValueError(f"rollout_correction_min ({low:g}) must be below rollout_correction_max ({high:g})")
         return self
 
     @property
@@ -92,12 +158,24 @@ class ObjectiveSettings(BaseModel):
         """Whether the ratio (and so clipping) acts per sequence."""
         return bool(RATIOS.meta(self.ratio)["per_sequence"])
 
+    @property
+    def entropy_bonus(self) -> bool:
+        """Whether the loss carries an entropy term (so the entropy needs its gradient)."""
+        return self.entropy_coef > 0 or self.entropy_target is not None
+
+    @property
+    def needs_batch_entropy(self) -> bool:
+        """Whether the loss needs the whole optimisation batch's entropies first (the top-entropy quantile)."""
+        return self.top_entropy_quantile < 1
+
 
 _REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
     "aggregation": AGGREGATIONS,
     "ratio": RATIOS,
     "kl_estimator": KL_ESTIMATORS,
+    "surrogate": SURROGATES,
+    "rollout_correction": ROLLOUT_CORRECTIONS,
 }
 
 _COMMON: dict[str, Any] = dict(
@@ -111,7 +189,21 @@ _COMMON: dict[str, Any] = dict(
     overlong_cache_len=None,
     dynamic_sampling=False,
     dynamic_sampling_key="correct",
+    surrogate="clip",
+    sapo_temperature=None,
+    vespo_k=None,
+    vespo_lambda=None,
+    entropy_coef=0.0,
+    entropy_target=None,
+    entropy_coef_step=None,
+    entropy_coef_max=None,
+    top_entropy_quantile=1.0,
+    off_policy_threshold=None,
+    rollout_correction=None,
+    rollout_correction_min=None,
+    rollout_correction_max=None,
 )
+"""Every preset's value of the switches it does not name: off."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # GRPO (arXiv 2402.03300) as TRL/verl ship it, β = 0.
@@ -154,6 +246,49 @@ PRESETS: dict[str, dict[str, Any]] = {
         "clip_low": 3e-4,
         "clip_high": 4e-4,
     },
+    # CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4): the weight capped and detached, token-level loss; cap 5
+    # (ScaleRL, arXiv 2510.13786; TRL's recommended epsilon_high).
+    "cispo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "surrogate": "cispo",
+        "clip_low": 0.2,
+        "clip_high": 4.0,
+    },
+    # SAPO (arXiv 2511.20347): the soft gate with τ_pos 1.0, τ_neg 1.05, GRPO's per-response mean.
+    "sapo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "seq_mean_token_mean",
+        "ratio": "token",
+        "surrogate": "sapo",
+        "sapo_temperature": (1.0, 1.05),
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    # LUSPO (arXiv 2602.05261): GSPO with each response's loss scaled by its length (sum over its tokens).
+    "luspo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "seq_mean_token_sum",
+        "ratio": "sequence",
+        "clip_low": 3e-4,
+        "clip_high": 4e-4,
+    },
+    # VESPO (arXiv 2602.10693): Gamma weights of the sequence ratio, k 2/3 and λ 3/2 (A ≥ 0 / A < 0), token mean.
+    "vespo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "surrogate": "vespo",
+        "vespo_k": (2.0, 3.0),
+        "vespo_lambda": (3.0, 2.0),
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
 }
 
 
@@ -169,6 +304,13 @@ _DERIVED: dict[str, dict[str, Any]] = {
 }
 
 
+_REQUIRED: dict[str, dict[str, tuple[Any, ...]]] = {
+    # LUSPO's length scaling is defined on GSPO's sequence-level loss (arXiv 2602.05261).
+    "luspo": {"ratio": ("sequence", "sequence_token")},
+}
+"""Values a preset's definition needs: an override outside them is an error, not another method."""
+
+
 def preset_fields(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """The fields of preset `name` with `overrides` applied, then the preset's derived defaults filled
     where the field is left None: dapo's overlong_cache_len = max_len // 5 (at least 1), DAPO's 4096
@@ -177,6 +319,9 @@ def preset_fields(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     fields = {**PRESETS[name], **overrides}
+    for key, allowed in _REQUIRED.get(name, {}).items():
+        if fields.get(key) not in allowed:
+            raise ValueError(f"{key}: preset {name} needs {' or '.join(map(str, allowed))}, got {fields.get(key)}")
     for key, derive in _DERIVED.get(name, {}).items():
         if fields.get(key) is None:
             fields[key] = derive(fields)

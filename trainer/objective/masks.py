@@ -1,0 +1,129 @@
+"""Token masks and weights: which tokens the loss trains on, and how much each counts.
+
+`TOKEN_WEIGHTS` lists every such switch; each returns a weight that multiplies the per-token loss ([B, T] or
+[B, 1]), or None when its setting is off, so the objective applies them all without looking at their names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from trainer.objective.registry import ROLLOUT_CORRECTIONS, SURROGATES
+from trainer.objective.settings import ObjectiveSettings
+from trainer.objective.terms import PolicyTerms
+
+
+# ---- the rollout correction: π_old / π_rollout ------------------------------------------------------------------
+def _log_gap(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(log π_old − log π_rollout) on loss tokens, 0 elsewhere and where the engine gave no log-probability."""
+    return torch.nan_to_num((old_logp - rollout_logp) * mask, nan=0.0)
+
+
+def _truncate(w: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
+    return w.clamp(min=low, max=high)
+
+
+def _drop(w: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
+    return w.masked_fill((w < (low if low is not None else -math.inf)) | (w > high), 0.0)
+
+
+@ROLLOUT_CORRECTIONS.register("token_truncate")
+def token_truncate(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+    """w_it = clip(π_old(o_it)/π_rollout(o_it), low, high): truncated importance sampling.
+
+    Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training" (TIS), as TRL's
+    `vllm_importance_sampling_mode=token_truncate`: the sampler (e.g. vLLM) and the trainer compute different
+    probabilities for the same weights; the weight corrects the gradient for it, truncated to bound its variance.
+    """
+    return _truncate(torch.exp(_log_gap(old_logp, rollout_logp, mask)), low, high)
+
+
+@ROLLOUT_CORRECTIONS.register("token_mask")
+def token_mask(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+    """w_it = π_old/π_rollout where it lies in [low, high], else 0 (the token leaves the loss): masked importance
+    sampling, the masking variant of Yao et al. 2025's truncation (TRL's token_mask)."""
+    return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask)), low, high)
+
+
+@ROLLOUT_CORRECTIONS.register("sequence_truncate")
+def sequence_truncate(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+    """w_i = clip(Π_t π_old/π_rollout, low, high), one weight per response ([B, 1]): Yao et al. 2025's truncated
+    importance sampling on the whole response (TRL's sequence_truncate)."""
+    return _truncate(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
+
+
+@ROLLOUT_CORRECTIONS.register("sequence_mask")
+def sequence_mask(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+    """w_i = Π_t π_old/π_rollout where it lies in [low, high], else 0 ([B, 1]): the response leaves the loss when its
+    weight does (masked importance sampling after Yao et al. 2025; TRL's sequence_mask)."""
+    return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
+
+
+def rollout_weight(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """The rollout correction's weight, or None when it is off; an error when the engine gave no log-probs."""
+    if s.rollout_correction is None:
+        return None
+    if t.rollout_logp is None:
+        raise ValueError("rollout_correction needs the rollout engine's log-probabilities (rollout_logp)")
+    assert s.rollout_correction_max is not None
+    fn = ROLLOUT_CORRECTIONS[s.rollout_correction]
+    rollout = t.rollout_logp.to(t.old_logp.dtype)
+    return fn(t.old_logp, rollout, t.mask, s.rollout_correction_min, s.rollout_correction_max)
+
+
+# ---- masks on the policy's own tokens ---------------------------------------------------------------------------
+def off_policy_mask(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """M_i = 1[A_i ≥ 0 or (1/T_i) Σ_t (log π_rollout(o_it) − log π_θ(o_it)) ≤ δ], one per response ([B, 1]).
+
+    DeepSeek-V3.2 (arXiv 2512.02556), eq. 9, off-policy sequence masking: a failing response the policy has
+    already moved far from (by the mean per-token KL from the sampler) teaches little and destabilises; it leaves
+    the loss.
+    The sampler's log-probs when the engine gave them, else π_old's.
+    """
+    if s.off_policy_threshold is None:
+        return None
+    behaviour = t.rollout_logp if t.rollout_logp is not None else t.old_logp
+    m = t.mask.to(t.logp.dtype)
+    kl = torch.nan_to_num(behaviour.to(t.logp.dtype) - t.logp.detach(), nan=0.0)
+    mean_kl = (kl * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    adv = t.adv if t.adv.shape[-1] == 1 else t.adv[..., :1]
+    return ((adv >= 0) | (mean_kl <= s.off_policy_threshold)).to(t.logp.dtype)
+
+
+def trained_tokens(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor:
+    """The loss tokens the policy trains on, [B, T] bool: all of them, or with ρ < 1 those whose entropy is at or
+    above the batch's 1 − ρ quantile ("Beyond the 80/20 rule", Wang et al. 2025, arXiv 2506.01939: the gradient
+    of the ~20% high-entropy "forking" tokens carries the gain)."""
+    m = t.mask.bool()
+    if not s.needs_batch_entropy:
+        return m
+    if t.entropy is None:
+        raise ValueError("top_entropy_quantile < 1 needs the tokens' entropy")
+    if t.entropy_floor is None:
+        return torch.zeros_like(m)
+    return (t.entropy.detach().double() * m >= t.entropy_floor) & m
+
+
+def top_entropy_mask(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """M_it = 1[H_it ≥ the batch's 1 − ρ entropy quantile] (arXiv 2506.01939; see `trained_tokens`); None when
+    ρ = 1."""
+    return trained_tokens(t, s).to(t.logp.dtype) if s.needs_batch_entropy else None
+
+
+def rollout_correction(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """ℓ_it ← w_it·ℓ_it with the rollout correction's weight (Yao et al. 2025), unless the surrogate folds it into its
+    own weight (VESPO)."""
+    if t.rollout_weight is None or SURROGATES.meta(s.surrogate)["folds_rollout_correction"]:
+        return None
+    return t.rollout_weight
+
+
+TOKEN_WEIGHTS: tuple[Callable[[PolicyTerms, ObjectiveSettings], torch.Tensor | None], ...] = (
+    off_policy_mask,
+    top_entropy_mask,
+    rollout_correction,
+)
+"""Every weight on the per-token loss, applied in this order (TRL's: off-policy, entropy, rollout)."""
