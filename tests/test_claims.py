@@ -17,6 +17,7 @@ from harness.analysis.claims import decide, evidence
 from harness.analysis.evidence import Evidence
 from harness.cli import main
 from harness.config.claims import Claim
+from harness.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 M = "train/length_incorrect_mean"
@@ -489,6 +490,26 @@ def test_since_is_tested_in_every_arm_and_rests_on_the_weakest():
     lone = {**changes, "D": [0.3]}  # an arm with one run has no test: nothing can be said of every arm
     [v] = decide([claim], [evidence(claim, frame(lone), [], {**settings, "D": {}})])
     assert v.verdict == "inconclusive" and v.reason == "no test" and "arm D" in v.note, v.summary()
+
+
+def test_since_with_arm_claims_only_the_arms_it_picks():
+    """`since` with `arm`: the arms whose settings match (null also picks an arm that leaves the setting out, as a
+    random-reward arm's task does not), each against its own start; the others are not read."""
+    from harness.config.claims import check_claims, claim_arms
+
+    claim = _claim(contrast={"since": "first-10", "arm": {"task.random_reward": None}}, metric="train/reward_mean")
+    settings = {"T1": {"x": 1}, "T2": {"x": 2}, "R": {"x": 1, "task.random_reward": 0.5}}
+    assert claim_arms(claim, settings) == {"T1", "T2"}
+    assert claim.contrast.describe() == "change since first-10, in each arm with task.random_reward=None"
+    rows = [(f"{a}{i}", a, i, v) for a, vs in {"T1": [0.1, 0.12, 0.11], "T2": [0.2, 0.22, 0.19],
+            "R": [-0.5, -0.4, -0.6]}.items() for i, v in enumerate(vs)]  # fmt: skip
+    e = evidence(claim, pd.DataFrame(rows, columns=["run_id", "arm", "seed", "value"]), [], settings)
+    assert sorted(a.arm for a in e.per_arm) == ["T1", "T2"]  # R's fall is not this claim's
+    [v] = decide([claim], [e])
+    assert v.verdict == "reproduced", v.summary()
+    typo = _claim(contrast={"since": "first-10", "arm": {"task.random_rewrd": None}})
+    with pytest.raises(ConfigError, match="task.random_rewrd is no setting of this sweep's arms"):
+        check_claims([typo], settings, {}, "f.yaml")
 
 
 def test_since_reads_each_runs_change_from_a_real_store(tmp_path, capsys):

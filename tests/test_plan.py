@@ -124,6 +124,8 @@ def test_shipped_ablation_files_plan(tmp_path):
         "clip_higher_entropy_collapse": 6,
         "gspo_vs_grpo": 6,
         "engines": 12,
+        "entropy_mechanisms": 15,
+        "gspo_length": 6,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"

@@ -354,3 +354,29 @@ def test_unset_peaks_leave_the_default_toy_as_it_was():
 def test_bad_peaks_are_refused(fields, message):
     with pytest.raises(ValidationError, match=message):
         ToyAdditionConfig(**fields)
+
+
+def test_random_reward_ignores_the_response_and_leaves_the_default_stream_alone():
+    """2509.26114's control: with random_reward p, each sample's reward is a coin of bias p drawn with its prompt,
+    the same for a right and a wrong answer, while correctness is still graded; unset, the problems drawn are
+    those of the default task (the coin draws nothing), and its dump (so every build hash and job id) is unchanged."""
+    config = ToyAdditionConfig(random_reward=0.3)
+    task, plain = ToyAdditionTask(config), ToyAdditionTask(DEFAULT)
+    groups = task.sample_groups(np.random.default_rng(3), 200, 8)
+    rewards, right_answers = [], 0
+    for group in groups:
+        right = target_trace(DEFAULT, group, 0, np.random.default_rng(0))
+        for i in range(8):
+            for text in (right, ">0;"):
+                grade = task.grade(group, i, text)
+                assert grade.reward == group.meta[i]["random_reward"]  # whatever the text
+            rewards.append(task.grade(group, i, ">0;").reward)
+        if not group.meta[0]["hidden_digit"]:
+            right_answers += 1
+            assert task.grade(group, 0, right).correct and not task.grade(group, 0, ">0;").correct
+    assert 0.26 < np.mean(rewards) < 0.34 and set(rewards) == {0.0, 1.0}
+    assert right_answers > 50  # correctness is graded as before
+    assert [g.problem_id for g in plain.sample_groups(np.random.default_rng(3), 50, 8)] == [
+        g.problem_id for g in ToyAdditionTask(DEFAULT).sample_groups(np.random.default_rng(3), 50, 8)
+    ]
+    assert "random_reward" not in DEFAULT.model_dump() and config.model_dump()["random_reward"] == 0.3

@@ -219,6 +219,8 @@ def _sides(claim: Claim, values: pd.DataFrame, varying: list[str], arm_settings:
     c = claim.contrast
     if c.since is not None:
         arms = sorted(set(arm_settings) | set(values["arm"]))  # an arm whose every run failed is still one
+        if c.arm is not None:
+            arms = [a for a in arms if picks(c.arm, a, arm_settings.get(a, {})) or a == c.arm]
         return (arms, []) if arms else "no run of the sweep has a value at both ends"
     if c.effect is None:
         sides = tuple(

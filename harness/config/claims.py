@@ -84,7 +84,7 @@ class Contrast(BaseModel):
     """Each arm against its own start: every run's value at the claim's `at` minus its value here (first-K, step N;
     as `at`), tested in each arm on its own (one-sample t). The claim holds only if it holds in every arm: its p is
     the largest of the arms' (an intersection-union test, exact at α with no correction), and an arm significant
-    the other way contradicts it."""
+    the other way contradicts it. With `arm`, only the arms it picks (one or several) are claimed."""
     pool: bool = False
     """arm vs arm only: settings that pick several arms on a side pool them, as the unweighted mean of their arms'
     means; both sides must then pick the same combinations of the sweep's other varying settings (checked before
@@ -93,8 +93,11 @@ class Contrast(BaseModel):
     @model_validator(mode="after")
     def _one_kind(self) -> Contrast:
         if self.since is not None:
-            if self.effect is not None or self.arm is not None or self.vs is not None or self.fold != 1.0 or self.pool:
-                raise ValueError("since compares each arm with its own start: give it without effect or arm/vs")
+            if self.effect is not None or self.vs is not None or self.fold != 1.0 or self.pool:
+                raise ValueError(
+                    "since compares each arm with its own start: give it without effect or vs (arm may narrow it "
+                    "to the arms it picks)"
+                )
             if self.since.kind == "best":
                 raise ValueError("since: best is a selection on the curve; use first-K or step N")
         elif self.effect is not None:
@@ -108,7 +111,8 @@ class Contrast(BaseModel):
 
     def describe(self) -> str:
         if self.since is not None:
-            return f"change since {self.since}, in every arm"
+            where = "every arm" if self.arm is None else f"each arm with {_ref_text(self.arm)}"
+            return f"change since {self.since}, in {where}"
         if self.effect is not None:
             return f"{self.effect}: {self.from_} → {self.to}"
         arm, vs = (_ref_text(r) for r in (self.arm, self.vs))
@@ -250,7 +254,15 @@ def picks(ref: ArmRef, label: str, settings: dict[str, Any]) -> bool:
     """Whether an arm (its label and dotted settings) is one the reference names."""
     if isinstance(ref, str):
         return ref == label
-    return all(k in settings and canonical(settings[k]) == canonical(v) for k, v in ref.items())
+    # null also picks an arm that leaves the setting out (a field dumped only when set, e.g. random_reward)
+    return all(canonical(settings[k]) == canonical(v) if k in settings else v is None for k, v in ref.items())
+
+
+def _unknown_keys(ref: ArmRef | None, arms: dict[str, dict[str, Any]]) -> list[str]:
+    """The keys of a settings reference that no arm of the sweep has (a typo, since null picks an absent key)."""
+    if ref is None or isinstance(ref, str):
+        return []
+    return [k for k in ref if not any(k in s for s in arms.values())]
 
 
 def check_claims(
@@ -261,8 +273,13 @@ def check_claims(
     `arms`: each arm's label → its resolved dotted settings; `levels`: each switch the grid varies → its values."""
     for i, claim in enumerate(claims):
         key, c = f"{where}: claims[{i}] ({claim.id}).contrast", claim.contrast
+        for name, ref in (("arm", c.arm), ("vs", c.vs)):
+            if unknown := _unknown_keys(ref, arms):
+                raise ConfigError(f"{key}.{name}: {', '.join(unknown)} is no setting of this sweep's arms")
         if c.since is not None:
-            continue  # every arm of the sweep is one
+            if c.arm is not None and not any(picks(c.arm, label, s) for label, s in arms.items()):
+                raise ConfigError(f"{key}.arm: {_ref_text(c.arm)!r} matches no arm (arms: {'; '.join(arms)})")
+            continue
         if c.effect is not None:
             if c.effect not in levels:
                 raise ConfigError(
@@ -336,7 +353,7 @@ def claim_arms(claim: Claim, arms: dict[str, dict[str, Any]]) -> set[str]:
     arm/vs the arms each side picks, for since every arm. `arms`: each arm's label → its resolved dotted settings."""
     c = claim.contrast
     if c.since is not None:
-        return set(arms)
+        return {label for label, s in arms.items() if c.arm is None or picks(c.arm, label, s)}
     if c.effect is not None:
         wanted = {canonical(c.from_), canonical(c.to)}
         return {label for label, s in arms.items() if c.effect in s and canonical(s[c.effect]) in wanted}

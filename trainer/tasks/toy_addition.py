@@ -89,6 +89,8 @@ class ToyAdditionTask:
                         "hidden_operand": operand,
                         "hidden_place": len(text) - 1 - index,
                     }  # place counted from the units
+                if self.config.random_reward is not None:  # drawn only when set: the default stream is unchanged
+                    info["random_reward"] = float(rng.random() < self.config.random_reward)
                 prompts.append(f"{shown[0]}+{shown[1]}=")
                 meta.append(info)
             groups.append(
@@ -107,8 +109,9 @@ class ToyAdditionTask:
         hidden = bool(group.meta[index]["hidden_digit"]) if group.meta else False
         answer, filler = parse_completion(completion)
         correct = answer is not None and answer == group.answer
+        reward = group.meta[index].get("random_reward") if group.meta else None  # the random-reward control
         return Grade(
-            reward=1.0 if correct else 0.0,
+            reward=(1.0 if correct else 0.0) if reward is None else reward,
             correct=correct,
             info={"filler_tokens": filler, "hidden_digit": hidden, "answered": answer is not None},
         )

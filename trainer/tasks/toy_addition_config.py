@@ -53,6 +53,12 @@ class ToyAdditionConfig(BaseModel):
     (null = no slips). A tutor that slips leaves the SFT model slipping at the same rate, a gap RL can close: on a
     clean prompt the reward tells a slipped sample from a right one of the same group, and the slip is one token."""
 
+    random_reward: float | None = Field(None, ge=0.0, le=1.0)
+    """RL grading: the reward is 1 with this probability, drawn per sample independently of its response, and 0
+    otherwise (a truncated response still gets 0); correctness is still graded and logged (train/accuracy). The
+    random-reward control of arXiv 2509.26114: what clipping does to entropy when the reward carries no signal
+    (null = the true reward)."""
+
     @model_validator(mode="after")
     def _check_digits(self) -> ToyAdditionConfig:
         if self.min_digits > self.max_digits:
@@ -72,7 +78,7 @@ class ToyAdditionConfig(BaseModel):
         """Unset peaked-choice fields are left out of dumps, so the default toy's build hash and every job id
         that does not use them stay what they were before the fields existed."""
         data = handler(self)
-        for key in ("filler_probs", "guess_peak", "slip_prob"):
+        for key in ("filler_probs", "guess_peak", "slip_prob", "random_reward"):
             if data.get(key, 0) is None:
                 del data[key]
         return data
