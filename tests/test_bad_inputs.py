@@ -126,7 +126,7 @@ CASES = [
         "sapo temperatures without sapo",
         "sweep",
         SWEEP + "set:\n  objective.sapo_temperature: [1.0, 1.05]\ngrid:\n  train.lr: [0.1, 0.2]\n",
-        "objective.sapo_temperature",
+        "objective: sapo_temperature",
     ),
     Case(
         "run: unknown rollout correction",

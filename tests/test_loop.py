@@ -70,11 +70,15 @@ NEWER = (  # every 2025-26 switch at once: the clipping form, both masks, the ro
     "objective.off_policy_threshold=0.01",
     "objective.rollout_correction=token_truncate",
     "objective.rollout_correction_max=2.0",
+    "objective.clip_cov_ratio=0.05",
+    "objective.clip_cov_bounds=[0.0,5.0]",
 )
+KL_COV = ("objective.surrogate=kl_cov", "objective.kl_cov_ratio=0.05", "objective.kl_cov_coef=1.0")
 
 
 @pytest.mark.parametrize(
-    "preset, extra", [("grpo", ()), ("dr_grpo", ()), ("gspo", ()), ("cispo", NEWER), ("sapo", ()), ("vespo", ())]
+    "preset, extra",
+    [("grpo", ()), ("dr_grpo", ()), ("gspo", ()), ("cispo", NEWER), ("sapo", ()), ("vespo", ()), ("grpo", KL_COV)],
 )
 def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_overrides, preset, extra):
     """One forward/backward over the whole padded batch, against length-sorted buckets cut to their own longest
@@ -92,15 +96,16 @@ def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_over
         metrics = [tr.step(s) for s in (1, 2)]
         runs.append((metrics, [p.detach().clone() for p in tr.policy.parameters()]))
     (m1, p1), *others = runs
-    if extra:  # the adaptive coefficient starts off (no entropy measured yet) and rises below the target
+    if extra == NEWER:  # the adaptive coefficient starts off (no entropy measured yet) and rises below the target
         assert m1[0][M.ENTROPY_COEF] < m1[1][M.ENTROPY_COEF]
     for m2, p2 in others:
         for a, b in zip(m1, m2):
             for key in (M.LOSS, M.ENTROPY, M.KL, M.ACCURACY, M.ADV_MEAN, M.CLIP_FRAC, M.RATIO_MAX, M.GRAD_NORM):
                 assert a[key] == pytest.approx(b[key], abs=1e-5), key
             newer = (M.ENTROPY_TRAINED, M.ENTROPY_COEF, M.OFF_POLICY_MASKED_FRAC, M.ROLLOUT_WEIGHT_MEAN)
-            assert all(key in a for key in newer) == bool(extra)
-            for key in newer if extra else ():
+            assert all(key in a for key in newer) == (extra == NEWER)
+            assert (M.COV_SELECTED_FRAC in a) == bool(extra)
+            for key in (*newer, M.COV_SELECTED_FRAC) if extra == NEWER else ():
                 assert a[key] == pytest.approx(b[key], abs=1e-5), key
         assert max((x - y).abs().max().item() for x, y in zip(p1, p2)) < 1e-4
 

@@ -15,6 +15,7 @@ from trainer.objective import (
     Normaliser,
     ObjectiveSettings,
     compute_advantages,
+    covariance_selection,
     merge_metrics,
     policy_loss,
     token_entropy,
@@ -116,6 +117,8 @@ NEW_SWITCHES = {
         for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
     },
     "vespo_rollout": ("vespo", {"rollout_correction": "token_truncate", "rollout_correction_max": 1.2}),
+    "kl_cov": ("grpo", {"surrogate": "kl_cov", "kl_cov_ratio": 0.1, "kl_cov_coef": 1.0}),
+    "clip_cov": ("grpo", {"clip_cov_ratio": 0.1, "clip_cov_bounds": (0.0, 5.0)}),
 }
 
 
@@ -124,6 +127,8 @@ def _run_all(s, logits, tokens, mask, old_logp, rollout_logp, adv, splits):
     logits.grad = None
     entropy = token_entropy(logits.detach())
     norm = Normaliser.from_mask(mask, s.max_len, entropy=entropy, top_entropy_quantile=s.top_entropy_quantile)
+    logp = token_logprobs(logits.detach(), tokens)
+    selected = covariance_selection(logp, old_logp, adv, mask, s, torch.Generator().manual_seed(0))
     total, parts = 0.0, []
     for rows in torch.arange(mask.shape[0]).chunk(splits):
         lg = logits[rows]
@@ -137,6 +142,7 @@ def _run_all(s, logits, tokens, mask, old_logp, rollout_logp, adv, splits):
             entropy=h if s.entropy_bonus else h.detach(),
             norm=norm,
             rollout_logp=rollout_logp[rows],
+            cov_selected=None if selected is None else selected[rows],
         )
         out.loss.backward()
         total += out.loss.item()

@@ -485,3 +485,41 @@ def test_rollout_correction_weighs_the_loss():
     assert lp.grad.flatten().tolist() == pytest.approx([-1.2 / 2, -0.6065306597 / 2], abs=1e-9)  # 1/T_i, r = 1
     with pytest.raises(ValueError, match="rollout engine's log-probabilities"):
         policy_loss(lp, lp.detach(), T(1.0), torch.ones(1, 2), s)
+
+
+def test_covariance_and_the_tokens_kl_cov_and_clip_cov_pick():
+    """Two responses of two tokens, A = 1 and −1, log π = (−1, −3) and (−1, −3): Ā = 0, l̄ = −2, so
+    Cov = (1, −1) and (−1, 1). KL-Cov with k = 0.5 (n = 2) picks the two tokens of covariance 1; Clip-Cov with the
+    band (0.5, 2) draws among the same two (here both, n = 2), unless the clip already clipped them."""
+    from trainer.objective import covariance_selection
+    from trainer.objective.masks import covariance
+
+    logp, adv, mask = T([-1.0, -3.0], [-1.0, -3.0]), T(1.0, -1.0), torch.ones(2, 2)
+    assert covariance(logp, adv, mask).tolist() == [[1.0, -1.0], [-1.0, 1.0]]
+    kl = ObjectiveSettings.preset("grpo", max_len=4, surrogate="kl_cov", kl_cov_ratio=0.5, kl_cov_coef=1.0)
+    assert covariance_selection(logp, logp, adv, mask, kl).tolist() == [[True, False], [False, True]]
+    clip = ObjectiveSettings.preset("grpo", max_len=4, clip_cov_ratio=0.5, clip_cov_bounds=(0.5, 2.0))
+    assert covariance_selection(logp, logp, adv, mask, clip).tolist() == [[True, False], [False, True]]
+    moved = logp + T([0.0, 0.0], [0.0, -0.5])  # r = e^0.5 on the second response's last token, A < 0: clipped
+    assert covariance_selection(moved, logp, adv, mask, clip).tolist() == [[True, False], [False, False]]
+
+
+def test_kl_cov_penalises_only_its_tokens_and_clip_cov_cuts_theirs():
+    """Token mean over 4 tokens at r = e^(0.5) on the picked tokens: KL-Cov adds β·|log r| = 0.5 there and keeps the
+    unclipped −r·A everywhere; Clip-Cov zeroes the picked tokens' loss and gradient."""
+    logp = T([-1.0, -3.0], [-1.0, -3.0]).requires_grad_(True)
+    old = logp.detach() - T([0.5, 0.0], [0.0, 0.5])  # the tokens of covariance 1 moved up by 0.5
+    adv, mask, r = T(1.0, -1.0), torch.ones(2, 2), math.exp(0.5)
+    kl = ObjectiveSettings.preset("grpo", max_len=4, aggregation="token_mean", surrogate="kl_cov", kl_cov_ratio=0.5,
+                                  kl_cov_coef=1.0)  # fmt: skip
+    out = policy_loss(logp, old, adv, mask, kl)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx((-r + 0.5 - 1.0 + 1.0 + r + 0.5) / 4, abs=1e-12)
+    assert logp.grad.flatten().tolist() == pytest.approx([(-r + 1) / 4, -1 / 4, 1 / 4, (r + 1) / 4], abs=1e-12)
+    logp.grad = None
+    clip = ObjectiveSettings.preset("grpo", max_len=4, aggregation="token_mean", clip_cov_ratio=0.5,
+                                    clip_cov_bounds=(0.5, 2.0), clip_high=1.0, clip_low=0.9)  # fmt: skip
+    out = policy_loss(logp, old, adv, mask, clip)
+    out.loss.backward()
+    assert logp.grad.flatten().tolist() == pytest.approx([0.0, -1 / 4, 1 / 4, 0.0], abs=1e-12)
+    assert out.metrics[M.COV_SELECTED_FRAC].item() == 0.5

@@ -80,6 +80,16 @@ def test_dapo_without_dynamic_sampling_maps_its_other_switches():
         (["train.reference_kl=true"], "train.reference_kl"),
         (["train.mini_batches=3"], "train.mini_batches"),
         (["train.micro_batch_size=48"], "train.micro_batch_size"),
+        (["objective.surrogate=cispo"], "objective.aggregation"),  # TRL's cispo has the token-mean loss only
+        (["objective.clip_cov_ratio=0.001", "objective.clip_cov_bounds=[1,5]"], "objective.clip_cov_ratio"),
+        (
+            ["objective.surrogate=kl_cov", "objective.kl_cov_ratio=0.002", "objective.kl_cov_coef=1"],
+            "objective.aggregation",
+        ),
+        (
+            ["objective.rollout_correction=token_truncate", "objective.rollout_correction_max=2"],
+            "objective.rollout_correction",
+        ),
     ],
 )
 def test_a_switch_trl_cannot_express_is_a_one_line_error_naming_it(sets, key):

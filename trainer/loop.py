@@ -25,6 +25,7 @@ from trainer.objective import (
     ObjectiveSettings,
     advantage_metrics,
     compute_advantages,
+    covariance_selection,
     dynamic_sampling_filter,
     group_outcome_metrics,
     loss_mask,
@@ -250,15 +251,19 @@ class Trainer:
         with torch.no_grad():
             return self._fitting(everything, work)
 
-    def _entropies(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> torch.Tensor:
-        """[len(rows), L] entropy of every response token of `rows` under the policy now (0 after its end): what
-        a batch-wide statistic of the loss (the top-entropy quantile) is taken over."""
+    def _batch_view(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """([len(rows), L] log-probability, entropy) of every response token of `rows` under the policy now (0 after
+        its end): what a batch-wide statistic of the loss (the top-entropy quantile, the covariance selection of
+        Clip-Cov and KL-Cov) is taken over, before the micro-batches of the update."""
+        P = int(t["prompt_len"])
 
-        def work() -> torch.Tensor:
-            out = torch.zeros(t["resp_mask"].shape, device=self.device)
+        def work() -> tuple[torch.Tensor, torch.Tensor]:
+            logp, entropy = (torch.zeros(t["resp_mask"].shape, device=self.device) for _ in range(2))
             for part, w in self._micro(rows, t):
-                out[part, :w] = token_entropy(self._logits(self.policy, t, part, w))
-            return out[rows]
+                logits = self._logits(self.policy, t, part, w)
+                logp[part, :w] = token_logprobs(logits, t["ids"][part, P : P + w])
+                entropy[part, :w] = token_entropy(logits)
+            return logp[rows], entropy[rows]
 
         with torch.no_grad():
             return self._fitting(rows, work)
@@ -305,16 +310,35 @@ class Trainer:
         for _ in range(self.cfg.epochs):
             order = torch.randperm(n, generator=gen).to(self.device) if several else torch.arange(n, device=self.device)
             for mini in order.tensor_split(self.cfg.mini_batches):
+                view = None  # the policy's log-probs and entropies over the whole optimisation batch, when needed
+                if self.obj.needs_batch_entropy or self.obj.needs_batch_covariance:
+                    view = self._batch_view(mini, t)
                 norm = Normaliser.from_mask(  # counts of the whole optimisation batch
                     mask[mini],
                     self.obj.max_len,
-                    entropy=self._entropies(mini, t) if self.obj.needs_batch_entropy else None,
+                    entropy=None if view is None else view[1],
                     top_entropy_quantile=self.obj.top_entropy_quantile,
                 )
+                selected = None
+                if view is not None and self.obj.needs_batch_covariance:
+                    seed = np.random.SeedSequence([self.seed, step, 11, len(per_step)]).generate_state(1)[0]
+                    pick = covariance_selection(
+                        view[0],
+                        old[mini] if several else view[0],
+                        advantages[mini],
+                        mask[mini],
+                        self.obj,
+                        torch.Generator().manual_seed(int(seed)),
+                    )
+                    selected = torch.zeros(mask.shape, dtype=torch.bool, device=self.device)
+                    selected[mini] = pick.to(self.device)
                 coef = self.entropy_coef.applied()
 
                 def accumulate(
-                    mini: torch.Tensor = mini, norm: Normaliser = norm, coef: float = coef
+                    mini: torch.Tensor = mini,
+                    norm: Normaliser = norm,
+                    coef: float = coef,
+                    selected: torch.Tensor | None = selected,
                 ) -> list[dict[str, float]]:
                     parts = []
                     for rows, w in self._micro(mini, t):
@@ -331,6 +355,7 @@ class Trainer:
                             norm=norm,
                             rollout_logp=t["rollout_logp"][rows, :w],
                             entropy_coef=coef,
+                            cov_selected=None if selected is None else selected[rows, :w],
                         )
                         if not torch.isfinite(out.loss):
                             raise self._diverged(step, f"loss is {out.loss.item()}")

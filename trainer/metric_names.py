@@ -44,6 +44,7 @@ ENTROPY_TRAINED = "policy/entropy_trained"  # token mean over the trained tokens
 ENTROPY_COEF = "policy/entropy_coef"  # the entropy bonus's coefficient applied (adaptive: before this step's update)
 OFF_POLICY_MASKED_FRAC = "policy/off_policy_masked_frac"  # responses the off-policy mask left out
 ROLLOUT_WEIGHT_MEAN = "policy/rollout_weight_mean"  # the rollout correction's mean weight over loss tokens
+COV_SELECTED_FRAC = "policy/cov_selected_frac"  # loss tokens Clip-Cov cut or KL-Cov penalised
 KL = "policy/kl"
 LOSS = "policy/loss"
 GRAD_NORM = "policy/grad_norm"

@@ -51,6 +51,10 @@ TABLE: dict[str, str] = {
     "objective.sapo_temperature": "`sapo_temperature_pos`, `sapo_temperature_neg`",
     "objective.vespo_k": "`vespo_k_pos`, `vespo_k_neg`",
     "objective.vespo_lambda": "`vespo_lambda_pos`, `vespo_lambda_neg`",
+    "objective.kl_cov_ratio": "TRL has no KL-Cov (objective.surrogate kl_cov is an error)",
+    "objective.kl_cov_coef": "TRL has no KL-Cov",
+    "objective.clip_cov_ratio": "TRL has no Clip-Cov: set is an error",
+    "objective.clip_cov_bounds": "TRL has no Clip-Cov",
     "objective.entropy_coef": "`entropy_coef`",
     "objective.entropy_target": "`use_adaptive_entropy=True`, `entropy_target`, `entropy_coef_min=0`",
     "objective.entropy_coef_step": "`entropy_coef_delta`",
@@ -130,6 +134,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
             f"objective.aggregation: {o.aggregation} with objective.surrogate {o.surrogate} "
             "(TRL's loss_type has no equivalent)"
         )
+    if o.clip_cov_ratio is not None:
+        out.append(f"objective.clip_cov_ratio: {o.clip_cov_ratio:g} (TRL has no Clip-Cov)")
     if o.rollout_correction is not None and r.backend != "vllm":
         out.append(
             f"objective.rollout_correction: {o.rollout_correction} (TRL corrects only vLLM's log-probabilities: "
@@ -278,6 +284,10 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "sapo_temperature": [args.sapo_temperature_pos, args.sapo_temperature_neg] if surrogate == "sapo" else None,
             "vespo_k": [args.vespo_k_pos, args.vespo_k_neg] if surrogate == "vespo" else None,
             "vespo_lambda": [args.vespo_lambda_pos, args.vespo_lambda_neg] if surrogate == "vespo" else None,
+            "kl_cov_ratio": None,
+            "kl_cov_coef": None,
+            "clip_cov_ratio": None,
+            "clip_cov_bounds": None,
             "entropy_coef": args.entropy_coef,
             "entropy_target": args.entropy_target if adaptive else None,
             "entropy_coef_step": args.entropy_coef_delta if adaptive else None,

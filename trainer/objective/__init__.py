@@ -16,7 +16,7 @@ from typing import Any
 # Imported on first use, so that `trainer.objective.settings` (a config's validation) needs no torch.
 _HOMES = {
     "advantages": ["ADVANTAGES", "advantage_metrics"],
-    "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS"],
+    "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS", "covariance_selection"],
     "regularisers": ["EntropyCoefficient", "entropy_bonus"],
     "surrogates": ["SURROGATES"],
     "terms": ["PolicyTerms"],
@@ -39,6 +39,7 @@ __all__ = [
     "SURROGATES",
     "ROLLOUT_CORRECTIONS",
     "TOKEN_WEIGHTS",
+    "covariance_selection",
     "EntropyCoefficient",
     "entropy_bonus",
     "PolicyTerms",

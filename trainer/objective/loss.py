@@ -14,7 +14,13 @@ from trainer import metric_names as M
 from trainer.objective.advantages import ADVANTAGES
 from trainer.objective.aggregation import AGGREGATIONS, Normaliser, masked
 from trainer.objective.kl import KL_ESTIMATORS
-from trainer.objective.masks import TOKEN_WEIGHTS, off_policy_mask, rollout_weight, trained_tokens
+from trainer.objective.masks import (
+    TOKEN_WEIGHTS,
+    covariance_selection,
+    off_policy_mask,
+    rollout_weight,
+    trained_tokens,
+)
 from trainer.objective.overlong import overlong_filter, soft_overlong_penalty
 from trainer.objective.ratios import RATIOS
 from trainer.objective.regularisers import entropy_bonus
@@ -63,14 +69,16 @@ def policy_loss(
     norm: Normaliser | None = None,
     rollout_logp: torch.Tensor | None = None,
     entropy_coef: float | None = None,
+    cov_selected: torch.Tensor | None = None,
 ) -> ObjectiveOutput:
     """L = agg_{i,t}( ℓ_it·Π_w w_it + β·KL_it ) − c·H̄, ℓ_it the configured surrogate at the configured ratio
     level, w the token weights (trainer.objective.masks) and H̄ the trained tokens' mean entropy.
 
     logp, old_logp, ref_logp, rollout_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
     `entropy` carries its graph when the loss has an entropy bonus; `entropy_coef` overrides the settings' (the
-    adaptive coefficient's value this step). `norm` holds the counts of the whole optimisation batch; leave it
-    None when the tensors are the whole batch. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO
+    adaptive coefficient's value this step). `norm` holds the counts of the whole optimisation batch and
+    `cov_selected` Clip-Cov's or KL-Cov's tokens picked over it (`covariance_selection`); leave them None when the
+    tensors are the whole batch. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO
     (arXiv 2503.20783), DAPO (arXiv 2503.14476), GSPO (arXiv 2507.18071) and their successors.
     """
     s = settings
@@ -87,7 +95,10 @@ def policy_loss(
         entropy,
         norm.entropy_floor,
     )
-    terms = replace(terms, rollout_weight=rollout_weight(terms, s))
+    if cov_selected is None and s.needs_batch_covariance:  # the tensors are the whole batch
+        gen = torch.Generator().manual_seed(0)
+        cov_selected = covariance_selection(logp.detach(), old_logp, advantages, mask, s, gen)
+    terms = replace(terms, rollout_weight=rollout_weight(terms, s), cov_selected=cov_selected)
     sur = SURROGATES[s.surrogate](terms, s)
     per_token = sur.loss
     for weight in TOKEN_WEIGHTS:
@@ -150,6 +161,8 @@ def policy_loss(
         if s.off_policy_threshold is not None:
             kept = off_policy_mask(terms, s)
             metrics[M.OFF_POLICY_MASKED_FRAC] = seq_share((kept == 0).expand_as(m))
+        if cov_selected is not None:
+            metrics[M.COV_SELECTED_FRAC] = token_share(cov_selected)
         if terms.rollout_weight is not None:
             weight = terms.rollout_weight.expand_as(logp).detach()
             metrics[M.ROLLOUT_WEIGHT_MEAN] = masked(weight, m).sum().double() / n_tok

@@ -74,6 +74,72 @@ def rollout_weight(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
     return fn(t.old_logp, rollout, t.mask, s.rollout_correction_min, s.rollout_correction_max)
 
 
+# ---- Clip-Cov and KL-Cov: tokens picked by the covariance of log π and A -----------------------------------------
+def covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Cov_it = (A_it − Ā)·(log π_it − l̄), Ā and l̄ the means over the batch's loss tokens (log π detached).
+
+    Cui et al. 2025, The Entropy Mechanism of RL for Reasoning LMs (arXiv 2505.22617), eq. 11: the entropy change
+    of a policy-gradient step goes with minus this covariance, so a few tokens of high covariance drive entropy
+    collapse.
+    """
+    m = mask.to(logp.dtype)
+    n = m.sum().clamp(min=1)
+    adv = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).expand_as(logp).to(logp.dtype)
+    lp = logp.detach()
+    return (adv - (adv * m).sum() / n) * (lp - (lp * m).sum() / n)
+
+
+def covariance_selection(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    s: ObjectiveSettings,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor | None:
+    """The tokens Clip-Cov or KL-Cov act on, over the whole optimisation batch ([B, T] bool; None when both are
+    off). n = max(⌊ratio·N⌋, 1) of the N loss tokens (arXiv 2505.22617, §4):
+
+    - KL-Cov: the n tokens of highest covariance;
+    - Clip-Cov: n tokens drawn uniformly (with `generator`) among those with ω_low < Cov < ω_high that the clip
+      did not already clip.
+    """
+    if not s.needs_batch_covariance:
+        return None
+    from trainer.objective.clipping import clipped_surrogate
+    from trainer.objective.ratios import RATIOS
+
+    m = mask.bool()
+    cov = covariance(logp, advantages, mask)
+    ratio = s.kl_cov_ratio if s.kl_cov_ratio is not None else s.clip_cov_ratio
+    assert ratio is not None
+    n = max(int(ratio * int(m.sum())), 1)
+    out = torch.zeros_like(m)
+    if s.kl_cov_ratio is not None:
+        flat = torch.where(m, cov, torch.full_like(cov, -torch.inf)).flatten()
+        top = flat.topk(min(n, int(m.sum()))).indices
+        out.view(-1)[top] = True
+        return out
+    assert s.clip_cov_bounds is not None
+    low, high = s.clip_cov_bounds
+    clipped = clipped_surrogate(RATIOS[s.ratio](logp, old_logp, mask), advantages, s.clip_low, s.clip_high).clipped
+    eligible = ((cov > low) & (cov < high) & m & ~clipped).flatten().nonzero()[:, 0]
+    pick = eligible[torch.randperm(len(eligible), generator=generator)[:n]]
+    out.view(-1)[pick] = True
+    return out
+
+
+def clip_cov_mask(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """M_it = 0 for Clip-Cov's tokens (their loss, so their gradient, is cut), 1 elsewhere; None when off.
+
+    Clip-Cov: Cui et al. 2025 (arXiv 2505.22617), §4.2: a random few tokens of high covariance lose their gradient.
+    """
+    if s.clip_cov_ratio is None:
+        return None
+    assert t.cov_selected is not None
+    return (~t.cov_selected).to(t.logp.dtype)
+
+
 # ---- masks on the policy's own tokens ---------------------------------------------------------------------------
 def off_policy_mask(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
     """M_i = 1[A_i ≥ 0 or (1/T_i) Σ_t (log π_rollout(o_it) − log π_θ(o_it)) ≤ δ], one per response ([B, 1]).
@@ -122,8 +188,10 @@ def rollout_correction(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | N
 
 
 TOKEN_WEIGHTS: tuple[Callable[[PolicyTerms, ObjectiveSettings], torch.Tensor | None], ...] = (
+    clip_cov_mask,
     off_policy_mask,
     top_entropy_mask,
     rollout_correction,
 )
-"""Every weight on the per-token loss, applied in this order (TRL's: off-policy, entropy, rollout)."""
+"""Every weight on the per-token loss, applied in this order (TRL's for the three it has: off-policy, entropy,
+rollout)."""

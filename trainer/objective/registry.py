@@ -67,7 +67,7 @@ RATIOS: Registry = Registry(
 )
 KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3"))
 SURROGATES: Registry = Registry(
-    "surrogate (clipping form)", "trainer.objective.surrogates", ("clip", "cispo", "sapo", "vespo")
+    "surrogate (clipping form)", "trainer.objective.surrogates", ("clip", "cispo", "sapo", "vespo", "kl_cov")
 )
 ROLLOUT_CORRECTIONS: Registry = Registry(
     "rollout correction",

@@ -44,18 +44,19 @@ class ObjectiveSettings(BaseModel):
     """The clipping form, how the ratio enters the loss: clip (PPO's clipped surrogate; GRPO, DAPO, GSPO), cispo
     (MiniMax-M1: the ratio capped at 1 + clip_high and detached, times A·log π), sapo (a smooth gate in place of
     the clip, temperatures `sapo_temperature`), vespo (a Gamma weight of the sequence's ratio, `vespo_k` and
-    `vespo_lambda`; needs the token ratio)."""
+    `vespo_lambda`; needs the token ratio), kl_cov (KL-Cov: the unclipped ratio, with a |log r| penalty on the
+    tokens of highest covariance, `kl_cov_ratio` and `kl_cov_coef`)."""
     clip_low: float = Field(ge=0, lt=1)
     """ε_low: the ratio is clipped below at 1 − ε_low (0.2; GSPO 3e-4). Used by the clip surrogate only."""
     clip_high: float = Field(ge=0)
     """ε_high: the ratio is clipped above at 1 + ε_high (0.2; DAPO clip-higher 0.28; GSPO 4e-4); CISPO caps its
     weight at 1 + ε_high (ScaleRL's cap 5 is ε_high 4)."""
-    sapo_temperature: tuple[float, float] | None
+    sapo_temperature: tuple[float, float] | None = Field(strict=False)
     """SAPO's gate temperatures (τ for A > 0, τ for A < 0), each > 0 (the paper's 1.0 and 1.05); null unless
     surrogate is sapo."""
-    vespo_k: tuple[float, float] | None
+    vespo_k: tuple[float, float] | None = Field(strict=False)
     """VESPO's Gamma shape k (for A ≥ 0, for A < 0), each > 0 (2 and 3); null unless surrogate is vespo."""
-    vespo_lambda: tuple[float, float] | None
+    vespo_lambda: tuple[float, float] | None = Field(strict=False)
     """VESPO's Gamma rate λ (for A ≥ 0, for A < 0), each > 0 (3 and 2); null unless surrogate is vespo."""
     dual_clip: float | None = Field(gt=1)
     """Dual-clip constant c > 1: for A < 0 the loss is capped at −c·A (verl 3, DAPO recipe 10); null = off."""
@@ -64,6 +65,18 @@ class ObjectiveSettings(BaseModel):
     DAPO, TRL). β > 0 needs reference log-probs."""
     kl_estimator: str
     """KL estimator for the loss and the policy/kl metric: k1, k2 or k3 (GRPO uses k3)."""
+    kl_cov_ratio: float | None = Field(gt=0, le=1)
+    """KL-Cov's k: the share of the batch's loss tokens, those of highest covariance of log π and A, that get the
+    |log r| penalty (the paper's 2e-3 for 7B models, 2e-4 for 32B); null unless surrogate is kl_cov."""
+    kl_cov_coef: float | None = Field(gt=0)
+    """KL-Cov's β, the weight of the penalty (the paper's 1); null unless surrogate is kl_cov."""
+    clip_cov_ratio: float | None = Field(gt=0, le=1)
+    """Clip-Cov's r: the share of the batch's loss tokens whose gradient is cut, drawn at random among those whose
+    covariance of log π and A lies within `clip_cov_bounds` (and that the clip left alone); the paper's 2e-4.
+    null = off."""
+    clip_cov_bounds: tuple[float, float] | None = Field(strict=False)
+    """Clip-Cov's (ω_low, ω_high), the covariance band its tokens are drawn from (the paper's 1 and 5); set exactly
+    when clip_cov_ratio is."""
     entropy_coef: float = Field(ge=0)
     """Entropy bonus: the loss minus entropy_coef × the token-mean entropy of the tokens trained on (0 = off).
     With entropy_target set, the coefficient's starting value."""
@@ -133,6 +146,13 @@ class ObjectiveSettings(BaseModel):
                 raise ValueError(f"{field} is set exactly when surrogate is '{owner}' (surrogate: {self.surrogate})")
             if value is not None and min(value) <= 0:
                 raise ValueError(f"{field} must be two values > 0, got {list(value)}")
+        on = self.surrogate == "kl_cov"
+        if on != (self.kl_cov_ratio is not None) or on != (self.kl_cov_coef is not None):
+            raise ValueError("kl_cov_ratio and kl_cov_coef are set exactly when surrogate is 'kl_cov'")
+        if (self.clip_cov_ratio is None) != (self.clip_cov_bounds is None):
+            raise ValueError("clip_cov_ratio and clip_cov_bounds are set together or not at all")
+        if self.clip_cov_bounds is not None and not self.clip_cov_bounds[0] < self.clip_cov_bounds[1]:
+            raise ValueError(f"clip_cov_bounds must be (low, high) with low < high, got {list(self.clip_cov_bounds)}")
         if self.dual_clip is not None and self.surrogate != "clip":
             raise ValueError(f"dual_clip caps the clip surrogate's loss; surrogate '{self.surrogate}' has no clip")
         if self.surrogate == "vespo" and self.per_sequence_ratio:
@@ -168,6 +188,11 @@ class ObjectiveSettings(BaseModel):
         """Whether the loss needs the whole optimisation batch's entropies first (the top-entropy quantile)."""
         return self.top_entropy_quantile < 1
 
+    @property
+    def needs_batch_covariance(self) -> bool:
+        """Whether the loss picks tokens by the covariance of log π and A over the whole batch (Clip-Cov, KL-Cov)."""
+        return self.clip_cov_ratio is not None or self.kl_cov_ratio is not None
+
 
 _REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
@@ -193,6 +218,10 @@ _COMMON: dict[str, Any] = dict(
     sapo_temperature=None,
     vespo_k=None,
     vespo_lambda=None,
+    kl_cov_ratio=None,
+    kl_cov_coef=None,
+    clip_cov_ratio=None,
+    clip_cov_bounds=None,
     entropy_coef=0.0,
     entropy_target=None,
     entropy_coef_step=None,

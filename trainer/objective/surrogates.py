@@ -65,6 +65,19 @@ def sapo(t: PolicyTerms, s: ObjectiveSettings) -> Surrogate:
     return _unclipped(-torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau * t.adv, ratio)
 
 
+@SURROGATES.register("kl_cov", folds_rollout_correction=False)
+def kl_cov(t: PolicyTerms, s: ObjectiveSettings) -> Surrogate:
+    """ℓ_it = −r_it·A_i + β·1[it ∈ K]·|log r_it|, K the batch's tokens of highest covariance of log π and A.
+
+    KL-Cov: Cui et al. 2025 (arXiv 2505.22617), §4.2, eq. 13: no clip; a KL-like penalty holds back only the few
+    tokens whose updates drive entropy down. K is picked over the whole optimisation batch (`PolicyTerms.cov_selected`).
+    """
+    assert s.kl_cov_coef is not None and t.cov_selected is not None
+    ratio = _ratio(t)
+    penalty = s.kl_cov_coef * t.cov_selected.to(ratio.dtype) * t.log_ratio.abs()
+    return _unclipped(-ratio * t.adv + penalty, ratio)
+
+
 @SURROGATES.register("vespo", folds_rollout_correction=True)
 def vespo(t: PolicyTerms, s: ObjectiveSettings) -> Surrogate:
     """ℓ_it = −sg(φ(w_i))·A_i·log π_θ(o_it), φ(w) = e^λ·w^k·e^(−λw) (φ(1) = 1), w_i = Π_t r_it.

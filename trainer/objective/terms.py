@@ -29,6 +29,9 @@ class PolicyTerms:
     """The optimisation batch's entropy at its 1 − ρ quantile (the top-entropy mask)."""
     rollout_weight: torch.Tensor | None = None
     """The rollout correction's weight, [B, T] or [B, 1], when on (set by trainer.objective.masks)."""
+    cov_selected: torch.Tensor | None = None
+    """Clip-Cov's or KL-Cov's tokens, [B, T] bool, picked over the whole optimisation batch
+    (trainer.objective.masks.covariance_selection), when either is on."""
 
     @property
     def adv(self) -> torch.Tensor:
