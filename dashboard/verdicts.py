@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from fnmatch import fnmatchcase
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import context
 from harness.analysis.claims import Verdict
 from harness.analysis.sequential import Track
-from harness.analysis.verdict_table import verdict_rows, why
+from harness.analysis.verdict_table import competing_rows, verdict_rows, why
 from harness.config.claims import Claim
 
 PAGE_METRICS: dict[str, tuple[str, ...]] = {
@@ -117,6 +118,15 @@ def panel(page: str) -> None:
         f"against its threshold, Holm-adjusted across all {len(found)} (as `harness claims`). Reproduced: "
         "Holm p < 0.05 on the claimed side; contradicted: on the other; inconclusive: neither."
     )
+    competing = [row for row in competing_rows(found) if row["claim"] in {v.claim.id for v in shown}]
+    if competing:
+        st.markdown("**Competing claims: which paper holds on these runs**")
+        for question in dict.fromkeys(row["question"] for row in competing):
+            st.caption(question)
+            rows = [
+                {k: x for k, x in row.items() if k != "question"} for row in competing if row["question"] == question
+            ]
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     record = context.sequential(context.tracking_uri(), key)
     for v, row in zip(shown, verdict_rows(shown)):
         track = record.track(v.claim.id) if record else None

@@ -343,7 +343,7 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.analysis.verdict_table import verdict_rows
+    from harness.analysis.verdict_table import competing_rows, verdict_rows
 
     table = Table(title=f"{name}: claims (α = {alpha}, Holm across {len(verdicts)})", title_justify="left")
     shown = ("claim", "verdict", "paper", "metric @ at", "contrast", "claimed", "effect", "p", "p (Holm)", "n")
@@ -360,6 +360,20 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
         print(v.summary())
         if v.claim.quote:
             print(f"  {v.claim.source()}: “{v.claim.quote}”")
+    rows = competing_rows(verdicts)
+    if rows:
+        table = Table(title="Competing claims: which paper holds on these runs", title_justify="left")
+        shown = ("paper", "claim", "statement", "verdict", "effect [95% CI]", "p (Holm)")
+        for col in shown:
+            table.add_column(col, overflow="fold")
+        question = None
+        for row in rows:
+            if row["question"] != question:
+                question = row["question"]
+                table.add_section()
+                table.add_row(f"[bold]{question}[/]", *[""] * (len(shown) - 1))
+            table.add_row(*(row[k] for k in shown))
+        Console(width=200).print(table)
 
 
 def _eval(args: argparse.Namespace) -> int:

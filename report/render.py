@@ -16,6 +16,7 @@ import pandas as pd
 from harness.analysis.verdict_table import (
     SEQUENTIAL_NOTE,
     ci,
+    competing_rows,
     num,
     pval,
     sequential_rows,
@@ -155,6 +156,10 @@ CLAIMS_NOTE = (
     "80% power and α/m; or a small effect, the CI within the threshold ± the smallest effect of interest). "
     'Failed and diverged runs are counted per side: at the worst value seen for a "not worse" claim (or when '
     "the claim says so), else left out. A claim with no quote is harness's own."
+)
+COMPETING_NOTE = (
+    "Claims of different papers that answer the same question (the claims' `question`), side by side: which paper "
+    "holds on these runs. Each verdict is the one above (Holm across all the sweep's claims)."
 )
 
 
@@ -300,6 +305,15 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
             *[f"- {line}" for line in verdict_runs(r)],
             "",
         ]
+        if competing_rows(r.verdicts):
+            out += [
+                "## Competing claims",
+                "",
+                COMPETING_NOTE,
+                "",
+                markdown_table(pd.DataFrame(competing_rows(r.verdicts))),
+                "",
+            ]
     if r.findings:
         out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
     if r.warnings:
@@ -368,6 +382,12 @@ def to_html(r: Report) -> str:
             + "".join(f"<li>{esc(x)}</li>" for x in verdict_runs(r))
             + "</ul></details>",
         ]
+        if competing_rows(r.verdicts):
+            body += [
+                "<h2>Competing claims</h2>",
+                f"<p>{esc(COMPETING_NOTE)}</p>",
+                table(pd.DataFrame(competing_rows(r.verdicts))),
+            ]
     if r.findings:
         body += ["<h2>Findings</h2><ul>" + "".join(f"<li>{esc(f)}</li>" for f in r.findings) + "</ul>"]
     if r.warnings:

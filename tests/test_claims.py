@@ -583,3 +583,57 @@ def test_null_sweeps_reproduce_at_most_alpha():
         hits += any(v.verdict == "reproduced" for v in decide(claims, found, alpha=alpha))
     bound = alpha + 3 * np.sqrt(alpha * (1 - alpha) / n_sweeps)
     assert hits / n_sweeps <= bound, (hits, bound)
+
+
+def test_claims_of_one_question_from_two_papers_show_side_by_side():
+    """`question` groups claims about the same switch: shown together (in file order) only when two sources answer
+    it; the verdicts are the ones of the whole file (Holm across every claim)."""
+    from harness.analysis.verdict_table import competing_rows
+
+    q = "What does clipping do to entropy?"
+    claims = [
+        _claim(id="dapo", paper="2503.14476", question=q, quote="x", where="y"),
+        _claim(id="park", paper="2509.26114", question=q, quote="x", where="y", contrast={"arm": "C", "vs": "B"}),
+        _claim(id="alone", paper="2503.14476", question="Another?", quote="x", where="y"),
+        _claim(id="plain", paper="2503.14476", quote="x", where="y"),
+    ]
+    values = pd.DataFrame(
+        [(f"{a}{i}", a, i, v) for a, vs in {"A": [1.0, 1.1, 0.9, 1.05], "B": [0.0, 0.1, -0.1, 0.05],
+         "C": [-1.0, -1.1, -0.9, -1.05]}.items() for i, v in enumerate(vs)],
+        columns=["run_id", "arm", "seed", "value"],
+    )  # fmt: skip
+    settings = {a: {} for a in "ABC"}
+    verdicts = decide(claims, [evidence(c, values, [], settings) for c in claims])
+    rows = competing_rows(verdicts)
+    assert [(r["question"], r["claim"], r["paper"]) for r in rows] == [
+        (q, "dapo", "arXiv 2503.14476"),
+        (q, "park", "arXiv 2509.26114"),
+    ]
+    assert rows[0]["verdict"] == "reproduced" and rows[1]["verdict"] == "contradicted"
+    assert rows[0]["p (Holm)"] == ("< 0.001" if verdicts[0].p_holm < 0.001 else f"{verdicts[0].p_holm:.3g}")
+    assert competing_rows([v for v in verdicts if v.claim.id != "park"]) == []  # one source: nothing to compare
+
+
+def test_harness_claims_and_the_report_show_the_competing_claims(tmp_path, capsys):
+    """Through MLflow: two papers' claims on one question, printed by `harness claims` under its own table and in
+    the report's Markdown as "Competing claims"."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    curves = {"A": [0.30, 0.31, 0.29], "B": [0.20, 0.21, 0.19], "C": [0.10, 0.12, 0.11]}
+    runs = [FakeRun(a, s, values={"policy/entropy": [v, v]}) for a, vs in curves.items() for s, v in enumerate(vs)]
+    q = "What does clipping do to entropy?"
+    base = {"metric": "policy/entropy", "direction": "increase", "question": q, "quote": "q", "where": "w"}
+    claims = [
+        {**base, "id": "dapo", "statement": "A above B.", "paper": "2503.14476", "contrast": {"arm": "A", "vs": "B"}},
+        {**base, "id": "park", "statement": "C above B.", "paper": "2509.26114", "contrast": {"arm": "C", "vs": "B"}},
+    ]
+    write_sweep(uri, runs, name="ent", sweep_id="ent", experiment="ent",
+                spec={"name": "ent", "seeds": [0, 1, 2], "claims": claims})  # fmt: skip
+    main(["claims", "ent", "--tracking-uri", uri])
+    out = capsys.readouterr().out
+    block = out[out.index("Competing claims") :]
+    assert q in block and block.index("dapo") < block.index("park"), block
+    assert "reproduced" in block and "contradicted" in block
+    assert main(["report", "ent", "--tracking-uri", uri, "--out", str(tmp_path / "r"), "--format", "md"]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    section = md[md.index("## Competing claims") :]
+    assert f"| {q} | arXiv 2503.14476 | dapo |" in section and "| arXiv 2509.26114 | park |" in section

@@ -40,6 +40,34 @@ def why(v: Verdict) -> str:
     return ""
 
 
+def competing_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
+    """The claims that share a `question` with another paper's claim, grouped by question in file order: one row
+    per claim (question, paper, statement, verdict, effect with its CI, Holm p). Empty when no question has
+    claims from two sources."""
+    by_question: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        if v.claim.question:
+            by_question.setdefault(v.claim.question, []).append(v)
+    rows = []
+    for question, group in by_question.items():
+        if len({v.claim.paper or "harness" for v in group}) < 2:
+            continue
+        for v in group:
+            reason = why(v)
+            rows.append(
+                {
+                    "question": question,
+                    "paper": f"arXiv {v.claim.paper}" if v.claim.paper else "harness",
+                    "claim": v.claim.id,
+                    "statement": v.claim.statement,
+                    "verdict": v.verdict + (f" ({reason.split(':')[0]})" if reason else ""),
+                    "effect [95% CI]": f"{num(v.effect, True)} {ci(v.low, v.high, True)}",
+                    "p (Holm)": pval(v.p_holm),
+                }
+            )
+    return rows
+
+
 def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
     """One row per claim: the verdict first (with why, for an inconclusive one), then what it rests on: the
     paper (with where the quote is), the contrast and its result, the failed runs per side, the paper's words."""

@@ -135,6 +135,10 @@ class Claim(BaseModel):
     """The claim in one sentence."""
     paper: str | None = None
     """The paper's arXiv id, e.g. 2503.20783; none for a claim of harness's own (e.g. that two engines agree)."""
+    question: str | None = Field(None, min_length=1)
+    """The question the claim answers, in words, shared by the claims of other papers about the same switch (e.g.
+    "What does clipping do to entropy?"): `harness claims`, the report and the dashboard show the claims of one
+    question side by side, so that a reader sees which paper holds on these runs."""
     metric: str | Ratio | Difference
     """A logged metric (trainer.metric_names), {ratio: [numerator, denominator]} or {difference: [first, second]}."""
     at: AtField = At.parse(DEFAULT_AT)
