@@ -289,3 +289,22 @@ def test_a_claim_on_every_arm_shows_each_arm(tmp_path, monkeypatch):
     assert "**REPRODUCED**" in box and "harness's own claim" in box, box
     assert "n = 3/3 runs in 2 arms" in box and "By arm (the deciding one first):" in box, box
     assert box.index("group\\_mean aggregation=constant +0.035") < box.index("group\\_std"), box
+
+
+def test_competing_claims_show_side_by_side_on_their_page(tmp_path, monkeypatch):
+    """Two papers' claims on one question: the entropy page shows them in one table under the question, each with
+    its verdict, before the claims' own boxes."""
+    q = "What does clipping do to entropy?"
+    claims = [
+        {**CLAIMS[1], "id": "dapo", "paper": "2503.14476", "question": q, "quote": "x", "where": "y"},
+        {**CLAIMS[1], "id": "park", "paper": "2509.26114", "question": q, "quote": "x", "where": "y",
+         "direction": "increase", "min_effect": None},
+    ]  # fmt: skip
+    at = _visit(_app(_store(tmp_path, claims=claims), monkeypatch), "entropy_clipping")
+    assert any("Competing claims" in m.value for m in at.markdown), [m.value for m in at.markdown]
+    assert q in [c.value for c in at.caption]
+    [frame] = [d.value for d in at.dataframe if "paper" in d.value.columns]
+    assert frame["claim"].tolist() == ["dapo", "park"] and frame["paper"].tolist() == [
+        "arXiv 2503.14476",
+        "arXiv 2509.26114",
+    ]
