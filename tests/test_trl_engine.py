@@ -136,9 +136,26 @@ def test_without_trl_the_engine_is_a_one_line_error_naming_the_extra(monkeypatch
 
 
 def test_settings_read_back_from_grpo_config_are_the_run_config():
-    """The table both ways: a run config → GRPOConfig → harness's settings gives the config's mapped fields."""
-    for preset in ("grpo", "dr_grpo", "gspo"):
-        cfg = _cfg(f"objective.preset={preset}", "train.mini_batches=2", "train.epochs=2", "train.micro_batch_size=16")
+    """The table both ways: a run config → GRPOConfig → harness's settings gives the config's mapped fields, for
+    every preset TRL can run and with the newer switches set."""
+    newer = (
+        "objective.top_entropy_quantile=0.3",
+        "objective.off_policy_threshold=0.5",
+        "objective.entropy_coef=0.01",
+        "objective.entropy_target=0.2",
+        "objective.entropy_coef_step=0.005",
+        "objective.entropy_coef_max=0.5",
+    )
+    for preset, extra in [(p, ()) for p in ("grpo", "dr_grpo", "gspo", "cispo", "sapo", "luspo", "vespo")] + [
+        ("grpo", newer)
+    ]:
+        cfg = _cfg(
+            f"objective.preset={preset}",
+            "train.mini_batches=2",
+            "train.epochs=2",
+            "train.micro_batch_size=16",
+            *extra,
+        )
         args = trl.GRPOConfig(
             output_dir="unused", report_to="none", bf16=False, **grpo_args(cfg.objective, cfg.rollout, cfg.train)
         )
@@ -146,7 +163,11 @@ def test_settings_read_back_from_grpo_config_are_the_run_config():
         for section in ("objective", "rollout", "train"):
             mine = getattr(cfg, section).model_dump(mode="json")
             for key, value in back[section].items():
-                assert mine[key] == value, (preset, section, key)
+                assert mine[key] == pytest.approx(value) if isinstance(value, float) else mine[key] == value, (
+                    preset,
+                    section,
+                    key,
+                )
         assert not trl_problems(
             ObjectiveSettings(**back["objective"], dynamic_sampling_key="correct"), cfg.rollout, cfg.train
         )
