@@ -363,7 +363,7 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     rows = competing_rows(verdicts)
     if rows:
         table = Table(title="Competing claims: which paper holds on these runs", title_justify="left")
-        shown = ("paper", "claim", "statement", "verdict", "effect [95% CI]", "p (Holm)")
+        shown = ("paper", "claim", "verdict", "effect [95% CI]", "p (Holm)", "statement")
         for col in shown:
             table.add_column(col, overflow="fold")
         question = None

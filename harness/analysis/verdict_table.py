@@ -42,7 +42,7 @@ def why(v: Verdict) -> str:
 
 def competing_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
     """The claims that share a `question` with another paper's claim, grouped by question in file order: one row
-    per claim (question, paper, statement, verdict, effect with its CI, Holm p). Empty when no question has
+    per claim (question, paper, claim, verdict, effect with its CI, Holm p, statement). Empty when no question has
     claims from two sources."""
     by_question: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -59,10 +59,10 @@ def competing_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
                     "question": question,
                     "paper": f"arXiv {v.claim.paper}" if v.claim.paper else "harness",
                     "claim": v.claim.id,
-                    "statement": v.claim.statement,
                     "verdict": v.verdict + (f" ({reason.split(':')[0]})" if reason else ""),
                     "effect [95% CI]": f"{num(v.effect, True)} {ci(v.low, v.high, True)}",
                     "p (Holm)": pval(v.p_holm),
+                    "statement": v.claim.statement,
                 }
             )
     return rows
