@@ -258,7 +258,8 @@ class Trainer:
         P = int(t["prompt_len"])
 
         def work() -> tuple[torch.Tensor, torch.Tensor]:
-            logp, entropy = (torch.zeros(t["resp_mask"].shape, device=self.device) for _ in range(2))
+            shape, f32 = t["resp_mask"].shape, torch.float32  # the logits' dtype (`_logits`), whatever the default
+            logp, entropy = (torch.zeros(shape, dtype=f32, device=self.device) for _ in range(2))
             for part, w in self._micro(rows, t):
                 logits = self._logits(self.policy, t, part, w)
                 logp[part, :w] = token_logprobs(logits, t["ids"][part, P : P + w])
