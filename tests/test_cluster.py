@@ -1,5 +1,6 @@
 """Outgrowing one machine: a sweep across a real multi-node Ray cluster (three nodes on this host, each its own
-raylet and workers) that logs to a real MLflow tracking server over HTTP, and the same sweep when a node dies."""
+raylet and workers) that logs to a real MLflow tracking server over HTTP, and the same sweep when a node dies or the
+server stops for a while."""
 
 from __future__ import annotations
 
