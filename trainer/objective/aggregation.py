@@ -57,10 +57,17 @@ class Normaliser:
             values = entropy.detach()[m].double()
             if values.numel():
                 floor = float(torch.quantile(values, 1.0 - top_entropy_quantile))
-                trained = int(((entropy.detach().double() * m >= floor) & m).sum())
+                trained = int(at_or_above(entropy, mask, floor).sum())
             else:
                 trained = 0
         return cls(mask.shape[0], num_tokens, int((lengths > 0).sum()), max_len, floor, trained)
+
+
+def at_or_above(entropy: torch.Tensor, mask: torch.Tensor, floor: float) -> torch.Tensor:
+    """The loss tokens whose entropy is at or above `floor` ([B, T] bool), compared in float64: the one rule for
+    the top-entropy mask and its count."""
+    m = mask.bool()
+    return (entropy.detach().double() * m >= floor) & m
 
 
 def masked(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

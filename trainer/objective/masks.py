@@ -11,6 +11,9 @@ from collections.abc import Callable
 
 import torch
 
+from trainer.objective.aggregation import at_or_above
+from trainer.objective.clipping import clipped_surrogate
+from trainer.objective.ratios import RATIOS
 from trainer.objective.registry import ROLLOUT_CORRECTIONS, SURROGATES
 from trainer.objective.settings import ObjectiveSettings
 from trainer.objective.terms import PolicyTerms
@@ -31,7 +34,9 @@ def _drop(w: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
 
 
 @ROLLOUT_CORRECTIONS.register("token_truncate")
-def token_truncate(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+def token_truncate(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, low: float | None, high: float
+) -> torch.Tensor:
     """w_it = clip(π_old(o_it)/π_rollout(o_it), low, high): truncated importance sampling.
 
     Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training" (TIS), as TRL's
@@ -42,21 +47,27 @@ def token_truncate(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-
 
 
 @ROLLOUT_CORRECTIONS.register("token_mask")
-def token_mask(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+def token_mask(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, low: float | None, high: float
+) -> torch.Tensor:
     """w_it = π_old/π_rollout where it lies in [low, high], else 0 (the token leaves the loss): masked importance
     sampling, the masking variant of Yao et al. 2025's truncation (TRL's token_mask)."""
     return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask)), low, high)
 
 
 @ROLLOUT_CORRECTIONS.register("sequence_truncate")
-def sequence_truncate(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+def sequence_truncate(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, low: float | None, high: float
+) -> torch.Tensor:
     """w_i = clip(Π_t π_old/π_rollout, low, high), one weight per response ([B, 1]): Yao et al. 2025's truncated
     importance sampling on the whole response (TRL's sequence_truncate)."""
     return _truncate(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
 
 
 @ROLLOUT_CORRECTIONS.register("sequence_mask")
-def sequence_mask(old_logp, rollout_logp, mask, low, high):  # type: ignore[no-untyped-def]
+def sequence_mask(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, low: float | None, high: float
+) -> torch.Tensor:
     """w_i = Π_t π_old/π_rollout where it lies in [low, high], else 0 ([B, 1]): the response leaves the loss when its
     weight does (masked importance sampling after Yao et al. 2025; TRL's sequence_mask)."""
     return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
@@ -106,8 +117,6 @@ def covariance_selection(
     """
     if not s.needs_batch_covariance:
         return None
-    from trainer.objective.clipping import clipped_surrogate
-    from trainer.objective.ratios import RATIOS
 
     m = mask.bool()
     cov = covariance(logp, advantages, mask)
@@ -170,7 +179,7 @@ def trained_tokens(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor:
         raise ValueError("top_entropy_quantile < 1 needs the tokens' entropy")
     if t.entropy_floor is None:
         return torch.zeros_like(m)
-    return (t.entropy.detach().double() * m >= t.entropy_floor) & m
+    return at_or_above(t.entropy, t.mask, t.entropy_floor)
 
 
 def top_entropy_mask(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
