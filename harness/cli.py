@@ -411,6 +411,8 @@ def _tune(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri,
         executor=args.executor,
         address=args.address,
+        cpus_per_job=args.cpus_per_job,
+        gpus_per_job=args.gpus_per_job,
         timeout_s=args.timeout,
         retries=args.retries or 0,
     )
@@ -587,6 +589,15 @@ def _executor_options(parser: argparse.ArgumentParser, what: str, file_default: 
     parser.add_argument("--executor", choices=["local", "ray"], default="local", help=f"where {what} run")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
     parser.add_argument(
+        "--cpus-per-job",
+        type=_finite(0, inclusive=False),
+        default=1.0,
+        help=f"Ray: CPUs declared per one of the {what}",
+    )
+    parser.add_argument(
+        "--gpus-per-job", type=_finite(0, inclusive=True), default=0.0, help=f"Ray: GPUs declared per one of the {what}"
+    )
+    parser.add_argument(
         "--retries",
         type=_at_least(0),
         default=None,
@@ -651,12 +662,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_at_least(1),
         default=None,
         help="refuse a sweep of more jobs than this (default 10000), before expanding it",
-    )
-    sweep.add_argument(
-        "--cpus-per-job", type=_finite(0, inclusive=False), default=1.0, help="Ray: CPUs declared per job"
-    )
-    sweep.add_argument(
-        "--gpus-per-job", type=_finite(0, inclusive=True), default=0.0, help="Ray: GPUs declared per job"
     )
     sweep.add_argument(
         "--until-decided",

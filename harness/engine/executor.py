@@ -9,6 +9,7 @@ fresh worker, wait for attempts to end, kill attempts.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -188,6 +189,13 @@ def run_job(job: Job, tracking_uri: str, sweep_id: str, parent_run_id: str | Non
     ).run_id
 
 
+def in_worker(call: Callable[[], Any]) -> Any:
+    """An attempt's body in its worker: `call()`, without MLflow's "View run" lines (one pair per job's run when the
+    store is a server, printed by every worker into the sweep's output)."""
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    return call()
+
+
 def sweep_task(job: Job, sweep_id: str, parent_run_id: str | None) -> Task:
     """A sweep's job as a task: `run_job` in the worker."""
     return Task(
@@ -231,7 +239,7 @@ def run_attempts(
     def start(index: int, number: int) -> None:
         task = tasks[index]
         started_ms = int(time.time() * 1000)
-        handle = launcher.launch(partial(task.call, tracking_uri), f"harness-job-{task.job.job_id}")
+        handle = launcher.launch(partial(in_worker, partial(task.call, tracking_uri)), f"harness-job-{task.job.job_id}")
         now = time.monotonic()
         first_start.setdefault(index, now)
         active[handle] = _Attempt(index, number, now, started_ms)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engine.executor import RetryingExecutor
-from harness.runs.layout import SQLITE_PREFIX
+from harness.runs.layout import RAY_NODE_ENV, SQLITE_PREFIX
 from harness.runs.writer import failure_reason
 
 RAY_MISSING = "--executor ray needs the ray extra: pip install 'harness[ray]'"
@@ -34,7 +34,11 @@ _log = logging.getLogger(__name__)
 
 
 def _worker_entry(call: Callable[[], Any]) -> Any:
-    """Body of the Ray task (module level, so workers import it by name rather than by pickle)."""
+    """Body of the Ray task (module level, so workers import it by name rather than by pickle). The run it makes is
+    tagged with this worker's node (a fresh process per attempt: the variable is this attempt's alone)."""
+    import ray
+
+    os.environ[RAY_NODE_ENV] = ray.get_runtime_context().get_node_id()
     return call()
 
 

@@ -67,7 +67,7 @@ def fail_orphans(tracking_uri: str, experiment_name: str, sweep_id: str, reason:
     Assumes no process of this sweep is alive: call it when the sweep (re)starts, e.g. after the
     previous invocation was SIGKILLed and could not close its runs, holding the sweep's lock
     (`harness.engine.sweep.sweep_lock`), which no other live invocation then holds; its workers died
-    with it (`harness.engine.local.die_with_parent`).
+    with it (`harness.engine.local.die_with_parent`; Ray ends a dead driver's tasks).
     """
     client = MlflowClient(tracking_uri)
     orphans = sweep_runs(client, experiment_name, sweep_id, "attributes.status = 'RUNNING'")

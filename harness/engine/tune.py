@@ -101,11 +101,14 @@ def run_tune(
     tracking_uri: str | None = None,
     executor: str = "local",
     address: str | None = None,
+    cpus_per_job: float = 1.0,
+    gpus_per_job: float = 0.0,
     timeout_s: float | None = None,
     retries: int = 0,
 ) -> TuneResult:
     """Create or resume the study, fail what a killed run left RUNNING, and run trials (`workers` at once, each
-    with the executor's `timeout_s` and `retries`) until `trials` finish."""
+    with the executor's `timeout_s` and `retries`, and on Ray `cpus_per_job`/`gpus_per_job`) until `trials`
+    finish."""
     from harness.runs.layout import default_tracking_uri
 
     plan = load_tune(path, overrides)
@@ -151,7 +154,14 @@ def run_tune(
             text=plan.source.read_text(),
         )
         runner = make_executor(
-            executor, workers=workers, timeout_s=timeout_s, retries=retries, address=address, log_to_driver=False
+            executor,
+            workers=workers,
+            timeout_s=timeout_s,
+            retries=retries,
+            address=address,
+            cpus_per_job=cpus_per_job,
+            gpus_per_job=gpus_per_job,
+            log_to_driver=False,
         )
         driver = _Trials(plan, study, url, parent, n_trials)
         try:

@@ -8,6 +8,7 @@ reads them; neither spells a tag's name itself. Each tag's docstring below says 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -50,13 +51,22 @@ SEQUENTIAL_TAG = "sequential"
 """"1" on the parent run of a sweep that has a `SEQUENTIAL_ARTIFACT`."""
 STUDY_TAG = "study"
 TRIAL_TAG = "trial"
+HOST_TAG = "host"
+"""The machine whose process made the run: its worker's (or, for an attempt whose worker died before making one,
+the driver's, which records the failure)."""
+RAY_NODE_TAG = "ray_node"
+"""The Ray node that trained the run (its node id), for a job of `--executor ray`; read from `RAY_NODE_ENV`."""
+RAY_NODE_ENV = "HARNESS_RAY_NODE"
+"""Set by the Ray executor in each worker process to its node's id."""
 
 RUN_NAME_MAX = 250
 """MLflow's limit on a run name (its `runs.name` column)."""
 
 
 def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
-    """A run's tags: sweep id, arm, config hash (= job id), seed, name, preset and the code version (git commit)."""
+    """A run's tags: sweep id, arm, config hash (= job id), seed, name, preset, the code version (git commit) and
+    where it ran (host, and Ray node in a Ray worker)."""
+    node = os.environ.get(RAY_NODE_ENV)
     return {
         SWEEP_ID_TAG: sweep_id,
         ARM_TAG: cfg.arm,
@@ -66,6 +76,8 @@ def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
         NAME_TAG: cfg.name,
         PRESET_TAG: cfg.objective_preset or "",
         GIT_COMMIT_TAG: _git_commit(),
+        HOST_TAG: socket.gethostname(),
+        **({RAY_NODE_TAG: node} if node else {}),
     }
 
 
