@@ -1,107 +1,52 @@
 """Outgrowing one machine: a sweep across a real multi-node Ray cluster (three nodes on this host, each its own
-raylet and workers) that logs to a real MLflow tracking server over HTTP, and the same sweep when a node dies or the
-server stops for a while."""
+raylet and workers) that logs to a real MLflow tracking server over HTTP; the same sweep when a node dies and then
+the driver, or when the server stops for a while; and a `harness tune` study across the nodes."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'harness[ray]'): cluster tests skipped")
 
+from local_cluster import TrackingServer, local_cluster  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray cluster and a tracking server
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
-LONG = 30
+LONG = 20
 """Steps of the jobs a fault hits: long enough to be caught running on every node."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the tracking server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"no tracking server at {url} after {timeout_s:.0f} s")
-
-
-class TrackingServer:
-    """`mlflow server` on 127.0.0.1, in its own process group (stopped with everything it started)."""
-
-    def __init__(self, root: Path):
-        self.root, self.port = root, _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        cmd = [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-            "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-            "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1",
-        ]  # fmt: skip
-        log = open(self.root / "server.log", "ab")  # the server's output, closed with its process
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        _wait_healthy(self.url, self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
-
-
-@pytest.fixture
-def tracking_server(tmp_path):
-    server = TrackingServer(tmp_path)
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory):
+    """One server for the module (starting one costs ~8 s here); each test's sweep is an experiment of its own."""
+    server = TrackingServer(tmp_path_factory.mktemp("tracking-server"))
     server.start()
     yield server
     server.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
-    """A head and two worker nodes, one CPU slot each: each job runs on a node of its own."""
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    workers = [c.add_node(num_cpus=1) for _ in range(2)]
-    c.wait_for_nodes()
-    c.workers = workers
-    yield c
-    c.shutdown()
+    """A head and two worker nodes, one CPU slot each: each job runs on a node of its own. One cluster for the
+    module (starting one costs ~12 s here); a test that removes a node puts a fresh one in its place."""
+    with local_cluster(3) as c:
+        yield c
 
 
-def _sweep_file(tmp_path: Path, toy_cache: Path, steps: int = STEPS) -> Path:
-    path = tmp_path / "cluster.yaml"
+def _sweep_file(tmp_path: Path, toy_cache: Path, name: str, steps: int = STEPS) -> Path:
+    path = tmp_path / f"{name}.yaml"
     path.write_text(
-        f"""name: cluster
+        f"""name: {name}
 base: {ROOT / "ablations" / "toy_run.yaml"}
 set:
   model.cache_dir: {toy_cache}
@@ -144,10 +89,10 @@ def _finish(proc: subprocess.Popen, timeout_s: float = 900) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def _job_runs(uri: str) -> dict[str, list]:
-    """Each job id's runs in the cluster sweep's experiment."""
+def _job_runs(uri: str, name: str) -> dict[str, list]:
+    """Each job id's runs in the experiment of sweep `name`."""
     client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("cluster")
+    exp = client.get_experiment_by_name(name)
     runs = client.search_runs([exp.experiment_id], "tags.job_id != ''", max_results=1000)
     out: dict[str, list] = {}
     for run in runs:
@@ -155,9 +100,9 @@ def _job_runs(uri: str) -> dict[str, list]:
     return out
 
 
-def _one_finished_run_each_with_every_point(uri: str, steps: int = STEPS) -> None:
+def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int = STEPS) -> None:
     client = MlflowClient(uri)
-    jobs = _job_runs(uri)
+    jobs = _job_runs(uri, name)
     assert len(jobs) == 6, sorted(jobs)
     for job_id, runs in jobs.items():
         finished = [r for r in runs if r.info.status == "FINISHED"]
@@ -169,42 +114,78 @@ def _one_finished_run_each_with_every_point(uri: str, steps: int = STEPS) -> Non
 def test_a_sweep_across_three_nodes_logs_to_a_tracking_server_and_a_rerun_trains_nothing(
     cluster, tracking_server, tmp_path, toy_cache
 ):
-    path = _sweep_file(tmp_path, toy_cache)
+    path, name = _sweep_file(tmp_path, toy_cache, "cluster_sweep"), "cluster_sweep"
     args = ("sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3")
     code, out = _finish(_harness(*args, "--tracking-uri", tracking_server.url))
     assert code == 0, out[-3000:]
     assert "6 finished, 0 already done, 0 failed" in out, out[-2000:]
-    _one_finished_run_each_with_every_point(tracking_server.url)
+    _one_finished_run_each_with_every_point(tracking_server.url, name)
+    nodes = {r.data.tags.get("ray_node") for runs in _job_runs(tracking_server.url, name).values() for r in runs}
+    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # three at a time: one on each node
     code, out = _finish(_harness(*args, "--tracking-uri", tracking_server.url))  # the driver reads the server
     assert code == 0 and "0 finished, 6 already done, 0 failed" in out, out[-2000:]
 
 
-def test_a_node_lost_mid_sweep_loses_no_job_and_finishes_none_twice(cluster, tracking_server, tmp_path, toy_cache):
-    """A worker node's raylet is killed while it runs a job (each node holds one): that attempt ends FAILED, the job
-    is retried on the surviving nodes (--retries), and every job ends with exactly one FINISHED run."""
-    path = _sweep_file(tmp_path, toy_cache, steps=LONG)
-    proc = _harness(
+def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice(
+    cluster, tracking_server, tmp_path, toy_cache
+):
+    """A worker node's raylet is killed while it runs a job (each node holds one): that attempt ends FAILED and the
+    job is retried on the surviving nodes (--retries). Then the driver is killed (SIGKILL) while the retry runs, and
+    the sweep is rerun: every job ends with exactly one FINISHED run with every metric point, and the dashboard's and
+    report's account counts each job once."""
+    path, name = _sweep_file(tmp_path, toy_cache, "node_lost", LONG), "node_lost"
+    args = (
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3", "--retries", "2",
         "--tracking-uri", tracking_server.url,
     )  # fmt: skip
-    victim = _worker_node_running_a_job(cluster, proc, tracking_server.url)
+    proc = _harness(*args)
+    victim = _worker_node_running_a_job(cluster, proc, tracking_server.url, name)
     cluster.remove_node(victim, allow_graceful=False)  # its raylet and workers die, with the job on it
-    code, out = _finish(proc)
+    try:
+        _a_retry_running(proc, tracking_server.url, name)
+    finally:  # three nodes again, for the module's other tests (the rerun below may use it too)
+        cluster.workers[cluster.workers.index(victim)] = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver: Ray ends its tasks, their runs stay RUNNING
+    proc.communicate()
+    code, out = _finish(_harness(*args))
     assert code == 0, out[-3000:]
-    _one_finished_run_each_with_every_point(tracking_server.url, LONG)
-    failed = [r for runs in _job_runs(tracking_server.url).values() for r in runs if r.info.status == "FAILED"]
-    assert failed, "the lost node's attempt left no FAILED run"
-    assert all(r.data.tags.get("failure_reason") for r in failed), [r.data.tags for r in failed]
+    _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
+    failed = [r for runs in _job_runs(tracking_server.url, name).values() for r in runs if r.info.status == "FAILED"]
+    reasons = [r.data.tags.get("failure_reason", "") for r in failed]
+    assert any(x.startswith("worker died") for x in reasons), reasons  # the lost node's attempt
+    assert any(x.startswith("orphaned") for x in reasons), reasons  # what the killed driver left RUNNING
+
+    from harness.runs.reader import reader_for, sweeps
+    from harness.runs.sweep_data import read_sweep
+
+    reader = reader_for(tracking_server.url)
+    data = read_sweep(reader, next(w for w in sweeps(reader.runs()) if w.name == name))
+    assert (data.jobs.total, data.jobs.finished, data.jobs.failed) == (6, 6, 0), data.jobs.line()
+    assert len(data.current) == 6 and set(data.current["state"]) == {"done"}
 
 
-def _worker_node_running_a_job(cluster, proc: subprocess.Popen, uri: str, timeout_s: float = 600):
+def _a_retry_running(proc: subprocess.Popen, uri: str, name: str, timeout_s: float = 300) -> None:
+    """Wait until a job has a FAILED attempt and a later one RUNNING."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        for runs in _job_runs(uri, name).values():
+            statuses = [r.info.status for r in sorted(runs, key=lambda r: r.info.start_time)]
+            if "FAILED" in statuses and statuses[-1] == "RUNNING":
+                return
+        time.sleep(0.5)
+    raise AssertionError("no retry of the lost node's job ever started")
+
+
+def _worker_node_running_a_job(cluster, proc: subprocess.Popen, uri: str, name: str, timeout_s: float = 600):
     """A worker node with a job on it: once three runs are RUNNING at once, each of the three one-slot nodes holds
     one (well into it: each has logged a step)."""
     client = MlflowClient(uri)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[0][-3000:]
-        exp = client.get_experiment_by_name("cluster")
+        exp = client.get_experiment_by_name(name)
         running = [] if exp is None else client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
         stepped = [r for r in running if "train/reward_mean" in r.data.metrics]
         if len([r for r in running if r.data.tags.get("job_id")]) >= 3 and stepped:
@@ -217,16 +198,116 @@ def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(cluster, trac
     """The server goes away for 8 s while jobs log, then comes back on the same port and store: MLflow's client
     retries each write with bounded exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2),
     so every job ends with one FINISHED run and every metric point."""
-    path = _sweep_file(tmp_path, toy_cache, steps=LONG)
+    path, name = _sweep_file(tmp_path, toy_cache, "server_stopped", LONG), "server_stopped"
     proc = _harness(
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3",
         "--tracking-uri", tracking_server.url,
     )  # fmt: skip
-    _worker_node_running_a_job(cluster, proc, tracking_server.url)
+    _worker_node_running_a_job(cluster, proc, tracking_server.url, name)
     tracking_server.stop()
     time.sleep(8)
     tracking_server.start()
     code, out = _finish(proc)
     assert code == 0, out[-3000:]
     assert "6 finished, 0 already done, 0 failed" in out, out[-2000:]
-    _one_finished_run_each_with_every_point(tracking_server.url, LONG)
+    _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
+
+
+TUNE_STEPS = 20
+"""Steps of each trial of the cluster study: long enough to be caught running."""
+LR_HIGH, LR_LOW, LR_TOP = 1e-3, 1e-5, 2e-3
+
+
+def _tune_file(tmp_path: Path, toy_cache: Path) -> Path:
+    """A study whose objective is the learning rate itself (`policy/lr`, logged each step), so the median
+    pruner's every decision is known in advance: a trial whose rate is below the finished trials' median at a step
+    is pruned at that step."""
+    path = tmp_path / "cluster_tune.yaml"
+    path.write_text(
+        f"""name: cluster_tune
+base: {ROOT / "ablations" / "toy_run.yaml"}
+set:
+  model.cache_dir: {toy_cache}
+  model.toy.sft_steps: 250
+  model.toy.eval_samples: 0
+  model.toy.batch_size: 32
+  model.toy.task.max_digits: 1
+  task.toy_addition.max_digits: 1
+  rollout.prompts_per_step: 4
+  rollout.group_size: 4
+  rollout.max_new_tokens: 48
+  train.steps: {TUNE_STEPS}
+  train.threads: 1
+space:
+  train.lr: {{type: log_float, low: 1.0e-6, high: 1.0e-2}}
+objective: {{metric: policy/lr, at: final, direction: maximize}}
+pruner: {{name: median, startup_trials: 1, warmup_steps: 0}}
+trials: 4
+"""
+    )
+    return path
+
+
+def _trial_runs(uri: str) -> dict[int, list]:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("cluster_tune")
+    out: dict[int, list] = {}
+    for run in client.search_runs([exp.experiment_id], "tags.trial != ''", max_results=1000):
+        out.setdefault(int(run.data.tags["trial"]), []).append(run)
+    return out
+
+
+def test_a_tune_study_across_three_nodes_prunes_and_resumes_after_its_driver_is_killed(
+    cluster, tracking_server, tmp_path, toy_cache
+):
+    """`harness tune` on the cluster, with a SQLite Optuna storage every node reaches (one host here) and the
+    tracking server: trial 0 (rate LR_HIGH) finishes first; trials 1-3 then run at once, one on each node, and the
+    median pruner, reading trial 0's reports from the shared storage, prunes the two below it at their first step.
+    The driver is killed while trial 3 runs, which ends its task on the cluster; the rerun fails it (orphaned) and
+    runs a fourth finished trial."""
+    import optuna
+    from optuna.trial import TrialState
+
+    path, url = _tune_file(tmp_path, toy_cache), f"sqlite:///{tmp_path / 'optuna.db'}"
+    args = (
+        "tune", str(path), "--executor", "ray", "--address", cluster.address, "--tracking-uri", tracking_server.url,
+        "--storage", url,
+    )  # fmt: skip
+    study = optuna.create_study(study_name="cluster_tune", storage=url, direction="maximize")
+    study.enqueue_trial({"train.lr": LR_HIGH})  # the next trials asked for take these rates, in order
+    code, out = _finish(_harness(*args, "--trials", "1"))
+    assert code == 0, out[-3000:]
+    for lr in (LR_LOW, LR_LOW, LR_TOP):
+        study.enqueue_trial({"train.lr": lr})
+    proc = _harness(*args, "--workers", "3")
+    deadline = time.monotonic() + 600
+    while not (  # trial 3 is training, and trials 1 and 2 are pruned
+        len(study.trials) == 4
+        and study.trials[3].state == TrialState.RUNNING
+        and study.trials[3].intermediate_values
+        and {study.trials[n].state for n in (1, 2)} == {TrialState.PRUNED}
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    time.sleep(2)  # Ray notices the driver gone and ends its tasks: trial 3 reports no further step
+    reported = len(study.trials[3].intermediate_values)
+    time.sleep(4)
+    assert len(study.trials[3].intermediate_values) == reported < TUNE_STEPS, study.trials[3].intermediate_values
+    code, out = _finish(_harness(*args, "--workers", "3"))
+    assert code == 0, out[-3000:]
+
+    trials = optuna.load_study(study_name="cluster_tune", storage=url).trials
+    assert trials[0].state == TrialState.COMPLETE and trials[0].value == pytest.approx(LR_HIGH)
+    assert [t.state for t in trials[1:4]] == [TrialState.PRUNED, TrialState.PRUNED, TrialState.FAIL]
+    assert [sorted(t.intermediate_values) for t in trials[1:3]] == [[1], [1]]  # pruned at their first report
+    done = [t.number for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == 4 and done[-1] == 4, [(t.number, t.state) for t in trials]
+    runs = _trial_runs(tracking_server.url)
+    assert {n: [r.info.status for r in runs[n]] for n in (1, 2, 3)} == {1: ["KILLED"], 2: ["KILLED"], 3: ["FAILED"]}
+    assert runs[3][0].data.tags["failure_reason"].startswith("orphaned"), runs[3][0].data.tags
+    assert {n: len(runs[n]) for n in done} == {n: 1 for n in done}  # one run per finished trial
+    assert {t.user_attrs["mlflow_run_id"] for t in trials if t.number in done} == {runs[n][0].info.run_id for n in done}
+    nodes = {runs[n][0].data.tags["ray_node"] for n in (1, 2, 3)}  # the three that ran at once
+    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes

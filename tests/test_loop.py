@@ -1,5 +1,6 @@
 """The training loop on the tiny toy model: dynamic sampling, several optimiser steps, micro-batches."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from trainer.tasks.toy_addition import ToyAdditionTask
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 
 
-def _trainer(overrides, *extra):
+def _trainer(overrides, *extra, device: str = "cpu"):
     cfg = load_run_config(TOY_RUN, [*overrides, *extra])
     torch.set_num_threads(1)
-    policy, tok = load_policy(str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)), torch.device("cpu"))
+    path = str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir))
+    policy, tok = load_policy(path, torch.device(device), cfg.model.dtype)
     return Trainer(
         policy,
         ToyAdditionTask(cfg.task.toy_addition),
@@ -192,3 +194,15 @@ def test_grade_timeouts_are_counted_per_step():
     )
     metrics = rollout_metrics(s, torch.tensor([1.0, 0.0, 0.0, 0.0]))
     assert metrics[M.GRADE_TIMEOUTS] == 2.0 and metrics[M.ACCURACY] == 0.25
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "dapo", "gspo"])
+def test_the_loop_trains_on_cuda_in_bf16(tiny_run_overrides, preset):
+    """On a GPU the `auto` dtype is bf16: every step's metrics are finite and the policy moves."""
+    tr = _trainer(tiny_run_overrides, f"objective.preset={preset}", device="cuda")
+    assert tr.policy.dtype == torch.bfloat16 and tr.policy.device.type == "cuda"
+    before = [p.detach().clone() for p in tr.policy.parameters()]
+    metrics = [tr.step(step) for step in range(1, 6)]
+    assert all(math.isfinite(v) for m in metrics for v in m.values()), metrics
+    assert any(not torch.equal(a, p) for a, p in zip(before, tr.policy.parameters()))

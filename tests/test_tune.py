@@ -1,4 +1,5 @@
-"""`harness tune`: Optuna trials that are ordinary runs; pruning, resuming after a kill, parallel workers."""
+"""`harness tune`: Optuna trials that are ordinary runs; pruning, resuming after a kill, parallel workers. (On Ray:
+across the nodes of a cluster, tests/test_cluster.py.)"""
 
 import os
 import signal
@@ -216,24 +217,6 @@ def test_two_workers_share_the_storage_without_lost_or_duplicated_trials(tmp_pat
     runs = _trial_runs(uri)
     assert sorted(int(r.data.tags["trial"]) for r in runs) == done  # one run per finished trial, no other
     assert {t.user_attrs["mlflow_run_id"] for t in study.get_trials(states=DONE)} == {r.info.run_id for r in runs}
-
-
-def test_ray_workers(tmp_path, tiny_run_overrides):
-    pytest.importorskip("ray")
-    uri, url = _stores(tmp_path)
-    result = run_tune(
-        _tune_file(tmp_path, trials=2),
-        overrides=tiny_run_overrides,
-        tracking_uri=uri,
-        storage_url=url,
-        workers=2,
-        executor="ray",
-    )
-    study = optuna.load_study(study_name="tiny_tune", storage=url)
-    assert result.finished == 2 and len(study.get_trials(states=DONE)) == 2
-    assert sorted(int(r.data.tags["trial"]) for r in _trial_runs(uri)) == sorted(
-        t.number for t in study.get_trials(states=DONE)
-    )
 
 
 def test_trial_killed_by_timeout_is_retried_then_failed_with_its_reason(tmp_path, tiny_run_overrides, monkeypatch):
