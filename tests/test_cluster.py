@@ -68,15 +68,25 @@ seeds: [0, 1, 2]
     return path
 
 
-def _harness(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", *args],
-        cwd=kw.get("cwd"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+@pytest.fixture
+def driver():
+    """Starts `harness ARGS` (a driver) in a process group of its own; whatever of it still runs when the test ends,
+    passed or failed, is killed, and with it its Ray tasks."""
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "harness.cli", *args]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
 
 
 def _finish(proc: subprocess.Popen, timeout_s: float = 900) -> tuple[int, str]:
@@ -112,22 +122,22 @@ def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int = ST
 
 
 def test_a_sweep_across_three_nodes_logs_to_a_tracking_server_and_a_rerun_trains_nothing(
-    cluster, tracking_server, tmp_path, toy_cache
+    cluster, tracking_server, tmp_path, toy_cache, driver
 ):
     path, name = _sweep_file(tmp_path, toy_cache, "cluster_sweep"), "cluster_sweep"
     args = ("sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3")
-    code, out = _finish(_harness(*args, "--tracking-uri", tracking_server.url))
+    code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))
     assert code == 0, out[-3000:]
     assert "6 finished, 0 already done, 0 failed" in out, out[-2000:]
     _one_finished_run_each_with_every_point(tracking_server.url, name)
     nodes = {r.data.tags.get("ray_node") for runs in _job_runs(tracking_server.url, name).values() for r in runs}
     assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # three at a time: one on each node
-    code, out = _finish(_harness(*args, "--tracking-uri", tracking_server.url))  # the driver reads the server
+    code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))  # the driver reads the server
     assert code == 0 and "0 finished, 6 already done, 0 failed" in out, out[-2000:]
 
 
 def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice(
-    cluster, tracking_server, tmp_path, toy_cache
+    cluster, tracking_server, tmp_path, toy_cache, driver
 ):
     """A worker node's raylet is killed while it runs a job (each node holds one): that attempt ends FAILED and the
     job is retried on the surviving nodes (--retries). Then the driver is killed (SIGKILL) while the retry runs, and
@@ -138,17 +148,17 @@ def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3", "--retries", "2",
         "--tracking-uri", tracking_server.url,
     )  # fmt: skip
-    proc = _harness(*args)
+    proc = driver(*args)
     victim = _worker_node_running_a_job(cluster, proc, tracking_server.url, name)
     cluster.remove_node(victim, allow_graceful=False)  # its raylet and workers die, with the job on it
     try:
         _a_retry_running(proc, tracking_server.url, name)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver: Ray ends its tasks, their runs stay RUNNING
+        proc.communicate()
     finally:  # three nodes again, for the module's other tests (the rerun below may use it too)
         cluster.workers[cluster.workers.index(victim)] = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver: Ray ends its tasks, their runs stay RUNNING
-    proc.communicate()
-    code, out = _finish(_harness(*args))
+    code, out = _finish(driver(*args))
     assert code == 0, out[-3000:]
     _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
     failed = [r for runs in _job_runs(tracking_server.url, name).values() for r in runs if r.info.status == "FAILED"]
@@ -194,12 +204,14 @@ def _worker_node_running_a_job(cluster, proc: subprocess.Popen, uri: str, name: 
     raise AssertionError("three jobs never ran at once")
 
 
-def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(cluster, tracking_server, tmp_path, toy_cache):
+def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(
+    cluster, tracking_server, tmp_path, toy_cache, driver
+):
     """The server goes away for 8 s while jobs log, then comes back on the same port and store: MLflow's client
     retries each write with bounded exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2),
     so every job ends with one FINISHED run and every metric point."""
     path, name = _sweep_file(tmp_path, toy_cache, "server_stopped", LONG), "server_stopped"
-    proc = _harness(
+    proc = driver(
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3",
         "--tracking-uri", tracking_server.url,
     )  # fmt: skip
@@ -258,7 +270,7 @@ def _trial_runs(uri: str) -> dict[int, list]:
 
 
 def test_a_tune_study_across_three_nodes_prunes_and_resumes_after_its_driver_is_killed(
-    cluster, tracking_server, tmp_path, toy_cache
+    cluster, tracking_server, tmp_path, toy_cache, driver
 ):
     """`harness tune` on the cluster, with a SQLite Optuna storage every node reaches (one host here) and the
     tracking server: trial 0 (rate LR_HIGH) finishes first; trials 1-3 then run at once, one on each node, and the
@@ -275,11 +287,11 @@ def test_a_tune_study_across_three_nodes_prunes_and_resumes_after_its_driver_is_
     )  # fmt: skip
     study = optuna.create_study(study_name="cluster_tune", storage=url, direction="maximize")
     study.enqueue_trial({"train.lr": LR_HIGH})  # the next trials asked for take these rates, in order
-    code, out = _finish(_harness(*args, "--trials", "1"))
+    code, out = _finish(driver(*args, "--trials", "1"))
     assert code == 0, out[-3000:]
     for lr in (LR_LOW, LR_LOW, LR_TOP):
         study.enqueue_trial({"train.lr": lr})
-    proc = _harness(*args, "--workers", "3")
+    proc = driver(*args, "--workers", "3")
     deadline = time.monotonic() + 600
     while not (  # trial 3 is training, and trials 1 and 2 are pruned
         len(study.trials) == 4
@@ -295,7 +307,7 @@ def test_a_tune_study_across_three_nodes_prunes_and_resumes_after_its_driver_is_
     reported = len(study.trials[3].intermediate_values)
     time.sleep(4)
     assert len(study.trials[3].intermediate_values) == reported < TUNE_STEPS, study.trials[3].intermediate_values
-    code, out = _finish(_harness(*args, "--workers", "3"))
+    code, out = _finish(driver(*args, "--workers", "3"))
     assert code == 0, out[-3000:]
 
     trials = optuna.load_study(study_name="cluster_tune", storage=url).trials
