@@ -421,6 +421,8 @@ def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
         (["sweep", "s.yaml", "--cpus-per-job", "0"], "--cpus-per-job"),
         (["tune", "t.yaml", "--workers", "0"], "--workers"),
         (["tune", "t.yaml", "--trials", "0"], "--trials"),
+        (["tune", "t.yaml", "--gpus-per-job", "-1"], "--gpus-per-job"),
+        (["tune", "t.yaml", "--cpus-per-job", "nan"], "--cpus-per-job"),
         (["report", "s", "--alpha", "1"], "--alpha: 1 is not a finite number > 0 and < 1"),
         (["report", "s", "--format", "md,pdf"], "--format: pdf is not one of md, html, json, latex"),
         (["report", "s", "--format", ","], "--format: nothing is not one of"),

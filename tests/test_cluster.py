@@ -43,24 +43,18 @@ def cluster():
         yield c
 
 
-def _sweep_file(tmp_path: Path, toy_cache: Path, name: str, steps: int = STEPS) -> Path:
+def _tiny_set(tiny_run_overrides: list[str], steps: int) -> str:
+    """The `set:` block of the tests' sweep and tune files: the session's tiny run (tests/conftest.py), `steps` long."""
+    items = dict(o.split("=", 1) for o in tiny_run_overrides) | {"train.steps": str(steps)}
+    return "set:\n" + "".join(f"  {k}: {v}\n" for k, v in items.items())
+
+
+def _sweep_file(tmp_path: Path, tiny_run_overrides: list[str], name: str, steps: int = STEPS) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"""name: {name}
 base: {ROOT / "ablations" / "toy_run.yaml"}
-set:
-  model.cache_dir: {toy_cache}
-  model.toy.sft_steps: 250
-  model.toy.eval_samples: 0
-  model.toy.batch_size: 32
-  model.toy.task.max_digits: 1
-  task.toy_addition.max_digits: 1
-  rollout.prompts_per_step: 4
-  rollout.group_size: 4
-  rollout.max_new_tokens: 48
-  train.steps: {steps}
-  train.threads: 1
-grid:
+{_tiny_set(tiny_run_overrides, steps)}grid:
   objective.preset: [grpo, dr_grpo]
 seeds: [0, 1, 2]
 """
@@ -122,9 +116,9 @@ def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int = ST
 
 
 def test_a_sweep_across_three_nodes_logs_to_a_tracking_server_and_a_rerun_trains_nothing(
-    cluster, tracking_server, tmp_path, toy_cache, driver
+    cluster, tracking_server, tmp_path, tiny_run_overrides, driver
 ):
-    path, name = _sweep_file(tmp_path, toy_cache, "cluster_sweep"), "cluster_sweep"
+    path, name = _sweep_file(tmp_path, tiny_run_overrides, "cluster_sweep"), "cluster_sweep"
     args = ("sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3")
     code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))
     assert code == 0, out[-3000:]
@@ -137,13 +131,13 @@ def test_a_sweep_across_three_nodes_logs_to_a_tracking_server_and_a_rerun_trains
 
 
 def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice(
-    cluster, tracking_server, tmp_path, toy_cache, driver
+    cluster, tracking_server, tmp_path, tiny_run_overrides, driver
 ):
     """A worker node's raylet is killed while it runs a job (each node holds one): that attempt ends FAILED and the
     job is retried on the surviving nodes (--retries). Then the driver is killed (SIGKILL) while the retry runs, and
     the sweep is rerun: every job ends with exactly one FINISHED run with every metric point, and the dashboard's and
     report's account counts each job once."""
-    path, name = _sweep_file(tmp_path, toy_cache, "node_lost", LONG), "node_lost"
+    path, name = _sweep_file(tmp_path, tiny_run_overrides, "node_lost", LONG), "node_lost"
     args = (
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3", "--retries", "2",
         "--tracking-uri", tracking_server.url,
@@ -205,12 +199,12 @@ def _worker_node_running_a_job(cluster, proc: subprocess.Popen, uri: str, name: 
 
 
 def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(
-    cluster, tracking_server, tmp_path, toy_cache, driver
+    cluster, tracking_server, tmp_path, tiny_run_overrides, driver
 ):
     """The server goes away for 8 s while jobs log, then comes back on the same port and store: MLflow's client
     retries each write with bounded exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2),
     so every job ends with one FINISHED run and every metric point."""
-    path, name = _sweep_file(tmp_path, toy_cache, "server_stopped", LONG), "server_stopped"
+    path, name = _sweep_file(tmp_path, tiny_run_overrides, "server_stopped", LONG), "server_stopped"
     proc = driver(
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3",
         "--tracking-uri", tracking_server.url,
@@ -230,7 +224,7 @@ TUNE_STEPS = 20
 LR_HIGH, LR_LOW, LR_TOP = 1e-3, 1e-5, 2e-3
 
 
-def _tune_file(tmp_path: Path, toy_cache: Path) -> Path:
+def _tune_file(tmp_path: Path, tiny_run_overrides: list[str]) -> Path:
     """A study whose objective is the learning rate itself (`policy/lr`, logged each step), so the median
     pruner's every decision is known in advance: a trial whose rate is below the finished trials' median at a step
     is pruned at that step."""
@@ -238,19 +232,7 @@ def _tune_file(tmp_path: Path, toy_cache: Path) -> Path:
     path.write_text(
         f"""name: cluster_tune
 base: {ROOT / "ablations" / "toy_run.yaml"}
-set:
-  model.cache_dir: {toy_cache}
-  model.toy.sft_steps: 250
-  model.toy.eval_samples: 0
-  model.toy.batch_size: 32
-  model.toy.task.max_digits: 1
-  task.toy_addition.max_digits: 1
-  rollout.prompts_per_step: 4
-  rollout.group_size: 4
-  rollout.max_new_tokens: 48
-  train.steps: {TUNE_STEPS}
-  train.threads: 1
-space:
+{_tiny_set(tiny_run_overrides, TUNE_STEPS)}space:
   train.lr: {{type: log_float, low: 1.0e-6, high: 1.0e-2}}
 objective: {{metric: policy/lr, at: final, direction: maximize}}
 pruner: {{name: median, startup_trials: 1, warmup_steps: 0}}
@@ -270,7 +252,7 @@ def _trial_runs(uri: str) -> dict[int, list]:
 
 
 def test_a_tune_study_across_three_nodes_prunes_and_resumes_after_its_driver_is_killed(
-    cluster, tracking_server, tmp_path, toy_cache, driver
+    cluster, tracking_server, tmp_path, tiny_run_overrides, driver
 ):
     """`harness tune` on the cluster, with a SQLite Optuna storage every node reaches (one host here) and the
     tracking server: trial 0 (rate LR_HIGH) finishes first; trials 1-3 then run at once, one on each node, and the
@@ -280,7 +262,7 @@ def test_a_tune_study_across_three_nodes_prunes_and_resumes_after_its_driver_is_
     import optuna
     from optuna.trial import TrialState
 
-    path, url = _tune_file(tmp_path, toy_cache), f"sqlite:///{tmp_path / 'optuna.db'}"
+    path, url = _tune_file(tmp_path, tiny_run_overrides), f"sqlite:///{tmp_path / 'optuna.db'}"
     args = (
         "tune", str(path), "--executor", "ray", "--address", cluster.address, "--tracking-uri", tracking_server.url,
         "--storage", url,
