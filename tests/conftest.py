@@ -1,7 +1,11 @@
 """Shared fixtures: one tiny toy model per test session (a short SFT; the real default is 1600 steps)."""
 
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # inherits an ignored SIGINT, and so would the sweeps the interrupt tests start: give it Python's own handler.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-SLOW_FIXTURES = {"toy_cache", "tiny_run_overrides", "dashboard_store", "failed_sweep", "local_ray"}
+SLOW_FIXTURES = {"toy_cache", "tiny_run_overrides", "dashboard_store", "failed_sweep", "local_ray", "default_build"}
 """A test that uses one of these trains a toy model (or starts Ray): it is marked slow."""
 
 
@@ -20,6 +24,36 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+_DEFAULT_BUILD = pytest.StashKey[tuple[subprocess.Popen, Path]]()
+
+
+def pytest_collection_finish(session):
+    """When a selected test uses `default_build`, start that build (the default toy settings from scratch: ~3 min
+    of SFT on one thread) in a process of its own now, so that it runs beside the suite rather than after it."""
+    if any("default_build" in getattr(item, "fixturenames", ()) for item in session.items):
+        into = Path(tempfile.mkdtemp(prefix="harness-default-toy-"))
+        with open(into / "build.log", "wb") as log:
+            command = [sys.executable, "-m", "trainer.models.toy", "--into", str(into)]
+            session.config.stash[_DEFAULT_BUILD] = (subprocess.Popen(command, stdout=log, stderr=log), into)
+
+
+def pytest_sessionfinish(session):
+    started = session.config.stash.get(_DEFAULT_BUILD, None)
+    if started is not None:
+        started[0].kill()
+        started[0].wait()
+        shutil.rmtree(started[1], ignore_errors=True)
+
+
+@pytest.fixture
+def default_build(request) -> Path:
+    """The folder of a from-scratch build of the default toy settings (started at collection)."""
+    process, into = request.config.stash[_DEFAULT_BUILD]
+    assert process.wait(timeout=1800) == 0, (into / "build.log").read_text(errors="replace")[-3000:]
+    (build,) = into.glob("toy-*")
+    return build
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "engines": 12,
         "entropy_mechanisms": 15,
         "gspo_length": 6,
+        "base_models": 10,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
@@ -139,6 +140,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "clip_higher_entropy_clean_lr1e4_mb16": 2,
         "toy_regime": 12,
         "dapo_overlong_filter": 6,
+        "takeoff_horizon": 6,
     }
     # the mechanism check's two arms differ in overlong filtering alone, on seeds no other run used
     (a, b) = {j.arm: j.config.identity(with_seed=False) for j in pilots["dapo_overlong_filter"]}.values()
@@ -147,6 +149,9 @@ def test_shipped_ablation_files_plan(tmp_path):
     assert {j.seed for j in pilots["dapo_overlong_filter"]} == {9101, 9102, 9103}
     regime = {(j.config.train.lr, j.config.train.warmup_steps, j.config.seed) for j in pilots["toy_regime"]}
     assert regime == {(lr, w, 9001) for lr in (1e-4, 2e-4, 5e-4) for w in (0, 10)}  # as docs/toy.md's pilot table
+    # each seed of the base-model sweep trains on the build of that seed, and on nothing else
+    for job in plan_sweep(ABLATIONS / "base_models.yaml").jobs:
+        assert job.config.model.toy.seed == "run" and job.config.model.toy.for_run(job.seed).seed == job.seed
     # the clip-higher pilots ran on the toy of 2026-11-25, and still plan it: no slips, RL at lr 5e-4 unless set
     for name in ("clip_higher_entropy_clean", "clip_higher_entropy_peaked_e2"):
         config = pilots[name][0].config

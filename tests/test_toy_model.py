@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 
 import numpy as np
@@ -14,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import trainer.models.toy as toy
 from trainer.models.char_tokenizer import build_char_tokenizer
+from trainer.models.fingerprint import weights_sha256
 from trainer.tasks.toy_addition import CHARS, ToyAdditionTask, target_trace
 
 TINY = toy.ToyModelConfig(sft_steps=4, batch_size=8, warmup_steps=1, eval_samples=8, min_clean_accuracy=0.0)
@@ -164,6 +166,7 @@ def test_incomplete_build_is_rebuilt_and_concurrent_callers_build_once(tmp_path,
 BUILDER = """
 import sys
 import trainer.models.toy as toy
+from trainer.models.fingerprint import weights_sha256
 real = toy._train
 def counted(*args):
     with open(sys.argv[2], "a") as log:
@@ -279,3 +282,43 @@ def test_sampled_accuracy_is_seeded(built):
     assert 0.0 <= result.accuracy <= 1.0 and 0.0 <= result.truncated_frac <= 1.0
     again = toy.sampled_accuracy(model, tokenizer, ToyAdditionTask(TINY.task), n=12, seed=0, max_new_tokens=16)
     assert again == result
+
+
+def test_default_settings_load_the_shipped_build_and_train_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(toy, "_train", lambda *a, **k: pytest.fail("built although the default settings ship"))
+    path = toy.ensure_toy_model(toy.ToyModelConfig(), tmp_path / "empty-cache")
+    manifest = json.loads((toy.SHIPPED_DIR / toy.SHIPPED_MANIFEST).read_text())[path.name]
+    assert path.parent == toy.SHIPPED_DIR and path.name == f"toy-{toy.config_hash(toy.ToyModelConfig())}"
+    assert not (tmp_path / "empty-cache").exists()
+    assert weights_sha256(path) == manifest["files"]["model.safetensors"]
+    assert toy.toy_model_ready(toy.ToyModelConfig(), tmp_path) and not toy.toy_model_ready(TINY, tmp_path)
+    assert 0.6 <= manifest["eval"]["accuracy_clean"] <= 0.85  # the quality band of the default settings
+    assert (path / "model.safetensors").stat().st_size < 1_000_000
+
+
+def test_a_damaged_shipped_build_is_refused_naming_the_file(tmp_path):
+    shutil.copytree(toy.SHIPPED_DIR, tmp_path / "shipped")
+    name = f"toy-{toy.config_hash(toy.ToyModelConfig())}"
+    assert toy.shipped_toy_model(toy.ToyModelConfig(), tmp_path / "shipped") == tmp_path / "shipped" / name
+    weights = tmp_path / "shipped" / name / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(toy.ShippedModelCorrupt, match=r"model\.safetensors: sha256 .* reinstall harness"):
+        toy.shipped_toy_model(toy.ToyModelConfig(), tmp_path / "shipped")
+    assert toy.shipped_toy_model(TINY, tmp_path / "shipped") is None  # settings that do not ship are built
+
+
+def test_other_settings_still_build_and_a_run_seed_names_the_build():
+    assert toy.ToyModelConfig(seed="run").for_run(7) == toy.ToyModelConfig(seed=7)
+    assert toy.ToyModelConfig(seed=3).for_run(7).seed == 3
+    assert toy.config_hash(toy.ToyModelConfig(seed=1)) != toy.config_hash(toy.ToyModelConfig())
+
+
+def test_the_default_settings_built_from_scratch_land_in_the_quality_band(default_build):
+    """The shipped weights need not be reproduced bit for bit (they depend on the CPU's code path), but a fresh
+    build of the same settings must pass the same band (build_toy_model refuses one outside it)."""
+    report = json.loads((default_build / toy.COMPLETE_MARKER).read_text())
+    assert report["hash"] == toy.config_hash(toy.ToyModelConfig())
+    assert 0.6 <= report["eval"]["accuracy_clean"] <= 0.85
+    assert report["built_on"]["threads"] == 1

@@ -157,21 +157,22 @@ def _build_models(name: str, jobs: Sequence[Job], out: Console | None) -> None:
     """Build the toy models the jobs need, once, before any job starts: a phase of its own, so that no job's
     time (nor the ETA drawn from it) includes a build, and parallel workers do not wait on one."""
     toys = {
-        (job.config.model.toy.model_dump_json(), job.config.model.cache_dir): job.config.model
+        (toy.model_dump_json(), job.config.model.cache_dir): (toy, job.config.model.cache_dir)
         for job in jobs
         if job.config.model.source == "toy"
+        for toy in [job.config.model.toy.for_run(job.config.seed)]
     }
     if not toys:
         return
-    from trainer.models.toy import COMPLETE_MARKER, ensure_toy_model, toy_model_dir
+    from trainer.models.toy import ensure_toy_model, toy_model_ready
 
-    for model in toys.values():
-        if (toy_model_dir(model.toy, model.cache_dir) / COMPLETE_MARKER).exists():
+    for toy, cache_dir in toys.values():
+        if toy_model_ready(toy, cache_dir):
             continue
         start = time.monotonic()
         if out is not None:
-            out.print(f"sweep {name}: building the toy model in {model.cache_dir}", soft_wrap=True)
-        ensure_toy_model(model.toy, model.cache_dir)
+            out.print(f"sweep {name}: building the toy model in {cache_dir}", soft_wrap=True)
+        ensure_toy_model(toy, cache_dir)
         if out is not None:
             out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}", soft_wrap=True)
 

@@ -10,7 +10,14 @@ import transformers
 from tqdm import tqdm
 
 from harness.config.run_config import RunConfig
-from harness.runs.layout import ARM_LABEL_TAG, default_tracking_uri, run_name, run_tags
+from harness.runs.layout import (
+    ARM_LABEL_TAG,
+    LENGTH_TAKEOFF_TAG,
+    default_tracking_uri,
+    run_name,
+    run_tags,
+    takeoff_value,
+)
 from harness.runs.writer import RunTracker, prepare_store
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
@@ -18,6 +25,7 @@ from trainer.models.load import load_policy, pick_device
 from trainer.models.toy import ensure_toy_model
 from trainer.rollout.base import RolloutBackend
 from trainer.rollout.hf import TransformersBackend
+from trainer.takeoff import TakeoffDetector
 from trainer.tasks.base import Task
 from trainer.tasks.toy_addition import ToyAdditionTask
 
@@ -56,7 +64,7 @@ def run_training(
     device = pick_device(cfg.train.device)
     # the toy build (SFT on batches of 64) uses every core; the tiny RL steps run best on train.threads
     path = (
-        str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir))
+        str(ensure_toy_model(cfg.model.toy.for_run(cfg.seed), cfg.model.cache_dir))
         if cfg.model.source == "toy"
         else cfg.model.name_or_path
     )
@@ -79,6 +87,7 @@ def run_training(
     with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
         if started is not None:
             started(tracker.run_id)
+        takeoff = TakeoffDetector()
         bar = tqdm(total=cfg.train.steps, desc=name, unit="step", disable=not progress, dynamic_ncols=True)
         try:
 
@@ -88,10 +97,12 @@ def run_training(
                     tracker.log_metrics(step, evaluate_at(step))
                 if watch is not None:
                     watch(step, m)
+                takeoff.update(step, m)
 
             if cfg.train.steps == 0:  # evaluation only (e.g. the template study): the initial policy at step 0
                 tracker.log_metrics(0, evaluate_at(0))
             trainer.run(tracker, on_step=on_step)
+            tracker.set_tags({LENGTH_TAKEOFF_TAG: takeoff_value(takeoff.step)})
         finally:
             bar.close()
             tracker.log_table("rollouts", trainer.rollout_table())  # kept even when the run fails

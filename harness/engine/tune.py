@@ -139,7 +139,7 @@ def run_tune(
         if base.model.source == "toy":  # built once here, not by each worker
             from trainer.models.toy import ensure_toy_model
 
-            ensure_toy_model(base.model.toy, base.model.cache_dir)
+            ensure_toy_model(base.model.toy.for_run(base.seed), base.model.cache_dir)
         fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
         client = MlflowClient(uri)
         parent = parent_run(

@@ -59,6 +59,23 @@ RAY_NODE_TAG = "ray_node"
 RAY_NODE_ENV = "HARNESS_RAY_NODE"
 """Set by the Ray executor in each worker process to its node's id."""
 
+LENGTH_TAKEOFF_TAG = "length_takeoff_step"
+"""Set when a run finishes: the step at which its incorrect responses took off (`trainer.takeoff`), or `never`."""
+NEVER = "never"
+
+
+def takeoff_value(step: int | None) -> str:
+    """The `LENGTH_TAKEOFF_TAG` value of a take-off at `step` (None: it never happened)."""
+    return NEVER if step is None else str(step)
+
+
+def parse_takeoff(value: str | None) -> int | None | str:
+    """A run's take-off step from its tag: the step, None for `never`, or "" when the run did not record one."""
+    if value is None or value == "":
+        return ""
+    return None if value == NEVER else int(value)
+
+
 RUN_NAME_MAX = 250
 """MLflow's limit on a run name (its `runs.name` column)."""
 

@@ -1,9 +1,11 @@
 """The toy default model: a tiny Llama trained from scratch by SFT on the toy task.
 
-Built on CPU, reproducibly from a seed, into `cache_root/toy-<hash of the config>`
-as an ordinary transformers checkpoint (safetensors + tokenizer), so runs load it
-like a hub model. `ensure_toy_model` builds it the first time a run needs it
-and reuses it afterwards; concurrent callers wait on a file lock.
+The default settings' build ships with the package (`trainer/models/shipped/`, pinned by sha256 in its
+manifest), so every machine trains RL on the same base model: a build is bitwise-identical only on one CPU code
+path and thread count. Any other settings are built on CPU, reproducibly from a seed, into
+`cache_root/toy-<hash of the config>` as an ordinary transformers checkpoint (safetensors + tokenizer), so runs load
+it like a hub model. `ensure_toy_model` returns the shipped build or builds one the first time a run needs it and
+reuses it afterwards; concurrent callers wait on a file lock.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from transformers import (
 )
 
 from trainer.models.char_tokenizer import build_char_tokenizer
+from trainer.models.fingerprint import Machine, file_sha256
 from trainer.models.toy_config import ToyModelConfig
 from trainer.tasks.toy_addition import CHARS, ToyAdditionTask, target_trace
 
@@ -37,6 +40,10 @@ BUILD_VERSION = 2
 """Part of the cache key: bump it when the trace format or the build code changes what a config produces."""
 COMPLETE_MARKER = "build.json"
 """Written last into a build; a directory without it is not a complete build."""
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
+"""Builds that ship with the package, one folder `toy-<hash>` each, listed in `SHIPPED_MANIFEST` there."""
+SHIPPED_MANIFEST = "manifest.json"
+"""`{"toy-<hash>": {"files": {name: sha256}, "built_on": {...}}}`: the shipped builds and their files' sha256."""
 
 
 def config_hash(config: ToyModelConfig) -> str:
@@ -61,12 +68,66 @@ def toy_model_dir(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path
     return Path(cache_root).expanduser() / f"toy-{config_hash(config)}"
 
 
+class ShippedModelCorrupt(RuntimeError):
+    """A shipped build's file does not match the sha256 its manifest pins (a damaged install)."""
+
+
+def shipped_toy_model(config: ToyModelConfig, root: Path = SHIPPED_DIR) -> Path | None:
+    """The shipped build of `config` with every file's sha256 checked against the manifest, or None when
+    `config`'s hash is not one that ships. Raises ShippedModelCorrupt on a mismatch."""
+    manifest = root / SHIPPED_MANIFEST
+    if not manifest.exists():
+        return None
+    name = f"toy-{config_hash(config)}"
+    entry = json.loads(manifest.read_text()).get(name)
+    if entry is None:
+        return None
+    folder = root / name
+    for file, expected in entry["files"].items():
+        actual = file_sha256(folder / file) if (folder / file).exists() else "missing"
+        if actual != expected:
+            raise ShippedModelCorrupt(
+                f"{folder / file}: sha256 {actual[:16]} is not the {expected[:16]} that {manifest} pins; "
+                "reinstall harness (the shipped base model is damaged)"
+            )
+    return folder
+
+
+def ship_toy_model(build: Path, root: Path = SHIPPED_DIR) -> Path:
+    """Copy a complete build into the shipped folder and pin its files' sha256 in the manifest (a maintainer's
+    step: `python -m trainer.models.toy --ship`)."""
+    report = json.loads((build / COMPLETE_MARKER).read_text())
+    target = root / build.name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(build, target)
+    manifest_path = root / SHIPPED_MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest[build.name] = {
+        "files": {f.name: file_sha256(f) for f in sorted(target.iterdir()) if f.is_file()},
+        # a build from before builds recorded their machine is shipped from the machine that built it
+        "built_on": report.get("built_on") or {**asdict(Machine.here()), "threads": report["config"]["build_threads"]},
+        "eval": report.get("eval", {}),
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return target
+
+
+def toy_model_ready(config: ToyModelConfig, cache_root: str | os.PathLike) -> bool:
+    """Whether `config` needs no build: it ships, or a complete build is in the cache."""
+    return shipped_toy_model(config) is not None or (toy_model_dir(config, cache_root) / COMPLETE_MARKER).exists()
+
+
 def ensure_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
-    """Path of a complete build of `config`, building it first if there is none.
+    """Path of the shipped build of `config` (sha256 checked), else of a complete build in `cache_root`, building
+    it first if there is none.
 
     Safe under concurrency: the first caller builds under a file lock while the
     others wait, then find the finished directory.
     """
+    shipped = shipped_toy_model(config)
+    if shipped is not None:
+        return shipped
     final = toy_model_dir(config, cache_root)
     if (final / COMPLETE_MARKER).exists():
         return final
@@ -101,6 +162,7 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Pa
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_s": round(train_s, 2),
         "final_loss": final_loss,
+        "built_on": {**asdict(Machine.here()), "threads": config.build_threads},
     }
     if config.eval_samples:
         evaluation = sampled_accuracy(
@@ -320,3 +382,20 @@ def sampled_accuracy(
         filler_blocks=dict(sorted(histogram.items())),
         n=n,
     )
+
+
+if __name__ == "__main__":  # python -m trainer.models.toy [BUILD] [--ship]: build the default settings, ship a build
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Ship a build of the default toy settings with the package.")
+    parser.add_argument("build", nargs="?", help="a complete build to ship (default: build one now)")
+    parser.add_argument("--ship", action="store_true", help="copy the build into trainer/models/shipped/")
+    parser.add_argument("--into", help="the cache folder to build in (default: a new temporary one)")
+    args = parser.parse_args()
+    into = args.into or tempfile.mkdtemp(prefix="toy-")
+    built = Path(args.build) if args.build else build_toy_model(ToyModelConfig(), into)
+    if built.name != f"toy-{config_hash(ToyModelConfig())}":
+        parser.error(f"{built} is not a build of the default settings (toy-{config_hash(ToyModelConfig())})")
+    print(built, file_sha256(built / "model.safetensors"))
+    if args.ship:
+        print(ship_toy_model(built))

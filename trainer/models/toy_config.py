@@ -3,7 +3,7 @@ The build itself is in `trainer.models.toy`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -57,9 +57,11 @@ class ToyModelConfig(BaseModel):
     """AdamW decoupled weight decay."""
     grad_clip: float = Field(1.0, gt=0)
     """Global gradient-norm clip."""
-    seed: Seed = 0
-    """Seeds the weight init and the SFT data: the same config gives bitwise-identical weights
-    (on the same torch build and thread count)."""
+    seed: Seed | Literal["run"] = 0
+    """Seeds the weight init and the SFT data: the same config gives bitwise-identical weights on the same torch
+    build, CPU code path and thread count (seed 0 with every other setting at its default ships with harness).
+    `run`: the run's own seed, so that each seed of a sweep trains on a base model of its own and the build, not
+    the RL seed, is the unit of replication (ablations/base_models.yaml)."""
     task: ToyAdditionConfig = ToyAdditionConfig(slip_prob=SLIP_PROB)
     """Task the SFT traces are drawn from (its filler and hidden-digit settings shape the model's habits). The default
     tutor slips on a column with probability `SLIP_PROB`, which leaves RL a gap to close (docs/toy.md);
@@ -80,6 +82,10 @@ class ToyModelConfig(BaseModel):
     so this is part of what makes two builds of one config bitwise identical. One thread: on 2 cores beside a
     2-thread load, a 2-thread build took 2.45 s per step and a 1-thread build 0.23 s (idle: 0.10 s and 0.17 s;
     benchmarks/toy_build.py)."""
+
+    def for_run(self, run_seed: int) -> ToyModelConfig:
+        """These settings with a `run` seed replaced by `run_seed`: the build a run with that seed trains."""
+        return self.model_copy(update={"seed": run_seed}) if self.seed == "run" else self
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,74 @@
+"""What a run ran on: the base model's weights by sha256, and the machine's floating-point path.
+
+Two CPUs can train the same config to different numbers (torch picks its vectorised kernels by the CPU's
+instruction set), so every run records both; see docs/reproducibility.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+CHUNK = 1 << 20
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_sha256(name_or_path: str | Path) -> str:
+    """sha256 of a model's weights: its one safetensors file's, or for sharded weights the sha256 of the lines
+    `name sha256` of its files in name order. A hub id is looked up in the local hub cache only; "" when no
+    safetensors file is found (the run then says its base model is unknown rather than guessing)."""
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(str(name_or_path), local_files_only=True, allow_patterns=["*.safetensors"]))
+        except Exception:  # noqa: BLE001 - not in the cache, or not a hub id: the fingerprint is unknown
+            return ""
+    files = sorted(folder.glob("*.safetensors"))
+    if len(files) == 1:
+        return file_sha256(files[0])
+    if not files:
+        return ""
+    lines = "".join(f"{f.name} {file_sha256(f)}\n" for f in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where a process computes: what decides its floating-point results on CPU."""
+
+    cpu_model: str
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string elsewhere."""
+    cpu_capability: str
+    """torch's CPU code path (`torch.backends.cpu.get_cpu_capability()`: DEFAULT, AVX2, AVX512, ...)."""
+    torch_version: str
+    threads: int
+    """torch's intra-op threads at the time of reading."""
+
+    @classmethod
+    def here(cls) -> Machine:
+        return cls(cpu_model(), torch.backends.cpu.get_cpu_capability(), torch.__version__, torch.get_num_threads())
+
+
+def cpu_model() -> str:
+    """The CPU's model name: the first `model name` of /proc/cpuinfo on Linux, else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
