@@ -58,14 +58,14 @@ def _p(name: str, text: str) -> str:
 
 
 def body(v: Verdict, row: dict[str, str], track: Track | None = None) -> str:
-    """One verdict as Markdown: verdict, claim, paper; the statement; the evidence; for an inconclusive one, why.
-    With `track` (a sequential sweep's path for the claim) the verdict is the sequential one, and the evidence
-    line is the fixed-design analysis of all the runs, for reference."""
+    """One verdict as Markdown: verdict (with what its runs mix), claim, paper; the statement; the evidence; for an
+    inconclusive one, why. With `track` (a sequential sweep's path for the claim) the verdict is the sequential one,
+    and the evidence line is the fixed-design analysis of all the runs, for reference."""
     c = v.claim
     verdict = track.verdict if track else v.verdict
     paper = f"[arXiv {c.paper}](https://arxiv.org/abs/{c.paper})" if c.paper else ""
     lines = [
-        f"**{verdict.upper()}** · `{c.id}` · "
+        f"**{verdict.upper()}**{' · ' + _md(v.mixed) if v.mixed else ''} · `{c.id}` · "
         + (f"{paper}, {_md(c.where)}" if not c.own else f"harness's own claim{' on ' + paper if paper else ''}"),
         _md(c.statement),
     ]

@@ -341,6 +341,7 @@ def _print_sequential(name: str, record) -> None:
 
 def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from harness.analysis.verdict_table import competing_rows, verdict_rows
@@ -352,7 +353,7 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     style = {"reproduced": "green", "contradicted": "red", "inconclusive": "yellow"}
     for v, row in zip(verdicts, verdict_rows(verdicts)):
         cells = [row[k] for k in shown]
-        cells[1] = f"[{style[v.verdict]}]{v.verdict}[/]" + (f" ({v.reason})" if v.reason else "")
+        cells[1] = f"[{style[v.verdict]}]{escape(v.verdict_text())}[/]" + (f" ({v.reason})" if v.reason else "")
         cells[6] = f"{row['effect']} {row['95% CI']}"
         table.add_row(*cells, row["failed runs"])
     Console(width=200).print(table)

@@ -15,7 +15,7 @@ from harness.analysis.values import run_values
 from harness.config.at import DEFAULT_AT, At
 from harness.config.claims import Claim
 from harness.config.errors import ConfigError
-from harness.runs.sweep_data import FailedRun, SweepData
+from harness.runs.sweep_data import FailedRun, MachineRuns, SweepData
 from trainer import metric_names as M
 
 # the length-bias question's metrics: does the normaliser lengthen incorrect (and correct) responses, at what cost
@@ -31,7 +31,8 @@ PER_ARM_COLUMNS = ["metric", "arm", "failed", "n", "mean", "sd", "median", "iqm"
 
 @dataclass(frozen=True)
 class Header:
-    """Who, when and how much: the sweep, its code version and seeds, its jobs by state, its compute."""
+    """Who, when, where and how much: the sweep, its code version and seeds, its jobs by state, its compute and the
+    machines it ran on."""
 
     sweep: str
     sweep_id: str
@@ -59,6 +60,8 @@ class Header:
     compute_hours: float
     wall_clock_hours: float
     started: str
+    machines: list[MachineRuns] = field(default_factory=list)
+    """The distinct machines its runs computed on (CPU, capability, torch, threads, base model), runs each."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -246,6 +249,7 @@ def _header(data: SweepData) -> Header:
         compute_hours=float(secs) / 3600,
         wall_clock_hours=float((times.max() - times.min()) / 3.6e6) if len(times) else 0.0,
         started=f"{pd.to_datetime(starts.min(), unit='ms'):%Y-%m-%d %H:%M} UTC" if len(starts) else "",
+        machines=data.machines,
     )
 
 

@@ -211,6 +211,7 @@ def _header_lines(r: Report) -> list[str]:
             else ""
         ),
         f"- compute: {h.compute_hours:.2f} h of training over finished runs; wall clock {h.wall_clock_hours:.2f} h",
+        *machine_lines(r),
     ]
     if has_statistics(r):
         lines += [
@@ -228,6 +229,11 @@ def _header_lines(r: Report) -> list[str]:
         shown, more = _capped(listed)
         lines += [f"- {kind}: {line}" for line in shown] + ([f"- {more}"] if more else [])
     return lines
+
+
+def machine_lines(r: Report) -> list[str]:
+    """One line per distinct machine behind the sweep's runs, with how many runs each."""
+    return [f"- machine ({m.runs} run{'s' if m.runs != 1 else ''}): {m.machine.text()}" for m in r.header.machines]
 
 
 def unfinished_table(r: Report) -> pd.DataFrame:
@@ -460,6 +466,7 @@ def to_json(r: Report) -> str:
                     "diverged1",
                     "diverged2",
                     "failed_value",
+                    "mixed",
                 )
             },
             "per_arm": [asdict(a) for a in v.per_arm],
@@ -539,14 +546,19 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 def to_latex(r: Report) -> str:
     """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
     name, s = r.header.sweep, r.settings
+    machines = "".join(f"% {line[2:]}\n" for line in machine_lines(r))
     if not has_statistics(r):
-        return f"% harness report: {name} (sweep {r.header.sweep_id})\n" + latex_table(
-            unfinished_table(r),
-            f"{name}: no run finished ({r.header.finished} of {r.header.jobs} jobs), so no statistics: the jobs "
-            "that did not finish.",
-            f"tab:{r.header.sweep_id}-unfinished",
+        return (
+            f"% harness report: {name} (sweep {r.header.sweep_id})\n"
+            + machines
+            + latex_table(
+                unfinished_table(r),
+                f"{name}: no run finished ({r.header.finished} of {r.header.jobs} jobs), so no statistics: the jobs "
+                "that did not finish.",
+                f"tab:{r.header.sweep_id}-unfinished",
+            )
         )
-    parts = [f"% harness report: {name} (sweep {r.header.sweep_id}); value of a run: {s.at}\n"]
+    parts = [f"% harness report: {name} (sweep {r.header.sweep_id}); value of a run: {s.at}\n" + machines]
     if r.sequential:
         parts.append(
             latex_table(

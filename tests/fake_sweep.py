@@ -27,6 +27,8 @@ class FakeRun:
     job_id: str | None = None
     """Default `<arm>-<seed>`: a rerun of the same job has the same id."""
     reason: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    """More tags (where the run computed, say)."""
 
     @property
     def job(self) -> str:
@@ -72,6 +74,7 @@ def write_sweep(
                 "git_commit": "abc1234",
                 "mlflow.parentRunId": parent.info.run_id,
                 **({"failure_reason": r.reason} if r.reason else {}),
+                **r.tags,
             },
         )
         client.log_batch(

@@ -249,6 +249,24 @@ def test_sweeps_page_raises_no_pandas_warning(tmp_path, monkeypatch):
     assert at.dataframe and not at.exception
 
 
+def test_sweeps_page_lists_the_machines_of_the_sweep(tmp_path, monkeypatch):
+    from fake_sweep import FakeRun
+
+    from harness.runs.layout import machine_tags
+    from trainer.models.fingerprint import Machine
+
+    runs = [
+        FakeRun(a, s, values={"train/accuracy": [0.1]}, tags=machine_tags(Machine("EPYC", cap, "2.6.0", 1), "ab" * 32))
+        for a, cap in (("A", "AVX2"), ("B", "AVX512"))
+        for s in (0, 1)
+    ]
+    runs.append(FakeRun("B", 2, values={"train/accuracy": [0.1]}))  # logged before the tags existed
+    at = _app(_fake_store(tmp_path, runs), monkeypatch)
+    machines = next(d.value for d in at.dataframe if "capability" in d.value)
+    assert machines["capability"].tolist() == ["AVX2", "AVX512", "—"] and machines["runs"].tolist() == [2, 2, 1]
+    assert machines["CPU"].tolist()[-1] == "not recorded" and not at.exception
+
+
 def test_pages_show_what_the_reader_set_aside(tmp_path, monkeypatch):
     from fake_sweep import FakeRun
 

@@ -262,6 +262,11 @@ def test_a_verdict_box_says_how_failed_runs_counted():
     assert "Failed runs 1 vs 0 (1 diverged), counted at the worst value 40" in body(v, verdict_rows([v])[0])
     assert "Failed" not in body(Verdict(claim, "inconclusive"), verdict_rows([Verdict(claim, "inconclusive")])[0])
 
+    mixed = Verdict(claim, "reproduced", mixed="runs from 2 CPU capabilities (AVX2, AVX512)")
+    assert body(mixed, verdict_rows([mixed])[0]).startswith(
+        "**REPRODUCED** · runs from 2 CPU capabilities (AVX2, AVX512) · `"
+    )
+
 
 def test_a_claim_on_every_arm_shows_each_arm(tmp_path, monkeypatch):
     """A `since` claim's box lists every arm's change, the deciding (weakest) arm first, and n per arm."""

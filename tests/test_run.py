@@ -4,14 +4,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
 from harness.cli import main
 from harness.config.run_config import load_run_config
 from harness.engine.training import run_training
-from harness.runs.layout import run_name
+from harness.runs.layout import BASE_MODEL_SHA256_TAG, CPU_CAPABILITY_TAG, TORCH_THREADS_TAG, run_name
 from trainer import metric_names as M
+from trainer.models.fingerprint import weights_sha256
+from trainer.models.toy import ensure_toy_model
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 NOT_DETERMINISTIC = (M.GENERATE_S, M.UPDATE_S, M.STEP_S, M.TOKENS_PER_S)
@@ -38,6 +41,10 @@ def test_run_logs_everything(tmp_path, tiny_run_overrides):
     for tag in ("sweep_id", "arm", "config_hash", "seed", "git_commit"):
         assert tag in run.data.tags
     assert run.data.tags["config_hash"] == cfg.config_hash and run.data.tags["seed"] == "0"
+    # where it computed: threads as train.threads set them, the toy build's weights by sha256
+    toy = ensure_toy_model(cfg.model.toy.for_run(cfg.seed), cfg.model.cache_dir)
+    assert run.data.tags[TORCH_THREADS_TAG] == "1" and run.data.tags[BASE_MODEL_SHA256_TAG] == weights_sha256(toy)
+    assert run.data.tags[CPU_CAPABILITY_TAG] == torch.backends.cpu.get_cpu_capability()
     # every training metric of trainer/metric_names.py at every step (length splits only when defined)
     for key in M.TRAINING:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]

@@ -350,6 +350,10 @@ def test_the_callback_does_not_change_what_trl_trains_and_its_run_is_read_like_h
 
     client, (run,) = _runs(uri, "mine")
     assert run.info.status == "FINISHED" and run.data.tags["sweep_id"] == "my_trl_study"
+    from harness.runs.layout import BASE_MODEL_SHA256_TAG, TORCH_THREADS_TAG
+    from trainer.models.fingerprint import weights_sha256
+
+    assert run.data.tags[BASE_MODEL_SHA256_TAG] == weights_sha256(model_dir) and run.data.tags[TORCH_THREADS_TAG] == "1"
     assert run.data.params["objective.aggregation"] == "token_mean"  # TRL's default loss_type, dapo
     assert run.data.params["rollout.group_size"] == "4" and run.data.params["train.engine"] == "trl"
     assert CONTRACT - {M.GRADE_TIMEOUTS} <= set(run.data.metrics) | {M.GRADE_TIMEOUTS}

@@ -50,6 +50,8 @@ cols[3].metric("stalled", int(counts.get("stalled", 0)), help="RUNNING in MLflow
 cols[4].metric("failed", status.failed, help="Jobs whose every run failed (the reasons are below)")
 cols[5].metric("never started", status.missing)
 st.progress(min(1.0, status.finished / status.total) if status.total else 0.0, text=status.line())
+st.caption("Machines: where the runs computed (CPU, torch's CPU capability, threads, base model's sha256)")
+page.table(pd.DataFrame([{**m.machine.row(), "runs": m.runs} for m in data.machines]))
 
 if data.sweep.parent is not None:
     settings = reader_for(context.tracking_uri()).params([data.sweep.parent["run_id"]])

@@ -26,7 +26,7 @@ Failed runs (a crash, a time-out, a divergence) of the arms a claim reads are co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -81,6 +81,13 @@ class Verdict:
     """The worst value the failed runs were counted at (NaN: they were left out)."""
     per_arm: list[ArmChange] = field(default_factory=list)
     """A `since` claim: each arm's change and test; the effect, CI and p above are its deciding arm's."""
+    mixed: str = ""
+    """Said beside the verdict when its runs come from more than one CPU capability or base model: 'runs from 2
+    CPU capabilities (AVX2, AVX512)', 'runs from 5 base models'; '' otherwise."""
+
+    def verdict_text(self) -> str:
+        """The verdict, and beside it what its runs mix: 'reproduced [runs from 5 base models]'."""
+        return self.verdict + (f" [{self.mixed}]" if self.mixed else "")
 
     def n_text(self) -> str:
         """The runs the test rests on: 'n1 vs n2', or for a `since` claim the runs of each arm."""
@@ -112,7 +119,7 @@ class Verdict:
     def summary(self) -> str:
         """One line: the verdict, the effect with CI and p-values, n, and for inconclusive ones why."""
         c = self.claim
-        head = f"{c.id}: {self.verdict.upper()}"
+        head = f"{c.id}: {self.verdict.upper()}" + (f" [{self.mixed}]" if self.mixed else "")
         if np.isnan(self.effect):
             failed = self.failed_text()
             return f"{head} (no test: {self.note or 'no runs'})" + (f"; {failed}" if failed else "")
@@ -313,7 +320,7 @@ def _level(column: pd.Series, wanted) -> str | None:
 
 _CARRIED = (
     "effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds",
-    "failed1", "failed2", "diverged1", "diverged2", "failed_value", "per_arm",
+    "failed1", "failed2", "diverged1", "diverged2", "failed_value", "per_arm", "mixed",
 )  # fmt: skip
 """What a verdict takes over from its evidence as it is."""
 
@@ -382,7 +389,8 @@ def gather(
             values = values[keep(values)].reset_index(drop=True)
         if names is not None:
             values = values.assign(run_name=values["run_id"].map(names))
-        found.append(evidence(claim, values, data.varying, settings, alpha, failed))
+        found_one = evidence(claim, values, data.varying, settings, alpha, failed)
+        found.append(replace(found_one, mixed=data.mixed(found_one.rows.get("run_id", ()))))
     return found
 
 

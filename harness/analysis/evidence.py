@@ -67,6 +67,8 @@ class Evidence:
     """A `since` claim: each arm's change and test, the deciding arm first; the fields above are its."""
     note: str = ""
     """Why a field is NaN (no arm matches, one run, no variance, ...)."""
+    mixed: str = ""
+    """What the runs mix that can move their numbers: CPU capabilities, base models (`sweep_data.mixed_machines`)."""
 
     def run_labels(self) -> list[str]:
         """The runs used, as 'run name (run id)'."""

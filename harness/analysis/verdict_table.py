@@ -59,7 +59,7 @@ def competing_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
                     "question": question,
                     "paper": f"arXiv {v.claim.paper}" if v.claim.paper else "harness",
                     "claim": v.claim.id,
-                    "verdict": v.verdict + (f" ({reason.split(':')[0]})" if reason else ""),
+                    "verdict": v.verdict_text() + (f" ({reason.split(':')[0]})" if reason else ""),
                     "effect [95% CI]": f"{num(v.effect, True)} {ci(v.low, v.high, True)}",
                     "p (Holm)": pval(v.p_holm),
                     "statement": v.claim.statement,
@@ -69,15 +69,16 @@ def competing_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
 
 
 def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, str]]:
-    """One row per claim: the verdict first (with why, for an inconclusive one), then what it rests on: the
-    paper (with where the quote is), the contrast and its result, the failed runs per side, the paper's words."""
+    """One row per claim: the verdict first (with what its runs mix, and why, for an inconclusive one), then what it
+    rests on: the paper (with where the quote is), the contrast and its result, the failed runs per side, the paper's
+    words."""
     rows = []
     for v in verdicts:
         c, reason = v.claim, why(v)
         rows.append(
             {
                 "claim": c.id,
-                "verdict": v.verdict + (f" ({reason})" if reason else ""),
+                "verdict": v.verdict_text() + (f" ({reason})" if reason else ""),
                 "paper": c.source(),
                 "statement": c.statement,
                 "metric @ at": f"{c.metric_text()} @ {c.at}",

@@ -14,6 +14,7 @@ from harness.runs.layout import (
     ARM_LABEL_TAG,
     LENGTH_TAKEOFF_TAG,
     default_tracking_uri,
+    machine_tags,
     run_name,
     run_tags,
     takeoff_value,
@@ -21,6 +22,7 @@ from harness.runs.layout import (
 from harness.runs.writer import RunTracker, prepare_store
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
+from trainer.models.fingerprint import Machine, gpu_name, weights_sha256
 from trainer.models.load import load_policy, pick_device
 from trainer.models.toy import ensure_toy_model
 from trainer.rollout.base import RolloutBackend
@@ -82,7 +84,9 @@ def run_training(
         backend = build_backend(cfg, path, policy, tokenizer)
         trainer = Trainer(policy, task, backend, tokenizer.pad_token_id, TrainerSettings.of(cfg))
     evaluate_at = periodic_eval(cfg, backend)
-    tags = {**run_tags(cfg, sweep_id), **(extra_tags or {})}
+    # the machine read after train.threads is applied: the threads the run trains on
+    here = machine_tags(Machine.here(), weights_sha256(path), gpu_name(device))
+    tags = {**run_tags(cfg, sweep_id), **here, **(extra_tags or {})}
     name = run_name(cfg, tags.get(ARM_LABEL_TAG))
     with RunTracker(uri, experiment_id, run_name=name, tags=tags, config=cfg) as tracker:
         if started is not None:

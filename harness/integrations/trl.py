@@ -11,8 +11,9 @@ It changes nothing that TRL trains: it reads the rewards TRL computed and the to
 `GRPOTrainer._calculate_rewards` and returns its result untouched) and TRL's own logs (entropy, clip fractions,
 KL, loss, gradient norm, learning rate). Every rollout step (one generation batch) becomes one MLflow step with
 harness's metric names (trainer/metric_names.py), so `harness dashboard` and `harness report` read the run like
-their own: the run's settings are logged as harness's keys (`harness.config.trl_args.settings_of`), the seed and
-arm as tags, and a per-rollout table (`rollouts.parquet`) at the end.
+their own: the run's settings are logged as harness's keys (`harness.config.trl_args.settings_of`), the seed, arm
+and machine (CPU, torch, threads, the base model's sha256) as tags, and a per-rollout table (`rollouts.parquet`) at
+the end.
 
 A response is correct when the reward function `correct_reward` (default: the first) gave it more than
 `correct_above`. Its length is its token count (EOS included) and it is truncated when it ends without EOS, both as
@@ -44,10 +45,12 @@ from harness.runs.layout import (
     SEED_TAG,
     SWEEP_ID_TAG,
     default_tracking_uri,
+    machine_tags,
 )
 from harness.runs.writer import RunTracker, prepare_store
 from trainer import metric_names as M
 from trainer.loop import outcome_metrics
+from trainer.models.fingerprint import Machine, gpu_name, weights_sha256
 from trainer.objective.advantages import advantage_metrics
 from trainer.objective.sampling import group_outcome_metrics
 
@@ -309,6 +312,9 @@ class HarnessCallback(TrainerCallback):
             PRESET_TAG: "",
             ARM_LABEL_TAG: self.place["arm_label"],
             "trl_version": trl.__version__,
+            **machine_tags(
+                Machine.here(), weights_sha256(model) if model else "", gpu_name(self.trainer.accelerator.device)
+            ),
         }
         tracker = RunTracker(uri, experiment_id, run_name=f"{name}-s{args.seed}", tags=tags, config=config).__enter__()
         tracker.client.log_dict(tracker.run_id, json.loads(args.to_json_string()), "trl_args.json")

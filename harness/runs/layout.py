@@ -11,8 +11,12 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.config.run_config import RunConfig
+
+if TYPE_CHECKING:  # not at run time: reading a sweep imports no torch
+    from trainer.models.fingerprint import Machine
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 SQLITE_PREFIX = "sqlite:///"
@@ -58,6 +62,18 @@ RAY_NODE_TAG = "ray_node"
 """The Ray node that trained the run (its node id), for a job of `--executor ray`; read from `RAY_NODE_ENV`."""
 RAY_NODE_ENV = "HARNESS_RAY_NODE"
 """Set by the Ray executor in each worker process to its node's id."""
+CPU_MODEL_TAG = "cpu_model"
+"""The CPU's model name where the run computed (`trainer.models.fingerprint.cpu_model`)."""
+CPU_CAPABILITY_TAG = "cpu_capability"
+"""torch's CPU code path there (`torch.backends.cpu.get_cpu_capability()`: DEFAULT, AVX2, AVX512, ...): two paths
+can train one config to different numbers."""
+TORCH_VERSION_TAG = "torch_version"
+TORCH_THREADS_TAG = "torch_threads"
+"""torch's intra-op threads as the run trained (read after `train.threads` is applied)."""
+BASE_MODEL_SHA256_TAG = "base_model_sha256"
+"""sha256 of the base model's weights (`trainer.models.fingerprint.weights_sha256`); "" when it could not be had."""
+GPU_TAG = "gpu"
+"""The CUDA device's name, on a run that trained on one (absent on CPU)."""
 
 LENGTH_TAKEOFF_TAG = "length_takeoff_step"
 """Set when a run finishes: the step at which its incorrect responses took off (`trainer.takeoff`), or `never`."""
@@ -82,7 +98,7 @@ RUN_NAME_MAX = 250
 
 def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
     """A run's tags: sweep id, arm, config hash (= job id), seed, name, preset, the code version (git commit) and
-    where it ran (host, and Ray node in a Ray worker)."""
+    where it ran (host, and Ray node in a Ray worker); on what it computed is `machine_tags`."""
     node = os.environ.get(RAY_NODE_ENV)
     return {
         SWEEP_ID_TAG: sweep_id,
@@ -95,6 +111,19 @@ def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
         GIT_COMMIT_TAG: _git_commit(),
         HOST_TAG: socket.gethostname(),
         **({RAY_NODE_TAG: node} if node else {}),
+    }
+
+
+def machine_tags(machine: Machine, base_model_sha256: str, gpu: str = "") -> dict[str, str]:
+    """Where a run computed (beside `run_tags`): CPU model and capability, torch version and threads, the base
+    model's sha256, and the GPU's name on a CUDA run."""
+    return {
+        CPU_MODEL_TAG: machine.cpu_model,
+        CPU_CAPABILITY_TAG: machine.cpu_capability,
+        TORCH_VERSION_TAG: machine.torch_version,
+        TORCH_THREADS_TAG: str(machine.threads),
+        BASE_MODEL_SHA256_TAG: base_model_sha256,
+        **({GPU_TAG: gpu} if gpu else {}),
     }
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,7 +12,16 @@ import pandas as pd
 
 from harness.config.at import At
 from harness.config.run_config import defines_arm
-from harness.runs.layout import ARM_LABEL_TAG, JOB_ID_TAG
+from harness.runs.layout import (
+    ARM_LABEL_TAG,
+    BASE_MODEL_SHA256_TAG,
+    CPU_CAPABILITY_TAG,
+    CPU_MODEL_TAG,
+    GPU_TAG,
+    JOB_ID_TAG,
+    TORCH_THREADS_TAG,
+    TORCH_VERSION_TAG,
+)
 from harness.runs.reader import Reader, Sweep, planned_jobs
 from trainer import metric_names as M
 
@@ -40,6 +50,92 @@ class FailedRun:
     def diverged(self) -> bool:
         """Whether the run diverged (the trainer's TrainingDiverged: non-finite loss, gradient or parameters)."""
         return "diverged at step" in self.reason
+
+
+@dataclass(frozen=True)
+class RunMachine:
+    """Where a run computed, from its tags (`harness.runs.layout.machine_tags`); a run logged before harness
+    recorded them has every field empty: not recorded."""
+
+    cpu_model: str = ""
+    cpu_capability: str = ""
+    """torch's CPU code path (AVX2, AVX512, ...)."""
+    torch_version: str = ""
+    threads: int | None = None
+    base_model_sha256: str = ""
+    """"" where the run could not hash its base model, or did not record it."""
+    gpu: str = ""
+    """The CUDA device's name ("" on CPU)."""
+
+    @classmethod
+    def of(cls, tags: Mapping[str, object]) -> RunMachine:
+        """From a run's tags (a row of `Sweep.runs`; a missing tag reads as empty)."""
+        text = {k: v if isinstance(v, str) else "" for k, v in tags.items()}
+        threads = text.get(TORCH_THREADS_TAG, "")
+        return cls(
+            text.get(CPU_MODEL_TAG, ""),
+            text.get(CPU_CAPABILITY_TAG, ""),
+            text.get(TORCH_VERSION_TAG, ""),
+            int(threads) if threads.isdigit() else None,
+            text.get(BASE_MODEL_SHA256_TAG, ""),
+            text.get(GPU_TAG, ""),
+        )
+
+    @property
+    def recorded(self) -> bool:
+        return bool(self.cpu_capability or self.torch_version)
+
+    def row(self) -> dict[str, str]:
+        """The machine as a table row (report, dashboard): CPU, capability, torch, threads, base model (its sha256's
+        first 12 characters), and GPU on a CUDA run."""
+        if not self.recorded:
+            return {"CPU": "not recorded"}
+        return {
+            "CPU": self.cpu_model,
+            "capability": self.cpu_capability,
+            "torch": self.torch_version,
+            "threads": "?" if self.threads is None else str(self.threads),
+            "base model": self.base_model_sha256[:12] or "unknown",
+            **({"GPU": self.gpu} if self.gpu else {}),
+        }
+
+    def text(self) -> str:
+        """One line: 'AMD EPYC 7B13, AVX512, torch 2.6.0, 1 thread, base model ab79c4c1d2e3', or 'not recorded'."""
+        if not self.recorded:
+            return "not recorded"
+        r = self.row()
+        threads = f"{r['threads']} thread{'' if self.threads == 1 else 's'}"
+        gpu = f", GPU {self.gpu}" if self.gpu else ""
+        return f"{r['CPU']}, {r['capability']}, torch {r['torch']}, {threads}, base model {r['base model']}{gpu}"
+
+
+@dataclass(frozen=True)
+class MachineRuns:
+    """One distinct machine among a sweep's runs, and how many of them computed there."""
+
+    machine: RunMachine
+    runs: int
+
+
+def machine_runs(machines: Iterable[RunMachine]) -> list[MachineRuns]:
+    """The distinct machines, most runs first, not recorded last."""
+    counts = Counter(machines)
+    order = sorted(counts, key=lambda m: (not m.recorded, -counts[m], m.text()))
+    return [MachineRuns(m, counts[m]) for m in order]
+
+
+def mixed_machines(machines: Iterable[RunMachine]) -> str:
+    """What a set of runs mixes that can move its numbers: 'runs from 2 CPU capabilities (AVX2, AVX512)', 'runs
+    from 5 base models', or both; '' when the runs share one of each. A run that did not record one is no value."""
+    machines = list(machines)
+    capabilities = sorted({m.cpu_capability for m in machines} - {""})
+    models = {m.base_model_sha256 for m in machines} - {""}
+    parts = []
+    if len(capabilities) > 1:
+        parts.append(f"{len(capabilities)} CPU capabilities ({', '.join(capabilities)})")
+    if len(models) > 1:
+        parts.append(f"{len(models)} base models")
+    return "runs from " + " and ".join(parts) if parts else ""
 
 
 @dataclass(frozen=True)
@@ -79,7 +175,7 @@ class SweepData:
     sweep: Sweep
     runs: pd.DataFrame
     """One row per job run: run_id, run_name, arm (label), arm_id, seed, status, state (see `_state`), failure_reason,
-    last_step, steps, last_logged (ms), artifact_uri, plus one column per varying param."""
+    last_step, steps, last_logged (ms), artifact_uri, machine (`RunMachine`), plus one column per varying param."""
     metrics: pd.DataFrame
     """Long frame run_id, key, step, value."""
     varying: list[str]
@@ -111,6 +207,19 @@ class SweepData:
             cols = [c for c in w.columns if c in t.columns]
             return pd.concat({c: w[c].set_axis(t[c].reindex(w.index).to_numpy()).dropna() for c in cols}, axis=1)
         return w
+
+    @property
+    def machines(self) -> list[MachineRuns]:
+        """The distinct machines the sweep's runs computed on, with how many runs each (`machine_runs`)."""
+        return machine_runs(self._machines())
+
+    def mixed(self, run_ids: Iterable[str]) -> str:
+        """`mixed_machines` of the runs `run_ids` (a claim's)."""
+        return mixed_machines(self._machines()[self.runs["run_id"].isin(set(run_ids))])
+
+    def _machines(self) -> pd.Series:
+        """Each run's `RunMachine` (not recorded for a frame built without them)."""
+        return self.runs["machine"] if "machine" in self.runs else pd.Series(RunMachine(), index=self.runs.index)
 
     @property
     def jobs(self) -> Jobs:
@@ -204,6 +313,7 @@ def read_sweep(reader: Reader, sweep: Sweep) -> SweepData:
     runs["last_step"] = runs["run_id"].map(last).fillna(0).astype(int)
     runs["last_logged"] = runs["run_id"].map(reader.last_logged(ids))
     runs["state"] = [_state(r) for r in runs.itertuples()]
+    runs["machine"] = [RunMachine.of(tags) for tags in runs.to_dict("records")]
     warnings = _one_run_per_job(runs)
 
     order = list(dict.fromkeys(j["arm"] for j in planned))

@@ -63,6 +63,12 @@ class Machine:
         return cls(cpu_model(), torch.backends.cpu.get_cpu_capability(), torch.__version__, torch.get_num_threads())
 
 
+def gpu_name(device: str | torch.device) -> str:
+    """The CUDA device's name (`torch.cuda.get_device_name`) where `device` is one, else "" (a CPU run)."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+
+
 def cpu_model() -> str:
     """The CPU's model name: the first `model name` of /proc/cpuinfo on Linux, else platform.processor()."""
     try:
