@@ -1,15 +1,15 @@
-"""Does RL on the shipped base model give the same numbers on every CPU code path, and what would make it?
+"""Does RL on the shipped base model give the same numbers on every CPU code path, and what makes it?
 
-    python benchmarks/cpu_determinism.py [--steps 20] [--repeats 1]
+    python benchmarks/cpu_determinism.py [--steps 20]
 
 One toy run (the main job's GRPO arm, seed 0, on the shipped base model) per configuration, each in a fresh process
 so that the environment reaches torch before it starts: torch's CPU capability (`ATEN_CPU_CAPABILITY` = default,
-avx2, avx512; those the CPU lacks are skipped), 1 and 2 threads, and the knobs that could make runs agree across
-CPUs: MKL's conditional numerical reproducibility (`MKL_CBWR`), oneDNN's ISA cap (`ONEDNN_MAX_CPU_ISA`) and torch's
-deterministic algorithms. For each it prints the first step at which any logged metric parts from the reference
-(the machine's own path on 1 thread), which metrics stay bit-identical, whether the final weights match, and the
-median step time as a ratio of the reference's, measured in the same invocation. Writes
-results/benchmarks/cpu_determinism.json.
+avx2, avx512; those the CPU lacks are skipped) with MKL choosing its own path, on 1 and 2 threads; the knobs that
+could make runs agree across CPUs (MKL's conditional numerical reproducibility `MKL_CBWR`, torch's deterministic
+algorithms); and harness's pin (`trainer.cpu_path`), also on an emulated AVX2-only CPU. For each it prints the first
+step at which any logged metric parts from the reference (the machine's own paths, 1 thread) and from the pin,
+whether the final weights match, and the median step time as a ratio of the reference's, all in one invocation.
+Writes results/benchmarks/cpu_determinism.json.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 from _report import write_json
+
+from trainer.cpu_path import PINNED
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
@@ -58,8 +60,13 @@ print(json.dumps({"machine": Machine.here().__dict__, "history": history, "weigh
 TIMING = ("time/", "throughput/")
 
 
+KNOBS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def run(env: dict[str, str], steps: int, threads: int, deterministic: bool) -> dict:
-    full = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+    """One run in a fresh process with `env` alone of `KNOBS` (`trainer`'s pin sets what is unset, so the unpinned
+    configurations name both of its variables)."""
+    full = {k: v for k, v in os.environ.items() if k not in KNOBS}
     start = time.perf_counter()
     out = subprocess.run(
         [
@@ -99,59 +106,80 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
-    native = run({}, 2, 1, False)["machine"]["cpu_capability"].lower()
+    # torch takes the best path the CPU has at or below the one asked for: asking for avx512 finds the native one
+    native = run({"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO"}, 2, 1, False)["machine"]["cpu_capability"]
+    native = native.lower()
     caps = [c for c in ("default", "avx2", "avx512") if c != "avx512" or native == "avx512"]
-    knobs = {
-        "none": {},
-        "MKL_CBWR=COMPATIBLE": {"MKL_CBWR": "COMPATIBLE"},
-        "MKL_CBWR=AVX2,STRICT + oneDNN AVX2": {"MKL_CBWR": "AVX2,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-        "deterministic algorithms": {},
-    }
+    auto = {"MKL_CBWR": "AUTO"}  # MKL's own choice of code path for this CPU (its default)
+    configs: dict[str, tuple[dict[str, str], int, bool]] = {}
+    for cap in caps:
+        for threads in (1, 2):
+            configs[f"torch {cap}, MKL auto, {threads} thr"] = ({**auto, "ATEN_CPU_CAPABILITY": cap}, threads, False)
+    for cap in caps:
+        configs[f"torch {cap}, MKL_CBWR=COMPATIBLE"] = (
+            {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": cap},
+            1,
+            False,
+        )
+        configs[f"torch {cap}, deterministic algorithms"] = ({**auto, "ATEN_CPU_CAPABILITY": cap}, 1, True)
+    pinned = dict(PINNED)
+    configs["pinned (harness's default), 1 thr"] = (pinned, 1, False)
+    configs["pinned (harness's default), 2 thr"] = (pinned, 2, False)
+    # what an AVX2-only CPU would run under the pin: MKL and oneDNN capped at AVX2 as well
+    capped = {**pinned, "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    configs["pinned, on an emulated AVX2-only CPU"] = (capped, 1, False)
     load = os.getloadavg()
-    rows, results = [], {}
-    for knob, env in knobs.items():
-        for cap in caps:
-            for threads in (1, 2) if knob == "none" else (1,):
-                key = (knob, cap, threads)
-                results[key] = run({**env, "ATEN_CPU_CAPABILITY": cap}, args.steps, threads, knob.startswith("det"))
-                print(f"ran {knob} / {cap} / {threads} thread(s): {results[key]['wall_s']:.1f} s", flush=True)
-    reference = results[("none", native, 1)]
+    results = {}
+    for name, (env, threads, deterministic) in configs.items():
+        results[name] = run(env, args.steps, threads, deterministic)
+        print(f"ran {name}: {results[name]['wall_s']:.1f} s", flush=True)
+    after = os.getloadavg()
+    reference_name = f"torch {native}, MKL auto, 1 thr"
+    reference, pin_ref = results[reference_name], results["pinned (harness's default), 1 thr"]
     ref_step = statistics.median(m["time/step_s"] for m in reference["history"][1:])
+    m = reference["machine"]
     print(
-        f"\nreference: {native}, 1 thread, no knob; {reference['machine']['cpu_model']}, torch "
-        f"{reference['machine']['torch_version']}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"\nreference: {reference_name} on {m['cpu_model']}, torch {m['torch_version']}, {args.steps} steps; "
+        f"load before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}"
     )
     print(
-        f"{'knob':36} {'capability':10} {'thr':>3} {'parts at':>8} {'weights':>7} {'same metrics':>12} "
-        f"{'step s':>7} {'ratio':>6}  {'agrees across capabilities':>26}"
+        f"{'configuration':44} {'torch path':>10} {'parts from ref':>14} {'from pinned':>11} {'weights=ref':>11} "
+        f"{'step s':>7} {'ratio':>6}"
     )
-    for (knob, cap, threads), r in results.items():
+    rows = []
+    for name, r in results.items():
         first, same = parted(reference, r)
+        first_pin, _ = parted(pin_ref, r)
         step_s = statistics.median(m["time/step_s"] for m in r["history"][1:])
-        group = [results[(knob, c, 1)] for c in caps]
-        across = all(parted(group[0], g)[0] is None and g["weights"] == group[0]["weights"] for g in group[1:])
         row = {
-            "knob": knob,
-            "capability": cap,
-            "threads": threads,
-            "parts_at_step": first,
-            "weights_equal": r["weights"] == reference["weights"],
+            "configuration": name,
+            "env": configs[name][0],
+            "threads": configs[name][1],
+            "torch_capability": r["machine"]["cpu_capability"],
+            "parts_from_reference_at": first,
+            "parts_from_pinned_at": first_pin,
+            "weights_equal_reference": r["weights"] == reference["weights"],
+            "weights_equal_pinned": r["weights"] == pin_ref["weights"],
             "identical_metrics": same,
             "step_s": step_s,
             "ratio": step_s / ref_step,
-            "knob_agrees_across_capabilities": across,
             "reward_mean_last": r["history"][-1]["train/reward_mean"],
         }
         rows.append(row)
         print(
-            f"{knob:36} {cap:10} {threads:>3} {str(first or 'never'):>8} {str(row['weights_equal']):>7} "
-            f"{len(same):>12} {step_s:7.3f} {row['ratio']:6.2f}  {str(across):>26}"
+            f"{name:44} {row['torch_capability']:>10} {str(first or 'never'):>14} {str(first_pin or 'never'):>11} "
+            f"{str(row['weights_equal_reference']):>11} {step_s:7.3f} {row['ratio']:6.2f}"
         )
-    after = os.getloadavg()
-    print(f"load after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
     write_json(
         "cpu_determinism",
-        {"machine": reference["machine"], "load_before": load, "load_after": after, "steps": args.steps, "rows": rows},
+        {
+            "machine": m,
+            "load_before": load,
+            "load_after": after,
+            "steps": args.steps,
+            "reference": reference_name,
+            "rows": rows,
+        },
     )
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 from harness.analysis import stats
 from harness.analysis.claims import Verdict, judge
 from harness.analysis.sequential import Record
+from harness.analysis.takeoff import ArmTakeoff, takeoff_by_arm
 from harness.analysis.values import run_values
 from harness.config.at import DEFAULT_AT, At
 from harness.config.claims import Claim
@@ -119,6 +120,8 @@ class Report:
     """The sweep's claims judged (harness.analysis.claims), shown first."""
     sequential: Record | None = None
     """A `--until-decided` sweep's record: its verdicts of record."""
+    takeoff: list[ArmTakeoff] = field(default_factory=list)
+    """When each arm's incorrect responses took off (`harness.analysis.takeoff`); empty when no run recorded it."""
 
 
 def build(
@@ -163,6 +166,7 @@ def build(
         curves={m: data.by_arm(m, only=values[m]["run_id"]) for m in metrics},
     )  # the runs counted
     report.findings = _findings(report)
+    report.takeoff = [a for a in takeoff_by_arm(data) if a.runs > a.unrecorded]
     report.verdicts = judge(data, claims, alpha=alpha) if claims else []
     report.sequential = sequential
     return report

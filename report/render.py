@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import math
 import re
 import unicodedata
 from dataclasses import asdict
@@ -164,6 +165,35 @@ COMPETING_NOTE = (
 
 
 # ---- formats --------------------------------------------------------------------------------------------------
+def takeoff_table(r: Report) -> pd.DataFrame:
+    """Per arm: runs, how many took off and when (each run's step, seed order; the quartiles count a run that never
+    took off as later than any step)."""
+
+    def step(x: float) -> str:
+        return "never" if math.isinf(x) else f"{x:.0f}"
+
+    rows = []
+    for a in r.takeoff:
+        q = a.quartiles
+        rows.append(
+            {
+                "arm": a.arm,
+                "runs": a.runs,
+                "took off": f"{len(a.steps)} of {a.runs - a.unrecorded}",
+                "median [Q1, Q3]": f"{step(q[1])} [{step(q[0])}, {step(q[2])}]" if q else "",
+                "steps": ", ".join(map(str, a.steps)) + (f"; never in {a.never}" if a.never else ""),
+                "horizon": a.horizon or "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+TAKEOFF_NOTE = (
+    "The first step at which the incorrect responses' mean length exceeds the correct ones' by 32 tokens, averaged "
+    "over 5 steps (trainer/takeoff.py); a run that never did is counted after every step."
+)
+
+
 def markdown_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "_none_\n"
@@ -324,11 +354,12 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
         out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
     if r.warnings:
         out += ["## Warnings", "", *[f"- ⚠ {w}" for w in r.warnings], ""]
+    takeoff = ["## Length take-off", "", TAKEOFF_NOTE, "", markdown_table(takeoff_table(r))] if r.takeoff else []
     if not has_statistics(r):
-        return "\n".join([*out, "## Arms", "", markdown_table(arms_table(r))])
+        return "\n".join([*out, "## Arms", "", markdown_table(arms_table(r)), *takeoff])
     if power_lines(r):
         out += ["## Power", "", *[f"- {line}" for line in power_lines(r)], ""]
-    out += ["## Arms", "", markdown_table(arms_table(r))]
+    out += ["## Arms", "", markdown_table(arms_table(r)), *takeoff]
     for metric in r.settings.metrics + sorted(set(r.per_arm["metric"]) - set(r.settings.metrics)):
         out += [f"## {metric}", "", markdown_table(per_arm_table(r, metric))]
         comp = comparison_table(r, metric)
@@ -398,11 +429,12 @@ def to_html(r: Report) -> str:
         body += ["<h2>Findings</h2><ul>" + "".join(f"<li>{esc(f)}</li>" for f in r.findings) + "</ul>"]
     if r.warnings:
         body += ["<h2>Warnings</h2><ul class='warn'>" + "".join(f"<li>{esc(w)}</li>" for w in r.warnings) + "</ul>"]
+    takeoff = ["<h2>Length take-off</h2>", f"<p>{esc(TAKEOFF_NOTE)}</p>", table(takeoff_table(r))] if r.takeoff else []
     if not has_statistics(r):
-        return _html_page(r, [*body, "<h2>Arms</h2>", table(arms_table(r))])
+        return _html_page(r, [*body, "<h2>Arms</h2>", table(arms_table(r)), *takeoff])
     if power_lines(r):
         body += ["<h2>Power</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in power_lines(r)) + "</ul>"]
-    body += ["<h2>Arms</h2>", table(arms_table(r))]
+    body += ["<h2>Arms</h2>", table(arms_table(r)), *takeoff]
     first = True
     for metric in r.settings.metrics + sorted(set(r.per_arm["metric"]) - set(r.settings.metrics)):
         body += [f"<h2>{esc(metric)}</h2>", table(per_arm_table(r, metric))]
@@ -486,6 +518,9 @@ def to_json(r: Report) -> str:
             "comparisons": records(r.comparisons),
             "main_effects": records(r.effects),
             "interactions": records(r.interactions),
+            "takeoff": [  # a quartile past every step (never) is null: strict JSON has no infinity
+                {**asdict(a), "quartiles": [None if math.isinf(q) else q for q in a.quartiles or ()]} for a in r.takeoff
+            ],
         },
         indent=1,
         default=str,

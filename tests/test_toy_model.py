@@ -316,9 +316,18 @@ def test_other_settings_still_build_and_a_run_seed_names_the_build():
 
 
 def test_the_default_settings_built_from_scratch_land_in_the_quality_band(default_build):
-    """The shipped weights need not be reproduced bit for bit (they depend on the CPU's code path), but a fresh
-    build of the same settings must pass the same band (build_toy_model refuses one outside it)."""
+    """A fresh build of the default settings passes the quality band (build_toy_model refuses one outside it), and on
+    the CPU path and torch the shipped one was built on, it is the shipped build bit for bit."""
     report = json.loads((default_build / toy.COMPLETE_MARKER).read_text())
     assert report["hash"] == toy.config_hash(toy.ToyModelConfig())
     assert 0.6 <= report["eval"]["accuracy_clean"] <= 0.85
     assert report["built_on"]["threads"] == 1
+    shipped = json.loads((toy.SHIPPED_DIR / toy.SHIPPED_MANIFEST).read_text())[default_build.name]
+    same_path = {k: report["built_on"][k] for k in ("cpu_capability", "torch_version")} == {
+        k: shipped["built_on"][k] for k in ("cpu_capability", "torch_version")
+    }
+    if same_path:  # the pinned CPU path (trainer.cpu_path) on the same torch: the shipped weights, bit for bit
+        assert weights_sha256(default_build) == shipped["files"]["model.safetensors"], (
+            f"a build on {report['built_on']} differs from the shipped one built on {shipped['built_on']}: the "
+            "pinned path did not reproduce it on this CPU (docs/reproducibility.md)"
+        )
