@@ -105,6 +105,7 @@ def parted(a: dict, b: dict) -> tuple[int | None, list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--pairs", type=int, default=3, help="native/pinned runs alternated for the cost figure")
     args = ap.parse_args()
     # torch takes the best path the CPU has at or below the one asked for: asking for avx512 finds the native one
     native = run({"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO"}, 2, 1, False)["machine"]["cpu_capability"]
@@ -133,6 +134,13 @@ def main() -> None:
     for name, (env, threads, deterministic) in configs.items():
         results[name] = run(env, args.steps, threads, deterministic)
         print(f"ran {name}: {results[name]['wall_s']:.1f} s", flush=True)
+    # the pin's cost, from runs alternated so that a drift in load falls on both sides alike
+    pairs = {"native": [], "pinned": []}
+    for _ in range(args.pairs):
+        for side, env in (("native", {"ATEN_CPU_CAPABILITY": native, "MKL_CBWR": "AUTO"}), ("pinned", PINNED)):
+            pairs[side].append(
+                statistics.median(m["time/step_s"] for m in run(env, args.steps, 1, False)["history"][1:])
+            )
     after = os.getloadavg()
     reference_name = f"torch {native}, MKL auto, 1 thr"
     reference, pin_ref = results[reference_name], results["pinned (harness's default), 1 thr"]
