@@ -102,11 +102,56 @@ def parted(a: dict, b: dict) -> tuple[int | None, list[str]]:
     return first, same
 
 
+def compare_stores(a: str, b: str, experiment: str) -> None:
+    """For each job (by job id) finished in both stores: the first step at which any metric differs (timing aside),
+    and the first at which what was sampled does (the rollout's reward, accuracy or lengths)."""
+    from mlflow.tracking import MlflowClient
+
+    sampled = ("train/reward_mean", "train/accuracy", "train/length_mean", "train/tokens_generated")
+
+    def histories(uri: str) -> dict[str, tuple[str, dict[str, dict[int, float]]]]:
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name(experiment)
+        out = {}
+        for run in client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", max_results=1000):
+            keys = [k for k in run.data.metrics if not k.startswith(TIMING)]
+            hist = {k: {m.step: m.value for m in client.get_metric_history(run.info.run_id, k)} for k in keys}
+            out[run.data.tags.get("job_id", "")] = (run.data.tags.get("arm_label", ""), hist)
+        return out
+
+    first, second = histories(a), histories(b)
+    rows = []
+    for job in sorted(first.keys() & second.keys()):
+        (arm, x), (_, y) = first[job], second[job]
+        steps = sorted(set().union(*[h.keys() for h in x.values()]))
+        parts = [s for s in steps if any(x[k].get(s) != y.get(k, {}).get(s) for k in x)]
+        parts_sampled = [s for s in steps if any(x[k].get(s) != y.get(k, {}).get(s) for k in sampled if k in x)]
+        rows.append(
+            {
+                "job": job,
+                "arm": arm,
+                "steps": len(steps),
+                "any_metric_parts_at": parts[0] if parts else None,
+                "sampled_parts_at": parts_sampled[0] if parts_sampled else None,
+            }
+        )
+        print(
+            f"{arm[:52]:52} {job[:12]} any metric parts at {rows[-1]['any_metric_parts_at']}, "
+            f"what was sampled at {rows[-1]['sampled_parts_at']} (of {len(steps)} steps)"
+        )
+    write_json("cpu_determinism_stores", {"stores": [a, b], "experiment": experiment, "jobs": rows})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--stores", nargs=2, metavar="URI", help="compare one sweep's runs in two stores, then stop")
+    ap.add_argument("--experiment", default="dr_grpo_bias", help="with --stores: the sweep's experiment")
     ap.add_argument("--pairs", type=int, default=3, help="native/pinned runs alternated for the cost figure")
     args = ap.parse_args()
+    if args.stores:
+        compare_stores(*args.stores, args.experiment)
+        return
     # torch takes the best path the CPU has at or below the one asked for: asking for avx512 finds the native one
     native = run({"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO"}, 2, 1, False)["machine"]["cpu_capability"]
     native = native.lower()

@@ -181,7 +181,9 @@ def takeoff_table(r: Report) -> pd.DataFrame:
                 "runs": a.runs,
                 "took off": f"{len(a.steps)} of {a.runs - a.unrecorded}",
                 "median [Q1, Q3]": f"{step(q[1])} [{step(q[0])}, {step(q[2])}]" if q else "",
-                "steps": ", ".join(map(str, a.steps)) + (f"; never in {a.never}" if a.never else ""),
+                "steps": "; ".join(
+                    x for x in (", ".join(map(str, a.steps)), f"never in {a.never}" if a.never else "") if x
+                ),
                 "horizon": a.horizon or "",
             }
         )
