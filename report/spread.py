@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from harness.analysis.claims import claim_values
 from harness.analysis.spread import compare_spread, paired_effects
+from harness.config.errors import ConfigError, DataError
 from harness.runs.reader import reader_for
 from harness.runs.sweep_data import read_sweep
 from report.select import resolve
 
 
-def _settings(items: list[str]) -> dict[str, str]:
+def _settings(items: list[str], flag: str) -> dict[str, str]:
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise ConfigError(f"{flag}: {bad[0]!r} is not KEY=VALUE")
     return dict(item.split("=", 1) for item in items)
 
 
@@ -40,8 +45,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds-tracking-uri", default=None, help="the second sweep's store (default: --tracking-uri)")
     ap.add_argument("--out", default="results/reports/spread.json")
     args = ap.parse_args(argv)
+    try:
+        _main(args)
+    except ConfigError as exc:
+        sys.exit(f"report.spread: {exc}")
+    except DataError as exc:
+        print(f"report.spread: data error: {exc}", file=sys.stderr)
+        sys.exit(3)
+
+
+def _main(args: argparse.Namespace) -> None:
+    arm, vs = _settings(args.arm, "--arm"), _settings(args.vs, "--vs")
     uri, sweep, claims, _ = resolve(args.builds, args.tracking_uri)
-    (claim,) = [c for c in claims if c.id == args.claim] or ap.error(f"{args.builds}: no claim {args.claim}")
+    found = [c for c in claims if c.id == args.claim]
+    if not found:
+        raise ConfigError(f"{args.builds}: --claim: no claim {args.claim!r} (it has {', '.join(c.id for c in claims)})")
+    claim = found[0]
     sides = []
     for ref, store, label in (
         (args.builds, args.tracking_uri, "across base models"),
@@ -49,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     ):
         uri, sweep, _, _ = resolve(ref, store)
         values = claim_values(read_sweep(reader_for(uri), sweep), claim)
-        sides.append(paired_effects(values, _settings(args.arm), _settings(args.vs), f"{label} ({sweep.name})"))
+        sides.append(paired_effects(values, arm, vs, f"{label} ({sweep.name})"))
     result = compare_spread(*sides)
     print(f"{claim.metric_text()} at {claim.at.describe()}: ({', '.join(args.arm)}) − ({', '.join(args.vs)})")
     print(f"{'':44} {'n':>3} {'mean':>8} {'SD':>8}  effects")
