@@ -1,0 +1,65 @@
+"""Whether one claim's effect agrees across two sets of runs: another machine, another CPU path, a user's runs
+against the published ones.
+
+Each side's effect comes with its standard error and Welch–Satterthwaite degrees of freedom (`Evidence`). The two
+sets are independent, so their difference has standard error sqrt(se_a² + se_b²) and, by Welch–Satterthwaite
+again, df = se⁴ / (se_a⁴/df_a + se_b⁴/df_b); a two-sided t test of a zero difference, Holm-adjusted across the
+claims compared, says whether the sides differ by more than their seeds explain. That the sides' intervals
+overlap, or contain each other's estimates, is reported too, but it is not the test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from scipy import stats
+
+from harness.analysis.evidence import Evidence
+from harness.analysis.stats import CONFIDENCE, holm
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One claim's effect on two sets of runs, and their difference."""
+
+    claim: str
+    a: Evidence
+    b: Evidence
+    difference: float
+    """Effect on a − effect on b."""
+    low: float
+    high: float
+    """The difference's t interval (`CONFIDENCE`)."""
+    p: float
+    """Two-sided t test of a zero difference."""
+    p_holm: float = math.nan
+    """`p` Holm-adjusted across the claims compared together (`compare_all`)."""
+
+    @property
+    def each_inside(self) -> bool:
+        """Whether each side's estimate lies in the other side's interval."""
+        return self.b.low <= self.a.effect <= self.b.high and self.a.low <= self.b.effect <= self.a.high
+
+    @property
+    def overlap(self) -> bool:
+        """Whether the two sides' intervals overlap."""
+        return max(self.a.low, self.b.low) <= min(self.a.high, self.b.high)
+
+
+def compare(claim: str, a: Evidence, b: Evidence) -> Agreement:
+    """The difference of `a`'s and `b`'s effects with its t interval and test (NaN where either side has none)."""
+    difference = a.effect - b.effect
+    se = math.hypot(a.se, b.se)
+    if not (math.isfinite(se) and se > 0 and a.df > 0 and b.df > 0):
+        return Agreement(claim, a, b, difference, math.nan, math.nan, math.nan)
+    df = se**4 / (a.se**4 / a.df + b.se**4 / b.df)
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se
+    p = 2 * stats.t.sf(abs(difference) / se, df)
+    return Agreement(claim, a, b, difference, difference - half, difference + half, float(p))
+
+
+def compare_all(pairs: list[tuple[str, Evidence, Evidence]]) -> list[Agreement]:
+    """`compare` for each (claim, a, b), with Holm across those whose test could be had."""
+    found = [compare(*pair) for pair in pairs]
+    return [replace(g, p_holm=float(p)) for g, p in zip(found, holm([g.p for g in found]))]

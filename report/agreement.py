@@ -1,0 +1,151 @@
+"""Whether a sweep's effects on your runs agree with the same sweep's effects on other runs (another machine, CPU
+path or store: the published ones, say).
+
+    python -m report.agreement ablations/dr_grpo_bias.yaml \
+        --tracking-uri sqlite:///results/mlflow.db --against docs/reference/dr_grpo_bias.json
+
+For each claim of the sweep file: its effect and interval on each store, their difference with its t interval,
+and a two-sided test of a zero difference, Holm-adjusted across the claims (`harness.analysis.agreement`).
+`--against` takes another store, or the JSON this command wrote (its "yours" side is read: docs/reference/ holds
+the published main job's). Writes results/reports/agreement.json. Exit code 1 when a difference is significant
+after Holm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness.analysis.agreement import Agreement, compare_all
+from harness.analysis.claims import gather
+from harness.analysis.evidence import Evidence
+from harness.config.errors import ConfigError, DataError
+from harness.runs.reader import reader_for
+from harness.runs.sweep_data import SweepData, machine_runs, read_sweep
+from report.select import resolve
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep", help="the sweep file (its claims are compared) or a sweep's name or id")
+    ap.add_argument("--tracking-uri", default=None, help="your runs' store (default: as `harness claims`)")
+    ap.add_argument(
+        "--against",
+        required=True,
+        metavar="URI|JSON",
+        help="the other runs' store, or the JSON this command wrote for them (the published effects: docs/reference/)",
+    )
+    ap.add_argument("--profile", default=None, help="the sweep file's profile both sweeps ran with")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--out", default="results/reports/agreement.json")
+    args = ap.parse_args(argv)
+    try:
+        sys.exit(_main(args))
+    except ConfigError as exc:
+        sys.exit(f"report.agreement: {exc}")
+    except DataError as exc:
+        print(f"report.agreement: data error: {exc}", file=sys.stderr)
+        sys.exit(3)
+
+
+def _main(args: argparse.Namespace) -> int:
+    reference = _reference(Path(args.against)) if args.against.endswith(".json") else None
+    uri, sweep, claims, _ = resolve(args.sweep, args.tracking_uri, args.profile)
+    if not claims:
+        raise ConfigError(f"{args.sweep}: claims: the sweep declares none")
+    data = read_sweep(reader_for(uri), sweep)
+    yours, machines = gather(data, claims, alpha=args.alpha), _machines(data)
+    if reference is not None:
+        other_uri, their_machines = args.against, reference[1]
+        theirs = [reference[0].get(c.id, Evidence(pd.DataFrame())) for c in claims]
+    else:
+        other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile)
+        other_data = read_sweep(reader_for(other_uri), other)
+        theirs, their_machines = gather(other_data, claims, alpha=args.alpha), _machines(other_data)
+    found = compare_all([(c.id, a, b) for c, a, b in zip(claims, yours, theirs)])
+    print(f"{sweep.name}: {len(found)} claims' effects, yours ({uri}) against theirs ({other_uri})")
+    print(f"  yours:  {'; '.join(machines) or 'machine not recorded'}")
+    print(f"  theirs: {'; '.join(their_machines) or 'machine not recorded'}")
+    print(f"{'claim':34} {'yours':>28} {'theirs':>28} {'difference':>28} {'p (Holm)':>9}  each in other's CI")
+    for g in found:
+        print(
+            f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28} {_interval(g.difference, g.low, g.high):>28} "
+            f"{g.p_holm:9.3g}  {'yes' if g.each_inside else 'no'}"
+        )
+    differ = [g.claim for g in found if g.p_holm < args.alpha]
+    print(
+        f"differ at α {args.alpha:g} after Holm: {', '.join(differ)}"
+        if differ
+        else f"no claim's effect differs at α {args.alpha:g} after Holm"
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "sweep": sweep.name,
+                "yours": uri,
+                "machines": machines,
+                "theirs": other_uri,
+                "claims": [_record(g) for g in found],
+            },
+            indent=2,
+        )
+    )
+    return 1 if differ else 0
+
+
+def _machines(data: SweepData) -> list[str]:
+    return [f"{m.runs} runs on {m.machine.text()}" for m in machine_runs(data.runs["machine"])]
+
+
+def _reference(path: Path) -> tuple[dict[str, Evidence], list[str]]:
+    """Each claim's effect as an earlier run of this command wrote it (its "yours" side: a published reference),
+    and the machines it ran on."""
+    fields = ("effect", "low", "high", "se", "df")
+    try:
+        written = json.loads(path.read_text())
+        found = {
+            str(r["claim"]): Evidence(pd.DataFrame(), **{k: float(r["yours"][k]) for k in fields})
+            for r in written["claims"]
+        }
+        return found, [str(m) for m in written.get("machines", [])]
+    except FileNotFoundError:
+        raise DataError(f"{path}: --against: no such file") from None
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise DataError(f"{path}: --against: not a report.agreement JSON ({type(exc).__name__}: {exc})") from None
+
+
+def _side(e: Evidence) -> str:
+    return _interval(e.effect, e.low, e.high)
+
+
+def _interval(x: float, low: float, high: float) -> str:
+    return f"{x:+.3g} [{low:+.3g}, {high:+.3g}]" if math.isfinite(low) else f"{x:+.3g}"
+
+
+def _record(g: Agreement) -> dict:
+    def side(e) -> dict:
+        return {k: float(getattr(e, k)) for k in ("effect", "low", "high", "se", "df")} | {"seeds": int(e.seeds)}
+
+    return {
+        "claim": g.claim,
+        "yours": side(g.a),
+        "theirs": side(g.b),
+        "difference": float(g.difference),
+        "low": float(g.low),
+        "high": float(g.high),
+        "p": float(g.p),
+        "p_holm": float(g.p_holm),
+        "each_inside": bool(g.each_inside),
+        "overlap": bool(g.overlap),
+    }
+
+
+if __name__ == "__main__":
+    main()

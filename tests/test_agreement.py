@@ -1,0 +1,79 @@
+"""The agreement of one claim's effect across two sets of runs, against hand-computed numbers."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from harness.analysis.agreement import compare, compare_all
+from harness.analysis.evidence import Evidence
+from report.agreement import main
+
+
+def _ev(effect, se, df, half):
+    return Evidence(pd.DataFrame(), effect=effect, low=effect - half, high=effect + half, se=se, df=df)
+
+
+def test_difference_by_hand():
+    # se = hypot(3, 4) = 5; df = 5^4 / (3^4/8 + 4^4/8) = 625 / 42.125 = 14.837; t = 10/5 = 2
+    g = compare("c", _ev(12.0, 3.0, 8.0, 6.9), _ev(2.0, 4.0, 8.0, 9.2))
+    assert g.difference == 10.0
+    assert g.p == pytest.approx(0.06415, abs=2e-4)  # scipy: 2 * t.sf(2, 14.837)
+    assert (g.high - g.low) / 2 == pytest.approx(2.1335 * 5, abs=2e-3)  # t.ppf(0.975, 14.837) = 2.1335
+    assert not g.each_inside  # 12 lies outside [2 - 9.2, 2 + 9.2]
+    assert g.overlap
+
+
+def test_each_inside_and_no_test_without_se():
+    g = compare("c", _ev(1.0, 1.0, 4.0, 3.0), _ev(2.0, 1.0, 4.0, 3.0))
+    assert g.each_inside and g.p > 0.4
+    nan = compare("c", _ev(1.0, math.nan, math.nan, 1.0), _ev(2.0, 1.0, 4.0, 3.0))
+    assert math.isnan(nan.p) and math.isnan(nan.low)
+
+
+def test_holm_across_claims_skips_untested():
+    pairs = [
+        ("a", _ev(10.0, 1.0, 30.0, 2.0), _ev(0.0, 1.0, 30.0, 2.0)),  # t = 7.07: p ~ 1e-8
+        ("b", _ev(1.0, 1.0, 30.0, 2.0), _ev(0.0, 1.0, 30.0, 2.0)),  # t = 0.707: p = 0.485
+        ("c", _ev(1.0, math.nan, math.nan, 1.0), _ev(0.0, 1.0, 30.0, 2.0)),
+    ]
+    a, b, c = compare_all(pairs)
+    assert a.p_holm == pytest.approx(2 * a.p)
+    assert b.p_holm == pytest.approx(b.p)  # the larger of two: times 1
+    assert math.isnan(c.p_holm)
+
+
+def test_missing_store_is_one_line(tmp_path, capsys):
+    empty = f"sqlite:///{tmp_path}/none.db"
+    with pytest.raises(SystemExit) as exit_:
+        main(["ablations/dr_grpo_bias.yaml", "--tracking-uri", empty, "--against", empty])
+    assert exit_.value.code == 3
+    assert "no sweep 'dr_grpo_bias'" in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", '{"claims": [{"claim": "a"}]}', "[1, 2]", '{"claims": [{"claim": "a", "yours": {"effect": "x"}}]}'],
+)
+def test_bad_reference_is_one_line_before_any_store(tmp_path, capsys, text):
+    bad = tmp_path / "ref.json"
+    bad.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        main(["ablations/dr_grpo_bias.yaml", "--tracking-uri", f"sqlite:///{tmp_path}/none.db", "--against", str(bad)])
+    assert exit_.value.code == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a report.agreement JSON" in err
+    assert not (tmp_path / "none.db").exists()  # refused before any store was opened
+
+
+def test_written_json_reads_back_as_the_reference(tmp_path):
+    from report.agreement import _record, _reference
+
+    g = compare("c", _ev(12.0, 3.0, 8.0, 6.9), _ev(2.0, 4.0, 8.0, 9.2))
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps({"machines": ["20 runs on X"], "claims": [_record(g)]}))
+    found, machines = _reference(path)
+    assert machines == ["20 runs on X"]
+    back = found["c"]
+    assert (back.effect, back.low, back.high, back.se, back.df) == (12.0, 12.0 - 6.9, 12.0 + 6.9, 3.0, 8.0)
