@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
 LONG = 20
 """Steps of the jobs a fault hits: long enough to be caught running on every node."""
+JOBS = 3
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +51,13 @@ def _tiny_set(tiny_run_overrides: list[str], steps: int) -> str:
 
 
 def _sweep_file(tmp_path: Path, tiny_run_overrides: list[str], name: str, steps: int = STEPS) -> Path:
+    """JOBS jobs: one per node, all at once."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"""name: {name}
 base: {ROOT / "ablations" / "toy_run.yaml"}
 {_tiny_set(tiny_run_overrides, steps)}grid:
-  objective.preset: [grpo, dr_grpo]
+  objective.preset: [grpo]
 seeds: [0, 1, 2]
 """
     )
@@ -107,7 +109,7 @@ def _job_runs(uri: str, name: str) -> dict[str, list]:
 def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int = STEPS) -> None:
     client = MlflowClient(uri)
     jobs = _job_runs(uri, name)
-    assert len(jobs) == 6, sorted(jobs)
+    assert len(jobs) == JOBS, sorted(jobs)
     for job_id, runs in jobs.items():
         finished = [r for r in runs if r.info.status == "FINISHED"]
         assert len(finished) == 1, (job_id, [(r.info.status, r.data.tags.get("failure_reason")) for r in runs])
@@ -122,12 +124,12 @@ def test_a_sweep_across_three_nodes_logs_to_a_tracking_server_and_a_rerun_trains
     args = ("sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3")
     code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))
     assert code == 0, out[-3000:]
-    assert "6 finished, 0 already done, 0 failed" in out, out[-2000:]
+    assert f"{JOBS} finished, 0 already done, 0 failed" in out, out[-2000:]
     _one_finished_run_each_with_every_point(tracking_server.url, name)
     nodes = {r.data.tags.get("ray_node") for runs in _job_runs(tracking_server.url, name).values() for r in runs}
-    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # three at a time: one on each node
+    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # one on each node
     code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))  # the driver reads the server
-    assert code == 0 and "0 finished, 6 already done, 0 failed" in out, out[-2000:]
+    assert code == 0 and f"0 finished, {JOBS} already done, 0 failed" in out, out[-2000:]
 
 
 def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice(
@@ -165,8 +167,8 @@ def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice
 
     reader = reader_for(tracking_server.url)
     data = read_sweep(reader, next(w for w in sweeps(reader.runs()) if w.name == name))
-    assert (data.jobs.total, data.jobs.finished, data.jobs.failed) == (6, 6, 0), data.jobs.line()
-    assert len(data.current) == 6 and set(data.current["state"]) == {"done"}
+    assert (data.jobs.total, data.jobs.finished, data.jobs.failed) == (JOBS, JOBS, 0), data.jobs.line()
+    assert len(data.current) == JOBS and set(data.current["state"]) == {"done"}
 
 
 def _a_retry_running(proc: subprocess.Popen, uri: str, name: str, timeout_s: float = 300) -> None:
@@ -215,7 +217,7 @@ def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(
     tracking_server.start()
     code, out = _finish(proc)
     assert code == 0, out[-3000:]
-    assert "6 finished, 0 already done, 0 failed" in out, out[-2000:]
+    assert f"{JOBS} finished, 0 already done, 0 failed" in out, out[-2000:]
     _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
 
 
