@@ -637,3 +637,29 @@ def test_harness_claims_and_the_report_show_the_competing_claims(tmp_path, capsy
     md = (tmp_path / "r" / "report.md").read_text()
     section = md[md.index("## Competing claims") :]
     assert f"| {q} | arXiv 2503.14476 | dapo |" in section and "| arXiv 2509.26114 | park |" in section
+
+
+def test_a_preset_in_an_arm_reference_picks_that_presets_arms(tmp_path):
+    """`{objective.preset: grpo}` is how a sweep file writes the preset; the resolved settings (and the logged params)
+    hold it as objective_preset: a reference by preset picks the arms started from it, at planning and in the
+    analysis alike."""
+    import yaml
+
+    from harness.config.claims import claim_arms
+    from harness.config.plan import arm_settings, plan_sweep
+
+    claim = {
+        "id": "c",
+        "statement": "s.",
+        "metric": "train/reward_mean",
+        "direction": "increase",
+        "contrast": {"since": "first-10", "arm": {"objective.preset": "grpo"}},
+    }
+    spec = {"name": "p", "base": str(ROOT / "ablations" / "toy_run.yaml"), "seeds": [0, 1],
+            "grid": {"objective.preset": ["grpo", "dr_grpo"]}, "claims": [claim]}  # fmt: skip
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    plan = plan_sweep(path)
+    arms = arm_settings(plan.jobs)
+    (picked,) = claim_arms(plan.settings.claims[0], arms)
+    assert arms[picked]["objective_preset"] == "grpo"

@@ -326,18 +326,45 @@ def _curve(v: float) -> dict[str, list[float]]:
 
 def test_two_finished_runs_of_one_job_count_once(tmp_path):
     # a killed sweep's surviving worker set its run back to FINISHED after the rerun had trained the job again
-    runs = [FakeRun(arm, s, values=_curve(10.0 * (arm == "B") + s), start=s) for arm in "AB" for s in (0, 1, 2)]
-    runs.append(FakeRun("B", 0, values=_curve(99.0), start=60))  # job B-0 again, later
+    five = {"train.steps": "5"}
+    runs = [
+        FakeRun(arm, s, values=_curve(10.0 * (arm == "B") + s), start=s, params=five) for arm in "AB" for s in (0, 1, 2)
+    ]
+    runs.append(FakeRun("B", 0, values=_curve(99.0), start=60, params=five))  # job B-0 again, later, also complete
     uri, data, ids = _fake(tmp_path, runs)
     kept = data.runs[(data.runs["arm"] == "B") & (data.runs["seed"] == 0)].set_index("run_id")["state"]
-    assert kept.to_dict() == {ids["3"]: "done", ids["6"]: "duplicate"}  # the earliest-started FINISHED run counts
-    assert any("B-0" in w and "2 FINISHED runs" in w for w in data.warnings), data.warnings
+    assert kept.to_dict() == {ids["3"]: "duplicate", ids["6"]: "done"}  # the latest complete FINISHED run counts
+    (warning,) = [w for w in data.warnings if "B-0" in w]
+    assert "2 FINISHED runs" in warning and ids["6"] in warning and ids["3"] in warning, warning
     r = build(data, metrics=[LEN])
     assert r.arms.set_index("arm").loc["B", "seeds"] == [0, 1, 2]
     per = r.per_arm.set_index("arm").loc["B"]
-    assert per["n"] == 3 and per["mean"] == pytest.approx(11.0)
+    assert per["n"] == 3 and per["mean"] == pytest.approx((99.0 + 11.0 + 12.0) / 3)
     assert any("B-0" in w for w in r.warnings)
     assert r.curves[LEN]["B"].shape[1] == 3
+
+
+def test_of_two_finished_runs_the_complete_one_counts_even_when_earlier(tmp_path):
+    # the battery's case: one run complete to train.steps, a later one that logged 2 of its 5 steps
+    five = {"train.steps": "5"}
+    runs = [
+        FakeRun("A", 0, values=_curve(1.0), start=0, params=five),
+        FakeRun("A", 0, values={LEN: [7.0, 7.0]}, start=60, params=five),
+        FakeRun("B", 0, values={LEN: [3.0]}, start=0, params=five),  # neither of B-0's runs is complete:
+        FakeRun("B", 0, values={LEN: [4.0, 4.0]}, start=1, params=five),  # the one with more steps counts
+    ]
+    uri, data, ids = _fake(tmp_path, runs)
+    state = data.runs.set_index("run_id")["state"]
+    assert (state[ids["0"]], state[ids["1"]], state[ids["2"]], state[ids["3"]]) == (
+        "done",
+        "duplicate",
+        "duplicate",
+        "done",
+    )
+    (a,) = [w for w in data.warnings if "A-0" in w]
+    assert f"as run {ids['0']} (5 of 5 steps) (the latest complete)" in a and f"{ids['1']} (2 of 5 steps)" in a, a
+    (b,) = [w for w in data.warnings if "B-0" in w]
+    assert "none is complete" in b, b
 
 
 def test_resumed_sweep_counts_the_finished_retry_draws_only_counted_runs_and_starts_with_the_sweep(tmp_path):

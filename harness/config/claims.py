@@ -215,6 +215,9 @@ class Claim(BaseModel):
                     f"unknown metric {name!r} (see trainer/metric_names.py: e.g. {M.ENTROPY}, "
                     f"{M.LENGTH_INCORRECT_MEAN}, eval/<benchmark>/accuracy)"
                 )
+        if not isinstance(metric, str) and len(set(_pair(metric))) == 1:
+            kind, value = ("difference", 0) if isinstance(metric, Difference) else ("ratio", 1)
+            raise ValueError(f"a {kind} of {_pair(metric)[0]} with itself is {value} in every run: name two metrics")
         return metric
 
     @property
@@ -254,19 +257,27 @@ def canonical(value: Any) -> str:
         return text
 
 
+RESOLVED_AS = {"objective.preset": "objective_preset"}
+"""Keys an arm reference may use as a sweep file writes them, whose resolved settings hold them under another key:
+the preset a run started from is written `objective.preset` and resolved (and logged) as `objective_preset`."""
+
+
 def picks(ref: ArmRef, label: str, settings: dict[str, Any]) -> bool:
     """Whether an arm (its label and dotted settings) is one the reference names."""
     if isinstance(ref, str):
         return ref == label
     # null also picks an arm that leaves the setting out (a field dumped only when set, e.g. random_reward)
-    return all(canonical(settings[k]) == canonical(v) if k in settings else v is None for k, v in ref.items())
+    return all(
+        canonical(settings[key]) == canonical(v) if (key := RESOLVED_AS.get(k, k)) in settings else v is None
+        for k, v in ref.items()
+    )
 
 
 def _unknown_keys(ref: ArmRef | None, arms: dict[str, dict[str, Any]]) -> list[str]:
     """The keys of a settings reference that no arm of the sweep has (a typo, since null picks an absent key)."""
     if ref is None or isinstance(ref, str):
         return []
-    return [k for k in ref if not any(k in s for s in arms.values())]
+    return [k for k in ref if not any(RESOLVED_AS.get(k, k) in s for s in arms.values())]
 
 
 def check_claims(
@@ -280,6 +291,7 @@ def check_claims(
         for name, ref in (("arm", c.arm), ("vs", c.vs)):
             if unknown := _unknown_keys(ref, arms):
                 raise ConfigError(f"{key}.{name}: {', '.join(unknown)} is no setting of this sweep's arms")
+        _check_steps(f"{where}: claims[{i}] ({claim.id})", claim, arms)
         if c.since is not None:
             if c.arm is not None and not any(picks(c.arm, label, s) for label, s in arms.items()):
                 raise ConfigError(f"{key}.arm: {_ref_text(c.arm)!r} matches no arm (arms: {'; '.join(arms)})")
@@ -310,6 +322,17 @@ def check_claims(
         _check_pool(key, c, sides, arms)
 
 
+def _check_steps(key: str, claim: Claim, arms: dict[str, dict[str, Any]]) -> None:
+    """A claim read at (or since) step N can be judged only if every arm it reads trains for N steps or more."""
+    steps = [int(arms[a]["train.steps"]) for a in claim_arms(claim, arms) if "train.steps" in arms[a]]
+    for name, at in (("at", claim.at), ("contrast.since", claim.contrast.since)):
+        if steps and at is not None and at.kind == "step" and at.n > min(steps):
+            raise ConfigError(
+                f"{key}.{name}: step {at.n} is beyond the {min(steps)} train.steps of the arms it reads: "
+                "it can never be judged"
+            )
+
+
 def _check_pool(key: str, c: Contrast, sides: dict[str, set[str]], arms: dict[str, dict[str, Any]]) -> None:
     """A side that picks several arms must say `pool: true`, and pooled sides must cover the same combinations of
     the other varying settings (all but those the two references set to different values, and those that move in
@@ -325,7 +348,9 @@ def _check_pool(key: str, c: Contrast, sides: dict[str, set[str]], arms: dict[st
     if not c.pool:
         return
     refs = [ref if isinstance(ref, dict) else {} for ref in (c.arm, c.vs)]
-    named = {k for k in refs[0].keys() & refs[1].keys() if canonical(refs[0][k]) != canonical(refs[1][k])}
+    named = {
+        RESOLVED_AS.get(k, k) for k in refs[0].keys() & refs[1].keys() if canonical(refs[0][k]) != canonical(refs[1][k])
+    }
     picked = sides["arm"] | sides["vs"]
     varying = [
         k

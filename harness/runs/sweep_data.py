@@ -328,24 +328,39 @@ def _one_run_per_job(runs: pd.DataFrame) -> list[str]:
     """Settle the runs of each job id (in place) so that a job counts once, however often it was run.
 
     A killed sweep's surviving worker, or two invocations at once, can leave two FINISHED runs of one job;
-    a resumed sweep leaves the FAILED attempts of jobs it then finished. Rule: the job's earliest-started
-    FINISHED run (ties: the smaller run id) is its result; a later FINISHED run of it becomes "duplicate"
-    and its FAILED or KILLED runs "retried" (history, not failures). Returns a warning per duplicated job id.
+    a resumed sweep leaves the FAILED attempts of jobs it then finished. Rule: of the job's FINISHED runs, the one
+    with its metrics complete to its `train.steps`, the latest started of those (ties: the larger run id), is its
+    result; where none is complete, the one with the most steps logged, latest first. Its other FINISHED runs become
+    "duplicate" and its FAILED or KILLED runs "retried" (history, not failures). Returns a warning per duplicated
+    job id, naming the run counted and the runs left out with the steps each logged.
     """
     if JOB_ID_TAG not in runs:
         return []
     job = runs[JOB_ID_TAG].fillna("").astype(str)
-    finished = runs[(runs["status"] == "FINISHED") & (job != "")].sort_values(["start_time", "run_id"])
-    kept = finished.drop_duplicates(JOB_ID_TAG)
-    extra = finished.drop(kept.index)
+    finished = runs[(runs["status"] == "FINISHED") & (job != "")]
+    complete = finished["last_step"] >= finished["steps"].fillna(np.inf)
+    ranked = finished.assign(_complete=complete).sort_values(
+        ["_complete", "last_step", "start_time", "run_id"], ascending=False
+    )
+    kept = ranked.drop_duplicates(JOB_ID_TAG)
+    extra = ranked.drop(kept.index)
     runs.loc[extra.index, "state"] = "duplicate"
     runs.loc[job.isin(set(kept[JOB_ID_TAG])) & (runs["state"] == "failed"), "state"] = "retried"
-    first = kept.set_index(JOB_ID_TAG)["run_id"]
+    counted = kept.set_index(JOB_ID_TAG)
+
+    def steps(run: pd.Series) -> str:
+        return f"{run['run_id']} ({run['last_step']} of {_steps_text(run['steps'])} steps)"
+
     return [
-        f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {first[j]} (the earliest started); "
-        f"left out: {', '.join(g['run_id'])}"
+        f"job {j} has {len(g) + 1} FINISHED runs: counted once, as run {steps(counted.loc[j])} (the latest "
+        f"{'complete' if counted.loc[j, '_complete'] else 'with the most steps: none is complete'}); left out: "
+        + ", ".join(steps(r) for _, r in g.iterrows())
         for j, g in extra.groupby(JOB_ID_TAG, sort=True)
     ]
+
+
+def _steps_text(steps: float) -> str:
+    return "?" if pd.isna(steps) else str(int(steps))
 
 
 def job_states(runs: pd.DataFrame, planned: list[dict]) -> Jobs:
