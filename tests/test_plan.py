@@ -179,7 +179,7 @@ SIBLING_AND_NULL = ["model.toy.task.hide_prob=0.3", "model.toy.task.slip_prob=nu
 
 def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
     """`--profile solved_toy` is the toy before the slipping tutor: its build hash, RL lr 5e-4 and no ceiling; the
-    default is the new toy at lr 2e-4, and every shipped sweep claims that training raises reward in every arm."""
+    default is the new toy at lr 2e-4."""
     from harness.config.run_config import load_run_config
     from trainer.models.toy import config_hash
 
@@ -193,8 +193,9 @@ def test_every_shipped_sweep_keeps_the_toy_of_2026_11_25_as_a_profile():
         ), name
         assert (config_hash(new.model.toy), new.train.lr) == ("815c506b2d1fda13", 2e-4), name
         claims = {c.id: c for c in plan_sweep(ABLATIONS / f"{name}.yaml").settings.claims}
-        improves = claims["training_improves_reward"]
+        improves = claims["training_improves_accuracy"]
         assert (str(improves.contrast.since), str(improves.at)) == ("first-10", "last-10"), name
+        assert improves.metric == "train/accuracy", name  # the health claim reads accuracy, the same in every arm
     # setting another field of the SFT task keeps the tutor's slips: the peaked toy slips, unless told not to
     peaked = plan_sweep(ABLATIONS / "clip_higher_entropy_peaked.yaml").jobs[0].config.model.toy.task
     assert (peaked.guess_peak, peaked.slip_prob) == (0.8, 0.1)
@@ -286,3 +287,20 @@ def test_seeds_given_on_the_command_line_replace_the_files(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main(["sweep", str(path), "--dry-run", "--seeds", bad])
         assert needle in capsys.readouterr().err
+
+
+def test_every_shipped_sweep_claims_that_training_raises_accuracy_in_every_arm():
+    """harness's health claim reads task accuracy, defined the same way in every arm (a shaped reward is not: the
+    soft overlong punishment scores truncated responses −1, so a reward can fall while accuracy rises)."""
+    import yaml
+
+    sweeps = [p for p in sorted(ABLATIONS.glob("*.yaml")) if "claims" in (yaml.safe_load(p.read_text()) or {})]
+    assert len(sweeps) >= 10
+    for path in sweeps:
+        (improves,) = [c for c in plan_sweep(path).settings.claims if c.id == "training_improves_accuracy"] or [None]
+        assert improves is not None, path.name
+        assert (improves.metric, str(improves.contrast.since), improves.direction) == (
+            "train/accuracy",
+            "first-10",
+            "increase",
+        ), path.name

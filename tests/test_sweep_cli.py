@@ -137,7 +137,7 @@ def test_the_main_job_rerun_on_its_finished_store_prints_its_verdicts_and_trains
     code, again, _ = _main(argv)
     assert code == 0 and {r.info.run_id for r in client.search_runs([experiment])} == runs  # nothing trained
     assert "dr_grpo_bias: claims (α = 0.05, Holm across 6)" in again
-    claims = ("training_improves_reward", "incorrect_length", "incorrect_more_than_correct", "std_not_length")
+    claims = ("training_improves_accuracy", "incorrect_length", "incorrect_more_than_correct", "std_not_length")
     for claim in (*claims, "accuracy_maintained"):
         assert any(line.startswith(f"{claim}: ") for line in again.splitlines()), claim
     table = again[again.index("dr_grpo_bias: claims") :]
