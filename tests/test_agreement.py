@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -77,3 +78,16 @@ def test_written_json_reads_back_as_the_reference(tmp_path):
     assert machines == ["20 runs on X"]
     back = found["c"]
     assert (back.effect, back.low, back.high, back.se, back.df) == (12.0, 12.0 - 6.9, 12.0 + 6.9, 3.0, 8.0)
+
+
+def test_the_published_reference_has_every_claim_of_the_main_job():
+    import yaml
+
+    from report.agreement import _reference
+
+    ROOT = Path(__file__).resolve().parents[1]
+    found, machines = _reference(ROOT / "docs" / "reference" / "dr_grpo_bias.json")
+    claims = yaml.safe_load((ROOT / "ablations" / "dr_grpo_bias.yaml").read_text())["claims"]
+    assert set(found) == {c["id"] for c in claims}
+    assert all(math.isfinite(e.se) and e.se > 0 for e in found.values())
+    assert machines and "base model" in machines[0]
