@@ -230,3 +230,24 @@ def test_the_logged_progress_line_counts_the_jobs_that_run():
         "sweep t: 2/3 done, 1 running, 0 failed, 0 skipped",
         "sweep t: 2/3 done, 0 running, 1 failed, 0 skipped",
     ]
+
+
+def test_warm_starts_the_fork_server_before_any_worker_is_launched(tmp_path):
+    """`run_sweep` calls `executor.warm()` before it prepares the store, so that the fork server's imports overlap
+    that work: after `warm()` alone, a fork server is this process's child (checked in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, pathlib\n"
+        "from harness.engine.local import LocalExecutor\n"
+        "LocalExecutor(workers=1).warm()\n"
+        "me = str(os.getpid())\n"
+        "found = [p for p in pathlib.Path('/proc').iterdir() if p.name.isdigit() and "
+        "(p / 'stat').exists() and (p / 'stat').read_text().rsplit(')', 1)[1].split()[1] == me]\n"
+        "print(any(b'forkserver' in (p / 'cmdline').read_bytes() for p in found))\n"
+    )
+    root, log = Path(__file__).resolve().parents[1], tmp_path / "probe.log"
+    with open(log, "w") as out:  # a file, not a pipe: the fork server keeps a pipe open until its imports end
+        subprocess.run([sys.executable, "-c", probe], cwd=root, stdout=out, stderr=subprocess.STDOUT, timeout=120)
+    assert log.read_text().strip().splitlines()[-1] == "True", log.read_text()[-2000:]

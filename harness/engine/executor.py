@@ -62,6 +62,10 @@ EventHook = Callable[[str, Job, "JobOutcome | None"], None]
 
 
 class Executor(Protocol):
+    def warm(self) -> None:
+        """Start what launching will need in the background (`RetryingExecutor.warm`)."""
+        ...
+
     def run(
         self,
         jobs: Sequence[Job],
@@ -161,6 +165,10 @@ class RetryingExecutor:
     def worker_uri(self, tracking_uri: str) -> str:
         """The tracking URI as workers must see it."""
         return tracking_uri
+
+    def warm(self) -> None:
+        """Start, in the background, what launching the first worker will need, so that it overlaps the caller's
+        own setup (preparing the store, say); nothing by default."""
 
     def launcher(self) -> AbstractContextManager[Launcher]:
         raise NotImplementedError

@@ -80,6 +80,7 @@ def run_sweep(
     if elsewhere:
         raise ValueError(f"jobs log to experiment(s) {sorted(elsewhere)}, not the sweep's {experiment!r}")
 
+    executor.warm()  # its workers' imports overlap the store's preparation
     experiment_id = prepare_store(tracking_uri, experiment)  # once, before any worker touches the store
     with sole_invocation(tracking_uri, sweep_id, f"sweep {name}"), sigterm_raises():
         return _run_locked(name, sweep_id, experiment, experiment_id, sweep_file, jobs, executor, tracking_uri, console)
@@ -120,7 +121,7 @@ def _run_locked(
     todo = [job for job in jobs if job.job_id not in done]
     result.parent_run_id = parent = parent_run(client, experiment_id, experiment, name, sweep_id, sweep_file)
     _log_plan(client, parent, jobs, cumulative=bool(sweep_file.get("cumulative")))
-    out = Console(stderr=True)
+    out = Console(stderr=True, markup=False, emoji=False)  # a name is text, never Rich markup
     if not todo:
         if console:
             out.print(f"sweep {name}: all {len(jobs)} jobs are done")
