@@ -11,12 +11,13 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-import yaml
 
 from dashboard.labels import ArmLabels, arm_labels, arm_names
 from dashboard.launch import OPTUNA_ENV, URI_ENV
 from harness.analysis.claims import Verdict, judge, stored_claims
 from harness.analysis.sequential import Record, stored_record
+from harness.config.errors import ConfigError
+from harness.config.yaml_io import load_yaml_text
 from harness.runs.layout import default_tracking_uri
 from harness.runs.reader import (
     Sweep,
@@ -61,10 +62,9 @@ def sweep_file(uri: str, key: str) -> dict | None:
     found = match_sweep(all_sweeps(uri), key)
     text = sweep_file_text(found) if found else ""
     try:
-        parsed = yaml.safe_load(text) if text else None
-    except yaml.YAMLError:
+        return load_yaml_text(text, "sweep.yaml") if text else None
+    except ConfigError:  # a store harness did not write: bounded like any config file, and no file is better
         return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Judging the claims…")

@@ -16,7 +16,7 @@ import streamlit as st
 from dashboard import context
 from harness.analysis.claims import Verdict
 from harness.analysis.sequential import Track
-from harness.analysis.verdict_table import competing_rows, verdict_rows, why
+from harness.analysis.verdict_table import competing_rows, md, verdict_rows, why
 from harness.config.claims import Claim
 
 PAGE_METRICS: dict[str, tuple[str, ...]] = {
@@ -38,8 +38,6 @@ STYLE = {
     "contradicted": (st.error, ":material/cancel:"),
     "inconclusive": (st.warning, ":material/help:"),
 }
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>$~|])")
-_BLOCK = re.compile(r"^(\s*\d*)([#+\-.)])(?=\s|$)")  # a heading or list marker at the start
 
 
 def on_page(claim: Claim, page: str) -> bool:
@@ -47,14 +45,17 @@ def on_page(claim: Claim, page: str) -> bool:
     return any(fnmatchcase(m, pattern) for m in claim.metrics for pattern in PAGE_METRICS[page])
 
 
-def _md(text: str) -> str:
-    """Plain text as Markdown that Streamlit shows as written ($ would start LaTeX, _ and * emphasis)."""
-    return _BLOCK.sub(r"\1\\\2", _MARKDOWN.sub(r"\\\1", text))
+def code(text: str) -> str:
+    """Text as a Markdown code span, fenced by more backticks than any run of them in it (and a space inside the
+    fence where the text starts or ends with one)."""
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _p(name: str, text: str) -> str:
     """'p = 0.03', or 'p < 0.001' where the table writes the bound ('< 0.001')."""
-    return f"{name} {_md(text)}" if text.startswith(("<", ">")) else f"{name} = {_md(text)}"
+    return f"{name} {md(text)}" if text.startswith(("<", ">")) else f"{name} = {md(text)}"
 
 
 def body(v: Verdict, row: dict[str, str], track: Track | None = None) -> str:
@@ -65,34 +66,34 @@ def body(v: Verdict, row: dict[str, str], track: Track | None = None) -> str:
     verdict = track.verdict if track else v.verdict
     paper = f"[arXiv {c.paper}](https://arxiv.org/abs/{c.paper})" if c.paper else ""
     lines = [
-        f"**{verdict.upper()}**{' · ' + _md(v.mixed) if v.mixed else ''} · `{c.id}` · "
-        + (f"{paper}, {_md(c.where)}" if not c.own else f"harness's own claim{' on ' + paper if paper else ''}"),
-        _md(c.statement),
+        f"**{verdict.upper()}**{' · ' + md(v.mixed) if v.mixed else ''} · {code(c.id)} · "
+        + (f"{paper}, {md(c.where)}" if not c.own else f"harness's own claim{' on ' + paper if paper else ''}"),
+        md(c.statement),
     ]
     if c.quote:
-        lines.append(f"The paper: *“{_md(c.quote)}”*")
+        lines.append(f"The paper: *“{md(c.quote)}”*")
     if track:
         looks = track.looks
         where = f"look {track.stopped_at}" if track.stop else "still open"
         lines.append(
-            f"Decided sequentially (`--until-decided`): {_md(track.stop or 'open')}, {where}, "
+            f"Decided sequentially (`--until-decided`): {md(track.stop or 'open')}, {where}, "
             f"{looks[-1].seeds if looks else 0} seeds per arm (O'Brien–Fleming spending, Holm across claims). "
             "Fixed-design analysis of all the runs, for reference:"
         )
     lines += [
         (
-            f"`{row['metric @ at']}`, {_md(row['contrast'])} (claimed {_md(row['claimed'])}): "
-            f"effect **{_md(row['effect'])}**, 95% CI {_md(row['95% CI'])} · {_p('p', row['p'])} · "
-            f"{_p('Holm p', row['p (Holm)'])} · n = {_md(row['n'])}"
+            f"{code(row['metric @ at'])}, {md(row['contrast'])} (claimed {md(row['claimed'])}): "
+            f"effect **{md(row['effect'])}**, 95% CI {md(row['95% CI'])} · {_p('p', row['p'])} · "
+            f"{_p('Holm p', row['p (Holm)'])} · n = {md(row['n'])}"
         ),
     ]
     if v.per_arm:
-        lines.append(f"By arm (the deciding one first): {_md(v.arms_text())}")
+        lines.append(f"By arm (the deciding one first): {md(v.arms_text())}")
     reason = why(v)
     if reason and not track:
-        lines.append(f"*{_md(reason)}*")
+        lines.append(f"*{md(reason)}*")
     if v.failed_text():
-        lines.append(_md(v.failed_text().capitalize()))
+        lines.append(md(v.failed_text().capitalize()))
     return "  \n".join(lines)
 
 
@@ -104,7 +105,7 @@ def panel(page: str) -> None:
         return
     found, warning, bug = context.verdicts(context.tracking_uri(), key)
     if warning:
-        st.warning(warning)
+        st.warning(md(warning))
     if bug:
         st.error("Judging this sweep's claims hit a bug in harness; the page goes on without them.")
         with st.expander("Traceback"):
@@ -122,7 +123,7 @@ def panel(page: str) -> None:
     if competing:
         st.markdown("**Competing claims: which paper holds on these runs**")
         for question in dict.fromkeys(row["question"] for row in competing):
-            st.caption(question)
+            st.caption(md(question))
             rows = [
                 {k: x for k, x in row.items() if k != "question"} for row in competing if row["question"] == question
             ]
@@ -132,5 +133,5 @@ def panel(page: str) -> None:
         track = record.track(v.claim.id) if record else None
         box, icon = STYLE.get(track.verdict if track else v.verdict, STYLE["inconclusive"])
         box(body(v, row, track), icon=icon)
-        with st.expander(f"Runs used for {v.claim.id} ({len(v.runs)})"):
-            st.markdown("\n".join(f"- {_md(r)}" for r in v.runs) if v.runs else "None.")
+        with st.expander(f"Runs used for {md(v.claim.id)} ({len(v.runs)})"):
+            st.markdown("\n".join(f"- {md(r)}" for r in v.runs) if v.runs else "None.")

@@ -16,6 +16,7 @@ from harness.config.errors import ConfigError, HarnessError, Terminated
 from harness.config.evaluation import EvalSettings
 from harness.engine.preflight import check_host, check_store, check_writable
 from harness.runs.layout import default_tracking_uri, tracking_uri_key
+from harness.runs.probe import OPTUNA, probe_store
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -72,21 +73,25 @@ def _sweep(args: argparse.Namespace) -> int:
         f"sweep {plan.name}: {len(result.finished)} finished, {len(result.skipped)} already done, "
         f"{len(result.failed)} failed (experiment '{plan.experiment}' at {uri})"
     )
-    if plan.settings.claims and not args.no_claims:
-        _sweep_claims(args, plan, uri)
-    return 0 if result.ok else 1  # a contradicted claim is a finding: `harness claims` is the command that exits 1
+    code = _sweep_claims(args, plan, uri) if plan.settings.claims and not args.no_claims else 0
+    return code or (0 if result.ok else 1)  # a contradicted claim is a finding: `harness claims` exits 1 on it
 
 
-def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> None:
+def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> int:
     """After the jobs: the file's claims judged and printed as `harness claims FILE` does, then where to look next.
-    A bug in judging costs only the verdicts (its traceback and one line), not the sweep's exit status."""
+    Returns 0, or the exit status of an error in judging or printing them (its line; a bug's traceback too): the runs
+    are in the store whatever happens here, but a sweep whose verdicts were not shown does not end as if they were."""
     from harness.runs.reader import find_sweep
 
+    code = 0
     try:
         sweep = find_sweep(uri, plan.sweep_id, plan.experiment)
         if sweep is None:
             raise LookupError(f"sweep {plan.sweep_id} is not in {uri} after its jobs ran")
         _print_claims(uri, sweep, list(plan.settings.claims), ALPHA, unfinished=False)  # the jobs listed failures
+    except HarnessError as exc:
+        print(exc.line("sweep"), file=sys.stderr)
+        code = exc.exit_code
     except Exception as exc:  # noqa: BLE001 (the runs are in the store whatever happens here)
         traceback.print_exc()
         print(
@@ -94,7 +99,9 @@ def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> None:
             f"{type(exc).__name__}: {' '.join(str(exc).split())}",
             file=sys.stderr,
         )
+        code = 1
     print(_next_commands(args, uri))
+    return code
 
 
 def _next_commands(args: argparse.Namespace, uri: str) -> str:
@@ -116,8 +123,11 @@ def _sweep_uri(args: argparse.Namespace, plan) -> str:
     if not args.dry_run and args.address is None:  # the jobs run on this host: can they?
         for job in {j.arm_id: j for j in plan.jobs}.values():
             check_host(job.config, f"{plan.source}: arm '{job.arm}'")
-    if not args.dry_run:  # the driver writes the sweep's parent run there too
-        check_store(uri, tracking_uri_key(args.tracking_uri, "--tracking-uri"), str(plan.source))
+    key = tracking_uri_key(args.tracking_uri, "--tracking-uri")
+    if args.dry_run:  # the job table reads the store's statuses
+        probe_store(uri, key, str(plan.source))
+    else:  # the driver writes the sweep's parent run there too
+        check_store(uri, key, str(plan.source))
     return uri
 
 
@@ -143,24 +153,25 @@ def _executor(args: argparse.Namespace, plan):
 
 
 def _sweep_until_decided(args: argparse.Namespace) -> int:
-    from harness import until_decided as ud
+    from harness.config.plan import BATCH, MAX_SEEDS, plan_until_decided
 
-    s = ud.prepare(
+    batch = args.batch if args.batch is not None else BATCH
+    plan, first = plan_until_decided(  # every config error before the statistics are imported (seconds)
         args.file,
-        max_seeds=args.max_seeds if args.max_seeds is not None else ud.MAX_SEEDS,
-        batch=args.batch if args.batch is not None else ud.BATCH,
-        alpha=args.alpha if args.alpha is not None else ud.ALPHA,
+        max_seeds=args.max_seeds if args.max_seeds is not None else MAX_SEEDS,
+        batch=batch,
         profile=args.profile,
         overrides=args.set,
         seeds=args.seeds,
         max_jobs=args.max_jobs,
     )
-    uri = _sweep_uri(args, s.plan)
-    from rich.console import Console
+    from harness import until_decided as ud
 
+    s = ud.prepare(plan, first, batch=batch, alpha=args.alpha if args.alpha is not None else ud.ALPHA)
+    uri = _sweep_uri(args, s.plan)
     if args.dry_run:
         for table in ud.planning_table(s, uri):
-            Console(width=200).print(table)
+            _console().print(table)
         return 0
     outcome = ud.run(s, executor=_executor(args, s.plan), tracking_uri=uri)
     for failed in outcome.failed:
@@ -178,9 +189,16 @@ def _sweep_until_decided(args: argparse.Namespace) -> int:
     return 1 if any(t.verdict == "contradicted" for t in outcome.tracks) else 0
 
 
+def _console():
+    """A console that prints every text as it is: Rich markup (`[/]`, `[link=...]`) and emoji codes in a name or a
+    claim are text, not instructions; style comes only from `rich.text.Text` objects."""
+    from rich.console import Console
+
+    return Console(width=200, markup=False, emoji=False)
+
+
 def _print_jobs(plan, uri: str) -> None:
     """The job table: arm, the switches that vary, seed, job id, and status if already in MLflow."""
-    from rich.console import Console
     from rich.table import Table
 
     from harness.runs.layout import store_exists
@@ -198,7 +216,7 @@ def _print_jobs(plan, uri: str) -> None:
         runs = statuses.get(job.job_id, [])
         status = "FINISHED" if "FINISHED" in runs else (runs[-1] if runs else "-")
         table.add_row(job.arm, *[str(job.varying.get(k, "")) for k in keys], str(job.seed), job.job_id, status)
-    Console(width=200).print(table)
+    _console().print(table)
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -206,6 +224,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     import subprocess
 
     uri = default_tracking_uri("results", args.tracking_uri)
+    probe_store(uri, tracking_uri_key(args.tracking_uri, "--tracking-uri"))  # before a server shows its errors
     from dashboard.launch import dashboard_command
 
     cmd, env = dashboard_command(uri, args.host, args.port, args.optuna_storage)
@@ -218,18 +237,19 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.analysis.sequential import stored_record
     from harness.config.at import DEFAULT_AT, At
-    from harness.runs.reader import reader_for
-    from harness.runs.sweep_data import read_sweep
-    from report.build import build
-    from report.render import safe_name, write
     from report.select import resolve
 
     at = At.parse(args.at or DEFAULT_AT)  # argument errors before anything is read
     if args.out:
         check_writable(args.out, "--out")  # before the store is read
-    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
+    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)  # probes the store first
+    from harness.analysis.sequential import stored_record
+    from harness.runs.reader import reader_for
+    from harness.runs.sweep_data import read_sweep
+    from report.build import build
+    from report.render import safe_name, write
+
     out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
     if not args.out:
         check_writable(str(out), "--out")
@@ -317,7 +337,6 @@ def _print_unfinished(jobs) -> None:
 def _print_sequential(name: str, record) -> None:
     """An `--until-decided` sweep's verdicts of record (`record`, a harness.analysis.sequential.Record) and each
     claim's path."""
-    from rich.console import Console
     from rich.table import Table
 
     from harness.analysis.verdict_table import sequential_rows, sequential_verdicts
@@ -336,13 +355,12 @@ def _print_sequential(name: str, record) -> None:
             table.add_column(col, overflow="fold")
         for row in rows:
             table.add_row(*row.values())
-        Console(width=200).print(table)
+        _console().print(table)
 
 
 def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
-    from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from harness.analysis.verdict_table import competing_rows, verdict_rows
 
@@ -353,10 +371,10 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
     style = {"reproduced": "green", "contradicted": "red", "inconclusive": "yellow"}
     for v, row in zip(verdicts, verdict_rows(verdicts)):
         cells = [row[k] for k in shown]
-        cells[1] = f"[{style[v.verdict]}]{escape(v.verdict_text())}[/]" + (f" ({v.reason})" if v.reason else "")
+        cells[1] = Text.assemble((v.verdict_text(), style[v.verdict]), f" ({v.reason})" if v.reason else "")
         cells[6] = f"{row['effect']} {row['95% CI']}"
         table.add_row(*cells, row["failed runs"])
-    Console(width=200).print(table)
+    _console().print(table)
     for v in verdicts:
         print(v.summary())
         if v.claim.quote:
@@ -372,9 +390,9 @@ def _print_verdicts(name: str, verdicts: list, alpha: float) -> None:
             if row["question"] != question:
                 question = row["question"]
                 table.add_section()
-                table.add_row(f"[bold]{question}[/]", *[""] * (len(shown) - 1))
+                table.add_row(Text(question, style="bold"), *[""] * (len(shown) - 1))
             table.add_row(*(row[k] for k in shown))
-        Console(width=200).print(table)
+        _console().print(table)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -400,7 +418,7 @@ def _tune(args: argparse.Namespace) -> int:
     uri = default_tracking_uri(plan.results_dir, args.tracking_uri)
     check_store(uri, tracking_uri_key(args.tracking_uri, "--tracking-uri"), args.file)
     storage_key = "--storage" if args.storage else ("storage" if plan.settings.storage else "tracking.results_dir")
-    check_store(plan.storage_url(args.storage), storage_key, args.file)
+    check_store(plan.storage_url(args.storage), storage_key, args.file, OPTUNA)
     from harness.engine.tune import run_tune
 
     result = run_tune(
@@ -451,8 +469,11 @@ def _at_least(minimum: int):
 
 
 def _seed_list(text: str) -> list[int]:
-    """argparse type: seeds as `100-104`, `0,3,7` or a mix (`0-2,9`), without repeats."""
-    seeds: list[int] = []
+    """argparse type: seeds as `100-104`, `0,3,7` or a mix (`0-2,9`), without repeats; at most
+    `MAX_SEEDS_CEILING` of them, counted before they are listed."""
+    from harness.config.plan import MAX_SEEDS_CEILING
+
+    ranges = []
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")
         try:
@@ -461,9 +482,10 @@ def _seed_list(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a seed or a range like 100-104") from None
         if low > high:
             raise argparse.ArgumentTypeError(f"{part.strip()!r}: the range runs backwards")
-        if high - low >= 10_000:
-            raise argparse.ArgumentTypeError(f"{part.strip()!r}: more than 10000 seeds")
-        seeds += range(low, high + 1)
+        ranges.append(range(low, high + 1))
+    if sum(r.stop - r.start for r in ranges) > MAX_SEEDS_CEILING:  # not len(): it fails past 2^63
+        raise argparse.ArgumentTypeError(f"more than {MAX_SEEDS_CEILING} seeds")
+    seeds = [seed for r in ranges for seed in r]
     if len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(f"{text!r}: seeds repeat")
     return seeds
@@ -490,11 +512,17 @@ def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def _one_of(known: Callable[[], Collection[str]], *, many: bool = False) -> Callable[[str], Any]:
+def _one_of(
+    known: Callable[[], Collection[str]], *, many: bool = False, default: str | None = None
+) -> Callable[[str], Any]:
     """argparse type: one of the names `known()` returns, or with `many` a comma-separated list of them.
-    `known` is called on use, so that building the parser imports none of the modules that define them."""
+    `known` is called on use, so that building the parser imports none of the modules that define them; the
+    option's `default`, which argparse parses too when the option is not given, is taken as it is, so that a command
+    without the option imports none of them either (a refusal of its store stays fast)."""
 
     def parse(text: str) -> str | list[str]:
+        if default is not None and text == default:
+            return _names(text) if many else text
         names = known()
         if not many:
             if text not in names:
@@ -722,7 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--baseline", default=None, help="baseline arm (its label or a unique part; default: first arm)")
     rep.add_argument(
         "--test",
-        type=_one_of(_report_tests),
+        type=_one_of(_report_tests, default="welch"),
         default="welch",
         help="test for the p-values Holm corrects: welch (default), mannwhitney, permutation",
     )
@@ -730,7 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     rep.add_argument(
         "--format",
-        type=_one_of(_report_formats, many=True),
+        type=_one_of(_report_formats, many=True, default="md,html,json,latex"),
         default="md,html,json,latex",
         help="comma-separated: md, html, json, latex (default: all four)",
     )

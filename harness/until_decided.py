@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,17 +19,12 @@ from rich.table import Table
 
 from harness.analysis import sequential as seq
 from harness.config.claims import Claim, canonical, claim_arms, picks
-from harness.config.errors import ConfigError
-from harness.config.plan import SweepPlan, arm_settings, plan_sweep
+from harness.config.plan import SweepPlan, arm_settings
 
 if TYPE_CHECKING:
     from harness.engine.executor import Executor
 
 
-MAX_SEEDS = 20
-"""Default seeds per arm at most (`--max-seeds`)."""
-BATCH = 2
-"""Default seeds added per arm per round (`--batch`)."""
 ALPHA = 0.05
 """Default familywise error rate across looks and claims (`--alpha`)."""
 
@@ -59,30 +53,14 @@ class Sequential:
     """Each claim's id → the arms it reads."""
 
 
-def prepare(
-    path: str | Path,
-    *,
-    max_seeds: int,
-    batch: int,
-    alpha: float = 0.05,
-    profile: str | None = None,
-    overrides: list[str] | None = None,
-    seeds: list[int] | None = None,
-    max_jobs: int | None = None,
-) -> Sequential:
-    """Validate the file and the design (one-line `ConfigError`s, before any job) and plan every job."""
-    first = plan_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=seeds)
-    claims = list(first.settings.claims)
-    if not claims:
-        raise ConfigError(f"{path}: claims: --until-decided decides claims, and the file declares none")
-    shipped = list(first.settings.seeds)
-    if max_seeds < len(shipped):
-        raise ConfigError(f"{path}: seeds: --max-seeds {max_seeds} is below the file's {len(shipped)} seeds")
-    extra = [max(shipped) + 1 + i for i in range(max_seeds - len(shipped))]
-    full = plan_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=shipped + extra)
-    arms = arm_settings(full.jobs)
-    design = seq.Design(first=len(shipped), batch=batch, max_seeds=max_seeds, alpha=alpha)
-    return Sequential(full, claims, design, tuple(shipped + extra), {c.id: claim_arms(c, arms) for c in claims})
+def prepare(plan: SweepPlan, first: int, *, batch: int, alpha: float = 0.05) -> Sequential:
+    """The design of a sweep planned by `harness.config.plan.plan_until_decided` (which checks it): `plan` holds
+    every job, the first `first` of its seeds are the ones it starts with."""
+    claims = list(plan.settings.claims)
+    seeds = tuple(plan.settings.seeds)
+    arms = arm_settings(plan.jobs)
+    design = seq.Design(first=first, batch=batch, max_seeds=len(seeds), alpha=alpha)
+    return Sequential(plan, claims, design, seeds, {c.id: claim_arms(c, arms) for c in claims})
 
 
 def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool = True) -> Outcome:
@@ -93,7 +71,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
     from harness.runs.sweep_data import read_sweep
     from harness.runs.writer import log_sequential
 
-    out = Console(stderr=True)
+    out = Console(stderr=True, markup=False, emoji=False)  # names and labels are text, never Rich markup
     plan, design = s.plan, s.design
     arms = list(dict.fromkeys(j.arm for j in plan.jobs))
     given = dict.fromkeys(arms, design.first)  # seeds per arm so far
@@ -122,7 +100,8 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         record = seq.Record(design, outcome.rounds, outcome.tracks)
         log_sequential(tracking_uri, result.parent_run_id, record.to_json())
         if console:
-            Console(width=200).print(look_table(plan.name, s.claims, outcome.tracks, look, design))
+            table = look_table(plan.name, s.claims, outcome.tracks, look, design)
+            Console(width=200, markup=False, emoji=False).print(table)
         if not still_open:
             break
     return outcome

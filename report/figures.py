@@ -23,14 +23,19 @@ def _draw(metric: str, by_arm: dict[str, pd.DataFrame], arms: list[str], seed: i
     for i, arm in enumerate(a for a in arms if a in by_arm):
         band = bootstrap_band(by_arm[arm], seed=seed)
         colour = PALETTE[i % len(PALETTE)]
-        ax.plot(band.index, band["mean"], color=colour, lw=1.6, label=f"{arm} (n={by_arm[arm].shape[1]})")
+        ax.plot(band.index, band["mean"], color=colour, lw=1.6, label=_plain(f"{arm} (n={by_arm[arm].shape[1]})"))
         ax.fill_between(band.index, band["low"], band["high"], color=colour, alpha=0.2, lw=0)
     ax.set_xlabel("RL step")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(_plain(metric))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, frameon=False, loc="best")
     fig.tight_layout()
     return fig
+
+
+def _plain(text: str) -> str:
+    """Text matplotlib draws as written: a pair of $ would start mathtext (and `$^$` stop the drawing)."""
+    return text.replace("$", r"\$")
 
 
 def save_static(

@@ -10,6 +10,7 @@ import re
 import unicodedata
 from dataclasses import asdict
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from harness.analysis.verdict_table import (
     SEQUENTIAL_NOTE,
     ci,
     competing_rows,
+    md,
     num,
     pval,
     sequential_rows,
@@ -199,9 +201,8 @@ TAKEOFF_NOTE = (
 def markdown_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "_none_\n"
-    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(map(cell, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    lines = ["| " + " | ".join(map(md, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(map(md, row)) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -221,6 +222,7 @@ def has_statistics(r: Report) -> bool:
 
 
 def _header_lines(r: Report) -> list[str]:
+    """The report's head as lines of plain text, each format escaping them as it writes them."""
     h, s = r.header, r.settings
     if not h.planned:  # a sweep run before harness recorded its plan
         jobs = f"{h.jobs} (no plan recorded)"
@@ -229,10 +231,10 @@ def _header_lines(r: Report) -> list[str]:
     else:  # runs of jobs outside the current plan (an earlier profile, say)
         jobs = f"{h.jobs} ({h.planned} planned)"
     lines = [
-        f"- sweep: **{h.sweep}** (id `{h.sweep_id}`, experiment `{h.experiment}`), started {h.started}",
-        f"- code version (git): {', '.join(h.code_version)}",
-        f"- seeds: {', '.join(map(str, h.seeds)) or '—'}",
-        f"- jobs: {jobs}: {h.finished} finished, {h.failed} failed"
+        f"sweep: {h.sweep} (id {h.sweep_id}, experiment {h.experiment}), started {h.started}",
+        f"code version (git): {', '.join(h.code_version)}",
+        f"seeds: {', '.join(map(str, h.seeds)) or '—'}",
+        f"jobs: {jobs}: {h.finished} finished, {h.failed} failed"
         + (f" ({h.failed_runs} failed runs)" if h.failed_runs != h.failed else "")
         + (f", {h.running} still running (left out)" if h.running else "")
         + f", {h.never_started} never started"
@@ -242,16 +244,16 @@ def _header_lines(r: Report) -> list[str]:
             if h.retried
             else ""
         ),
-        f"- compute: {h.compute_hours:.2f} h of training over finished runs; wall clock {h.wall_clock_hours:.2f} h",
+        f"compute: {h.compute_hours:.2f} h of training over finished runs; wall clock {h.wall_clock_hours:.2f} h",
         *machine_lines(r),
     ]
     if has_statistics(r):
         lines += [
-            f"- value of a run: {s.at}",
-            f"- baseline: {s.baseline or '—'}; test: {s.test_name}; α = {s.alpha}; Holm–Bonferroni over "
+            f"value of a run: {s.at}",
+            f"baseline: {s.baseline or '—'}; test: {s.test_name}; α = {s.alpha}; Holm–Bonferroni over "
             f"the family of arm-vs-baseline comparisons (arms × metrics), and separately over the main effects "
             f"(switches × metrics)",
-            f"- bootstrap: {s.resamples} percentile resamples, seed {s.seed}; minimum detectable effect "
+            f"bootstrap: {s.resamples} percentile resamples, seed {s.seed}; minimum detectable effect "
             f"at {int(s.power * 100)}% power",
         ]
     for kind, listed in (
@@ -259,13 +261,13 @@ def _header_lines(r: Report) -> list[str]:
         ("never started", [job_label(arm, seed) for arm, seed in h.never_started_jobs]),
     ):
         shown, more = _capped(listed)
-        lines += [f"- {kind}: {line}" for line in shown] + ([f"- {more}"] if more else [])
+        lines += [f"{kind}: {line}" for line in shown] + ([more] if more else [])
     return lines
 
 
 def machine_lines(r: Report) -> list[str]:
     """One line per distinct machine behind the sweep's runs, with how many runs each."""
-    return [f"- machine ({m.runs} run{'s' if m.runs != 1 else ''}): {m.machine.text()}" for m in r.header.machines]
+    return [f"machine ({m.runs} run{'s' if m.runs != 1 else ''}): {m.machine.text()}" for m in r.header.machines]
 
 
 def unfinished_table(r: Report) -> pd.DataFrame:
@@ -317,8 +319,13 @@ def sequential_design(r: Report) -> str:
     return f"Looks at {d.first} seeds per arm, then every {d.batch} more, up to {d.max_seeds}; α = {d.alpha}."
 
 
+def _items(lines: list[str]) -> list[str]:
+    """Lines of plain text as a Markdown list."""
+    return [f"- {md(line)}" for line in lines]
+
+
 def to_markdown(r: Report, figure_dir: str | None = None) -> str:
-    out = [f"# Report: {r.header.sweep}", "", *_header_lines(r), ""]
+    out = [f"# Report: {md(r.header.sweep)}", "", *_items(_header_lines(r)), ""]
     if r.sequential:
         out += [
             "## Claims, decided sequentially",
@@ -340,7 +347,7 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
             markdown_table(verdicts_table(r)),
             "Runs used:",
             "",
-            *[f"- {line}" for line in verdict_runs(r)],
+            *_items(verdict_runs(r)),
             "",
         ]
         if competing_rows(r.verdicts):
@@ -353,22 +360,22 @@ def to_markdown(r: Report, figure_dir: str | None = None) -> str:
                 "",
             ]
     if r.findings:
-        out += ["## Findings", "", *[f"- {f}" for f in r.findings], ""]
+        out += ["## Findings", "", *_items(r.findings), ""]
     if r.warnings:
-        out += ["## Warnings", "", *[f"- ⚠ {w}" for w in r.warnings], ""]
+        out += ["## Warnings", "", *[f"- ⚠ {md(w)}" for w in r.warnings], ""]
     takeoff = ["## Length take-off", "", TAKEOFF_NOTE, "", markdown_table(takeoff_table(r))] if r.takeoff else []
     if not has_statistics(r):
         return "\n".join([*out, "## Arms", "", markdown_table(arms_table(r)), *takeoff])
     if power_lines(r):
-        out += ["## Power", "", *[f"- {line}" for line in power_lines(r)], ""]
+        out += ["## Power", "", *_items(power_lines(r)), ""]
     out += ["## Arms", "", markdown_table(arms_table(r)), *takeoff]
     for metric in r.settings.metrics + sorted(set(r.per_arm["metric"]) - set(r.settings.metrics)):
-        out += [f"## {metric}", "", markdown_table(per_arm_table(r, metric))]
+        out += [f"## {md(metric)}", "", markdown_table(per_arm_table(r, metric))]
         comp = comparison_table(r, metric)
         if not comp.empty:
-            out += [f"vs baseline ({r.settings.baseline}):", "", markdown_table(comp)]
+            out += [f"vs baseline ({md(r.settings.baseline)}):", "", markdown_table(comp)]
         if figure_dir and r.curves.get(metric):
-            out += [f"![{metric}]({figure_dir}/{metric.replace('/', '_')}.png)", ""]
+            out += [f"![{md(metric)}]({figure_dir}/{quote(metric.replace('/', '_'))}.png)", ""]
     if not r.effects.empty:
         out += [
             "## Main effects",
@@ -400,9 +407,7 @@ def to_html(r: Report) -> str:
     esc = html.escape
     body = [
         f"<h1>Report: {esc(r.header.sweep)}</h1>",
-        "<ul>"
-        + "".join(f"<li>{esc(line[2:].replace('**', '').replace('`', ''))}</li>" for line in _header_lines(r))
-        + "</ul>",
+        "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in _header_lines(r)) + "</ul>",
     ]
     if r.sequential:
         body += [
@@ -540,6 +545,8 @@ _TEX = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\^{}",
+    "[": "{[}",  # a row that starts with [ would be read as the optional argument of the \\ before it
+    "]": "{]}",
     "±": r"$\pm$",
     "Δ": r"$\Delta$",
     "→": r"$\to$",
@@ -565,7 +572,9 @@ _TEX = {
 def tex(text: object) -> str:
     """Text for a LaTeX table (T1 fonts): specials escaped, the symbols harness writes as math, any other character
     beyond Latin-1 written as its Unicode name rather than left to stop the compile."""
-    return "".join(_TEX.get(ch, ch if ord(ch) < 256 else f"[{unicodedata.name(ch, hex(ord(ch)))}]") for ch in str(text))
+    return "".join(
+        _TEX.get(ch, ch if ord(ch) < 256 else f"{{[}}{unicodedata.name(ch, hex(ord(ch)))}{{]}}") for ch in str(text)
+    )
 
 
 def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
@@ -583,7 +592,7 @@ def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 def to_latex(r: Report) -> str:
     """Booktabs tables to \\input into a paper (needs \\usepackage{booktabs,graphicx})."""
     name, s = r.header.sweep, r.settings
-    machines = "".join(f"% {line[2:]}\n" for line in machine_lines(r))
+    machines = "".join(f"% {line}\n" for line in machine_lines(r))
     if not has_statistics(r):
         return (
             f"% harness report: {name} (sweep {r.header.sweep_id})\n"

@@ -5,12 +5,15 @@ sweep already in the store (its claims as logged by the sweep's last invocation)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.analysis.claims import stored_claims
 from harness.config.claims import Claim
 from harness.config.errors import ConfigError, DataError
-from harness.runs.layout import default_tracking_uri
-from harness.runs.reader import Sweep, find_sweep
+from harness.runs.layout import default_tracking_uri, tracking_uri_key
+from harness.runs.probe import probe_store
+
+if TYPE_CHECKING:  # the store's reader imports MLflow: not before the store is probed, so a refusal is fast
+    from harness.runs.reader import Sweep
 
 
 def resolve(
@@ -25,15 +28,20 @@ def resolve(
             raise ConfigError(f"{ref}: no such sweep file")
         plan = plan_sweep(path, profile=profile)
         uri = default_tracking_uri(plan.jobs[0].config.tracking.results_dir, tracking_uri)
-        found = find_sweep(uri, plan.sweep_id, plan.experiment)
+        wanted = (plan.sweep_id, plan.experiment)
         hint = f"sweep '{plan.name}' (id {plan.sweep_id}, experiment '{plan.experiment}')"
     else:
         uri = default_tracking_uri("results", tracking_uri)
-        found = find_sweep(uri, ref)
-        hint = f"sweep named or with id '{ref}'"
+        wanted, hint = (ref, None), f"sweep named or with id '{ref}'"
+    probe_store(uri, tracking_uri_key(tracking_uri, "--tracking-uri"), ref)
+    from harness.runs.reader import find_sweep
+
+    found = find_sweep(uri, *wanted)
     if found is None:
         raise DataError(f"{ref}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
     if path.is_file():
         return uri, found, list(plan.settings.claims), []
+    from harness.analysis.claims import stored_claims
+
     claims, warning = stored_claims(found)
     return uri, found, claims, [warning] if warning else []

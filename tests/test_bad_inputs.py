@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import unicodedata
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +38,11 @@ class Case:
     args: list[str] = field(default_factory=list)
     file: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    code: int = 2
+    """The exit code: 2 a usage or config error, 3 a data error (a store that cannot be used)."""
+    setup: Callable[[Path], list[str]] | None = None
+    """Makes what the command is pointed at in the case's folder (a store) and returns its args; whatever it made
+    must be left byte for byte as it was."""
 
 
 def _cuda_present() -> bool:
@@ -50,6 +58,91 @@ BOMB = (
 )
 """A YAML alias bomb of ~560 bytes in a grid axis: 9^8 values once expanded."""
 NESTED = "[" * 50_000 + "]" * 50_000
+MILLION_JOBS = (
+    SWEEP.replace("[0, 1]", "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]")
+    + "grid:\n"
+    + "".join(
+        f"  objective.{k}: [{', '.join(str(0.01 * (i + 1)) for i in range(10))}]\n"
+        for k in ("clip_low", "clip_high", "kl_coef", "adv_eps", "dual_clip")
+    )
+)
+"""10^5 arms x 10 seeds."""
+NEVER = (
+    "claims:\n  - id: c\n    statement: s.\n    metric: {m}\n    direction: increase\n    at: {at}\n    contrast: {c}\n"
+)
+"""A claims section (a `str.format` template: metric, at, contrast)."""
+
+TUNE = (
+    "name: t\nbase: base.yaml\nspace:\n  train.lr: {type: log_float, low: 1.0e-6, high: 1.0e-2}\n"
+    "objective: {metric: policy/lr, at: final, direction: maximize}\ntrials: 2\n"
+)
+"""A valid tune file."""
+
+
+def _foreign_db(workdir: Path) -> list[str]:
+    """Another application's SQLite database: a table `customers` with a row."""
+    con = sqlite3.connect(workdir / "customers.db")
+    with con:
+        con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        con.execute("INSERT INTO customers (name) VALUES ('Ada')")
+    con.close()
+    return ["--tracking-uri", f"sqlite:///{workdir / 'customers.db'}"]
+
+
+def _text_file(workdir: Path) -> list[str]:
+    (workdir / "notes.txt").write_text("not a database\n")
+    return ["--tracking-uri", f"sqlite:///{workdir / 'notes.txt'}"]
+
+
+def _folder(workdir: Path) -> list[str]:
+    (workdir / "store").mkdir()
+    return ["--tracking-uri", f"sqlite:///{workdir / 'store'}"]
+
+
+def _no_server(workdir: Path) -> list[str]:
+    return ["--tracking-uri", "http://127.0.0.1:9/"]  # the discard port: nothing listens there
+
+
+STORES = {
+    "another application's SQLite file": _foreign_db,
+    "a text file": _text_file,
+    "a folder": _folder,
+    "a server that does not answer": _no_server,
+}
+"""Stores harness did not make, each refused before anything is written (exit 3: a data error)."""
+STORE_COMMANDS = {
+    "sweep": SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n",
+    "run": "seed: 3\n",
+    "tune": TUNE,
+    "report": SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n",
+    "claims": SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n",
+}
+"""Each command that opens a store, with a valid file for it."""
+
+DECIDABLE = (
+    SWEEP + "grid:\n  train.lr: [0.1, 0.2]\nclaims:\n  - {id: c, statement: s., metric: train/reward_mean, "
+    "direction: increase, at: last-10, contrast: {effect: train.lr, from: 0.1, to: 0.2}}\n"
+)
+"""A valid sweep with a claim, for `--until-decided`."""
+BIG = "x" * 700_000
+"""A 700 kB string: anchored once and aliased many times, tens of GB once expanded."""
+LR = "{effect: train.lr, from: 0.1, to: 0.2}"
+FORGED = "\\e[2J\\e]0;pwned\\a\\nREPRODUCED: every claim holds"
+"""YAML escapes for a question that clears the screen, sets the window title and prints a forged verdict line."""
+ESC_ARM = '{arm: "\\e[31mA", vs: B}'
+
+
+def _claim_text(key: str, value: str) -> str:
+    """A valid sweep whose one claim (a paper's, quoted) has `key` set to `value`, a YAML double-quoted string (its
+    escapes, such as \\e for ESC, are YAML's)."""
+    fields = {"paper": "2503.20783", "quote": "q", "where": "w", "question": "q?", "statement": "s.", key: value}
+    return (
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\nclaims:\n  - id: c\n"
+        + "".join(f'    {k}: "{v}"\n' for k, v in fields.items())
+        + f"    metric: train/reward_mean\n    direction: increase\n    at: last-10\n    contrast: {LR}\n"
+    )
+
 
 CASES = [
     # duplicates, ints, empty sweeps
@@ -191,12 +284,7 @@ CASES = [
     Case(
         "10^6 jobs",
         "sweep",
-        SWEEP.replace("[0, 1]", "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]")
-        + "grid:\n"
-        + "".join(
-            f"  objective.{k}: [{', '.join(str(0.01 * (i + 1)) for i in range(10))}]\n"
-            for k in ("clip_low", "clip_high", "kl_coef", "adv_eps", "dual_clip")
-        ),
+        MILLION_JOBS,
         "--max-jobs",
     ),
     Case("/dev/zero", "sweep", None, "/dev/zero", file="/dev/zero"),
@@ -241,6 +329,199 @@ CASES = [
     Case("run: steps 10^12", "run", "train:\n  steps: 1000000000000\n", "train.steps"),
     Case("run: toy SFT steps 10^9", "run", "model:\n  toy:\n    sft_steps: 1000000000\n", "model.toy.sft_steps"),
     Case("run: epochs 10^6", "run", "train:\n  epochs: 1000000\n", "train.epochs"),
+    # hostile battery, round 3: counts that size memory (bounded before anything is allocated)
+    Case(
+        "--until-decided --max-seeds 10^12",
+        "sweep",
+        DECIDABLE,
+        "--max-seeds",
+        args=["--until-decided", "--max-seeds", "1000000000000"],
+    ),
+    Case(
+        "--until-decided --max-seeds 10^12 --dry-run",
+        "sweep",
+        DECIDABLE,
+        "--max-seeds",
+        args=["--until-decided", "--max-seeds", "1000000000000", "--dry-run"],
+    ),
+    Case(
+        "--until-decided: 2 arms x --max-seeds 6000 over the job limit",
+        "sweep",
+        DECIDABLE,
+        "--max-seeds",
+        args=["--until-decided", "--max-seeds", "6000", "--dry-run"],
+    ),
+    Case(
+        "--until-decided --batch 10^12",
+        "sweep",
+        DECIDABLE,
+        "--batch",
+        args=["--until-decided", "--batch", "1000000000000"],
+    ),
+    Case(
+        "10001 seeds",
+        "sweep",
+        SWEEP.replace("[0, 1]", str(list(range(10_001)))) + "grid:\n  train.lr: [0.1, 0.2]\n",
+        "seeds",
+    ),
+    Case(
+        "--max-jobs 10^12 on 10^6 jobs",
+        "sweep",
+        MILLION_JOBS,
+        "--max-jobs",
+        args=["--max-jobs", "1000000000000"],
+    ),
+    Case(
+        "700 kB string aliased 90,000 times in an unused profile",
+        "sweep",
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\nprofiles:\n  p:\n    a: &s "
+        + BIG
+        + "\n    b: ["
+        + ",".join(["*s"] * 90_000)
+        + "]\n",
+        "profiles.p.b",
+    ),
+    Case(
+        "700 kB string aliased as 2000 claims' statements",
+        "sweep",
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\nprofiles:\n  p:\n    a: &s "
+        + BIG
+        + "\nclaims:\n"
+        + "".join(
+            f"  - {{id: c{i}, statement: *s, metric: train/reward_mean, direction: increase, at: last-10, "
+            "contrast: {effect: train.lr, from: 0.1, to: 0.2}}\n"
+            for i in range(2000)
+        ),
+        "claims",
+    ),
+    Case(
+        "tune grid: step 1e-12 over [1e-4, 1e-3]",
+        "tune",
+        "name: t\nbase: base.yaml\nsampler: {name: grid}\n"
+        "space:\n  train.lr: {type: float, low: 1.0e-4, high: 1.0e-3, step: 1.0e-12}\n",
+        "space.train.lr",
+    ),
+    Case(
+        "tune grid: step 1e-300 over [1e-4, 1e-3]",
+        "tune",
+        "name: t\nbase: base.yaml\nsampler: {name: grid}\n"
+        "space:\n  train.lr: {type: float, low: 1.0e-4, high: 1.0e-3, step: 1.0e-300}\n",
+        "space.train.lr",
+    ),
+    Case(
+        "tune grid: three int settings x 1000 values",
+        "tune",
+        "name: t\nbase: base.yaml\nsampler: {name: grid}\nspace:\n"
+        "  train.steps: {type: int, low: 1, high: 1000, step: 1}\n"
+        "  rollout.group_size: {type: int, low: 2, high: 1001, step: 1}\n"
+        "  rollout.prompts_per_step: {type: int, low: 1, high: 1000, step: 1}\n",
+        "space",
+    ),
+    # hostile battery, round 3: config text printed as data (markup, terminal control, length)
+    *[
+        Case(
+            f"{' '.join([command, *args])}: claim {key} {what}",
+            command,
+            _claim_text(key, value),
+            f"claims[0].{key}",
+            args=args,
+        )
+        for command, args in (("sweep", []), ("claims", []), ("report", []), ("sweep", ["--until-decided"]))
+        for key, what, value in (
+            ("question", "clears the screen, sets the title, forges a row", FORGED),
+            ("statement", "of 200,000 characters", "x" * 200_000),
+        )
+    ],
+    Case("claim question with a newline", "sweep", _claim_text("question", "Why?\\nREPRODUCED"), "claims[0].question"),
+    Case("claim statement with C1 OSC", "sweep", _claim_text("statement", "s\\x9d0;t\\x9c"), "claims[0].statement"),
+    Case("claim statement with a bidi override", "sweep", _claim_text("statement", "\\u202es"), "claims[0].statement"),
+    Case("claim quote with DEL", "sweep", _claim_text("quote", "q\\x7f"), "claims[0].quote"),
+    Case("claim quote of 2001 characters", "sweep", _claim_text("quote", "q" * 2001), "claims[0].quote"),
+    Case("claim where with a tab", "sweep", _claim_text("where", "Section\\t3"), "claims[0].where"),
+    Case("claim where with BEL", "sweep", _claim_text("where", "Fig. 1\\a"), "claims[0].where"),
+    Case("claim paper id with a newline", "sweep", _claim_text("paper", "2503.20783\\n"), "claims[0].paper"),
+    Case(
+        "claim metric with an escape sequence",
+        "sweep",
+        SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n" + NEVER.format(m='"eval/\\e[2J/accuracy"', at="final", c=LR),
+        "claims[0].metric",
+    ),
+    Case(
+        "claim contrast naming an arm with an escape sequence",
+        "sweep",
+        SWEEP + "grid:\n  train.lr: [0.1, 0.2]\n" + NEVER.format(m="train/reward_mean", at="final", c=ESC_ARM),
+        "claims[0].contrast.arm",
+    ),
+    Case(
+        "arm label made of a value with an escape sequence",
+        "sweep",
+        SWEEP + 'grid:\n  task.math.fields.id: ["\\e[2J", id]\n',
+        "arm 'id=",
+    ),
+    # hostile battery, round 3: stores harness did not make (foreign, broken, unreachable)
+    *[
+        Case(f"{command}: store is {store}", command, text, "--tracking-uri", code=3, setup=make)
+        for store, make in STORES.items()
+        for command, text in STORE_COMMANDS.items()
+    ],
+    Case(
+        "sweep --dry-run: store is another application's SQLite file",
+        "sweep",
+        STORE_COMMANDS["sweep"],
+        "--tracking-uri",
+        args=["--dry-run"],
+        code=3,
+        setup=_foreign_db,
+    ),
+    Case(
+        "tune: Optuna storage is another application's SQLite file",
+        "tune",
+        TUNE,
+        "--storage",
+        code=3,
+        setup=lambda workdir: ["--storage", _foreign_db(workdir)[1]],
+    ),
+    # hostile battery, round 3: claims that can never be judged
+    Case(
+        "claim since a step beyond train.steps",
+        "sweep",
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\n"
+        + NEVER.format(m="train/reward_mean", at="last-10", c="{since: step 500}"),
+        "claims[0] (c).contrast.since",
+    ),
+    Case(
+        "claim at a step beyond train.steps",
+        "sweep",
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\n"
+        + NEVER.format(m="train/reward_mean", at="step 121", c="{effect: train.lr, from: 0.1, to: 0.2}"),
+        "claims[0] (c).at",
+    ),
+    Case(
+        "claim on a difference of a metric with itself",
+        "sweep",
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\n"
+        + NEVER.format(
+            m="{difference: [train/length_mean, train/length_mean]}",
+            at="last-10",
+            c="{effect: train.lr, from: 0.1, to: 0.2}",
+        ),
+        "claims[0].metric",
+    ),
+    Case(
+        "claim on a ratio of a metric with itself",
+        "sweep",
+        SWEEP
+        + "grid:\n  train.lr: [0.1, 0.2]\n"
+        + NEVER.format(
+            m="{ratio: [policy/entropy, policy/entropy]}", at="last-10", c="{effect: train.lr, from: 0.1, to: 0.2}"
+        ),
+        "claims[0].metric",
+    ),
 ]
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
@@ -297,14 +578,15 @@ def _check_once(case: Case, workdir: Path) -> str | None:
     else:
         (workdir / "bad.yaml").write_text(case.text)
         path = str(workdir / "bad.yaml")
-    before = sorted(p.name for p in workdir.iterdir())
+    args = [*(case.setup(workdir) if case.setup else []), *case.args]
+    before = _snapshot(workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(PYTHONPATH=str(ROOT), **case.env)
     err_path = workdir.parent / f"{workdir.name}.stderr"  # outside the folder, which must stay untouched
     with open(err_path, "w") as err_file:
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", case.command, path, *case.args],
+            [sys.executable, "-m", "harness.cli", case.command, path, *args],
             cwd=workdir,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -321,21 +603,35 @@ def _check_once(case: Case, workdir: Path) -> str | None:
         return "no answer in 30 s"
     err = err_path.read_text().strip()
     problems = []
-    if code != 2:
+    if code != case.code:
         problems.append(f"exit {code}")
     if "\n" in err or not err:
         problems.append(f"{err.count(chr(10)) + 1 if err else 0} stderr lines")
+    if _controls(err):
+        problems.append(f"control characters in stderr: {_controls(err)}")
     if path not in err:
         problems.append("file not named")
     if case.key not in err:
         problems.append(f"key {case.key!r} not named")
-    if sorted(p.name for p in workdir.iterdir()) != before:
-        problems.append(f"wrote {sorted(set(p.name for p in workdir.iterdir()) - set(before))}")
+    after = _snapshot(workdir)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k, 0) != after.get(k, 0))
+    if changed:
+        problems.append(f"wrote or changed {changed}")
     if wall >= BOUND_S:
         problems.append(
             f"took {wall:.2f} s ({usage.ru_utime + usage.ru_stime:.2f} s CPU, load {os.getloadavg()[0]:.1f})"
         )
     return f"{'; '.join(problems)} | {err.splitlines()[-1][:300] if err else ''}" if problems else None
+
+
+def _controls(text: str) -> list[str]:
+    """The control characters in `text` (an error line echoing a file's ESC would act on the terminal)."""
+    return [c for c in text if unicodedata.category(c) == "Cc"]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Each path under `folder` and its bytes (None for a folder): what a case must leave as it found it."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in folder.rglob("*")}
 
 
 def _merge(base: str, extra: str) -> str:
@@ -350,7 +646,7 @@ def _merge(base: str, extra: str) -> str:
     return "\n".join(kept) + "\n" + extra
 
 
-IN_PROCESS = [c for c in CASES if not (c.args or c.env or c.file)]
+IN_PROCESS = [c for c in CASES if not (c.args or c.env or c.file or c.setup)]
 """The cases that need nothing but their file: checked in this process too, in the fast loop."""
 
 
@@ -364,9 +660,9 @@ def test_each_file_is_refused_in_process_with_one_line_naming_its_key(case, tmp_
     base = (ROOT / "ablations" / "toy_run.yaml").read_text()
     (tmp_path / "base.yaml").write_text(base)
     (tmp_path / "bad.yaml").write_text(_merge(base, case.text) if case.command == "run" else case.text)
-    assert main([case.command, str(tmp_path / "bad.yaml")]) == 2
+    assert main([case.command, str(tmp_path / "bad.yaml")]) == case.code
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "bad.yaml" in err[0] and case.key in err[0], err
+    assert len(err) == 1 and "bad.yaml" in err[0] and case.key in err[0] and not _controls(err[0]), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "base.yaml"]
 
 
@@ -418,6 +714,8 @@ def test_validating_a_config_imports_no_torch_mlflow_or_numpy():
         (["sweep", "s.yaml", "--timeout", "inf"], "--timeout"),
         (["sweep", "s.yaml", "--retries", "-1"], "--retries"),
         (["sweep", "s.yaml", "--max-jobs", "0"], "--max-jobs"),
+        (["sweep", "s.yaml", "--seeds", "0-4999,5000-10000"], "--seeds: more than 10000 seeds"),
+        (["sweep", "s.yaml", "--seeds", "0-" + "9" * 30], "--seeds: more than 10000 seeds"),
         (["sweep", "s.yaml", "--cpus-per-job", "0"], "--cpus-per-job"),
         (["tune", "t.yaml", "--workers", "0"], "--workers"),
         (["tune", "t.yaml", "--trials", "0"], "--trials"),
@@ -478,6 +776,38 @@ def test_job_limit_counts_before_expanding_and_max_jobs_raises_it(tmp_path):
     with pytest.raises(ConfigError, match="18 jobs exceed the limit of 17"):
         plan_sweep(path, max_jobs=17)
     assert len(plan_sweep(path, max_jobs=18).jobs) == 18
+
+
+def test_job_limit_has_a_ceiling_that_max_jobs_cannot_raise(tmp_path):
+    from harness.config.errors import ConfigError
+    from harness.config.plan import MAX_JOBS_CEILING, plan_sweep
+
+    (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
+    path = tmp_path / "s.yaml"
+    lrs = ", ".join(str(0.01 * (i + 1)) for i in range(11))
+    path.write_text(f"name: s\nbase: base.yaml\nseeds: {list(range(10_000))}\ngrid:\n  train.lr: [{lrs}]\n")
+    with pytest.raises(ConfigError, match=f"110000 jobs exceed the limit of {MAX_JOBS_CEILING} .the most --max-jobs"):
+        plan_sweep(path, max_jobs=10**12)
+
+
+def test_until_decided_counts_arms_times_max_seeds_before_adding_a_seed(tmp_path):
+    """9 arms × --max-seeds: 90 jobs pass a limit of 90, 99 do not; a --max-seeds of 10^12 lists nothing."""
+    from harness.config.errors import ConfigError
+    from harness.config.plan import plan_until_decided
+
+    path = _grid_sweep(tmp_path)
+    path.write_text(
+        path.read_text() + "claims:\n  - {id: c, statement: s., metric: train/reward_mean, direction: increase, "
+        "at: last-10, contrast: {effect: train.lr, from: 0.1, to: 0.2}}\n"
+    )
+    plan, first = plan_until_decided(path, max_seeds=10, batch=2, max_jobs=90)
+    assert (len(plan.jobs), first, plan.settings.seeds) == (90, 2, list(range(10)))
+    with pytest.raises(ConfigError, match="--max-seeds: 99 jobs exceed the limit of 90"):
+        plan_until_decided(path, max_seeds=11, batch=2, max_jobs=90)
+    with pytest.raises(ConfigError, match="--max-seeds: 1000000000000 is over the limit of 10000 seeds per arm"):
+        plan_until_decided(path, max_seeds=10**12, batch=2, max_jobs=10**12)
+    with pytest.raises(ConfigError, match=r"--batch: 11 seeds a round is more than --max-seeds \(10\)"):
+        plan_until_decided(path, max_seeds=10, batch=11)
 
 
 def test_a_sweep_without_axes_runs_the_base_over_its_seeds(tmp_path):
@@ -612,7 +942,7 @@ def test_an_unwritable_cache_dir_is_one_line_exit_2_within_a_second_and_creates_
 
 
 def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path):
-    from harness.config.errors import ConfigError
+    from harness.config.errors import ConfigError, DataError
     from harness.engine.preflight import check_store, unwritable
 
     assert unwritable(str(tmp_path / "a" / "b"), "k") is None and not list(tmp_path.iterdir())
@@ -623,12 +953,107 @@ def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path
     )
     with pytest.raises(ConfigError, match=r"^s.yaml: --tracking-uri: /.*/f is not a folder$"):
         check_store(f"sqlite:///{tmp_path / 'f' / 'mlflow.db'}", "--tracking-uri", "s.yaml")
-    check_store("http://127.0.0.1:5000", "--tracking-uri", "s.yaml")  # a server is not probed
+    with pytest.raises(DataError, match=r"^s.yaml: --tracking-uri: http://127.0.0.1:9 cannot be reached \("):
+        check_store("http://127.0.0.1:9", "--tracking-uri", "s.yaml")  # a server is probed once: nothing there
     if Path("/proc/self").is_dir():
         assert unwritable("/proc/nope", "k").startswith("k: /proc/nope cannot be created (/proc: ")
     if os.geteuid() != 0:  # root writes a read-only folder anyway
         (tmp_path / "ro").mkdir(mode=0o500)
         assert unwritable(str(tmp_path / "ro"), "k").startswith(f"k: {tmp_path / 'ro'} cannot be written")
+
+
+@pytest.mark.parametrize("store", list(STORES))
+def test_the_dashboard_refuses_a_store_harness_did_not_make_in_one_line_before_serving(store, tmp_path):
+    """`harness dashboard` on each of STORES: exit 3 and one line naming the URI, before Streamlit starts (a server
+    would show every page's error instead, and not exit), fast, and the store left byte for byte as it was."""
+    from dashboard.browser import free_port
+
+    args = STORES[store](tmp_path)
+    before = _snapshot(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "dashboard", "--port", str(free_port()), *args],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=30,  # a server that started never exits: this raises
+    )
+    wall = time.perf_counter() - start
+    err = proc.stderr.strip()
+    assert proc.returncode == 3 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"harness: data error: --tracking-uri: {args[1]} "), err
+    assert _snapshot(tmp_path) == before
+    assert wall < 3 * BOUND_S, f"{wall:.2f} s (load {os.getloadavg()[0]:.1f})"
+
+
+def test_a_store_is_probed_read_only_and_an_empty_or_new_one_passes(tmp_path):
+    """An empty or new file passes; a database in WAL mode is read without the `-wal` and `-shm` files a reader
+    makes; each refusal is one line naming the setting."""
+    from harness.config.errors import DataError
+    from harness.runs.probe import OPTUNA, probe_store, store_problem
+
+    (tmp_path / "empty.db").write_bytes(b"")
+    assert store_problem(f"sqlite:///{tmp_path / 'empty.db'}") is None
+    assert store_problem(f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}", OPTUNA) is None
+    con = sqlite3.connect(tmp_path / "wal.db")
+    with con:
+        con.execute("PRAGMA journal_mode = wal")
+        con.execute("CREATE TABLE customers (id INTEGER)")
+    con.close()
+    before = _snapshot(tmp_path)
+    with pytest.raises(DataError, match=r"^s.yaml: --storage: sqlite:///.*/wal.db is another application's SQLite "):
+        probe_store(f"sqlite:///{tmp_path / 'wal.db'}", "--storage", "s.yaml", OPTUNA)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_server_passes_the_probe_with_any_http_answer_and_fails_it_fast_when_silent():
+    """Any HTTP answer will do (here 501, from a server with no routes): the probe asks whether it answers, and
+    MLflow's own calls then say what it answered. One that accepts and never answers fails after TIMEOUT_S."""
+    import http.server
+    import socket
+
+    from harness.runs.probe import TIMEOUT_S, store_problem
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    try:
+        assert store_problem(f"http://127.0.0.1:{server.server_port}/") is None
+    finally:
+        server.server_close()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        start = time.perf_counter()
+        problem = store_problem(f"http://127.0.0.1:{silent.getsockname()[1]}")
+    assert problem == f"does not answer (no response in {TIMEOUT_S:g} s)"
+    assert time.perf_counter() - start < TIMEOUT_S + 2
+
+
+def test_an_empty_store_file_reads_as_empty_and_is_left_empty(tmp_path, monkeypatch, capsys):
+    """A 0-byte file is a SQLite database with no tables: the commands that only read (a dry run, the report) find
+    nothing in it and leave it as it is; MLflow makes its tables there as in a new file, and MLflow's store (made by
+    MLflow, not harness) passes the probe as an MLflow store, not as an Optuna storage."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.cli import main
+    from harness.runs.probe import OPTUNA, store_problem
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.yaml").write_text((ROOT / "ablations" / "toy_run.yaml").read_text())
+    (tmp_path / "s.yaml").write_text(STORE_COMMANDS["sweep"])
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "mlflow.db").write_bytes(b"")
+    uri = ["--tracking-uri", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"]
+    assert main(["sweep", "s.yaml", "--dry-run", *uri]) == 0
+    assert main(["report", "s.yaml", *uri]) == 3
+    assert "no sweep 's'" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "store").iterdir()] == ["mlflow.db"]
+    assert (tmp_path / "store" / "mlflow.db").stat().st_size == 0
+    MlflowClient(uri[1]).search_experiments()  # MLflow makes its tables
+    assert store_problem(uri[1]) is None and (tmp_path / "store" / "mlflow.db").stat().st_size > 0
+    assert store_problem(uri[1], OPTUNA).startswith("is another application's SQLite database (tables ")
 
 
 def test_steps_are_bounded_by_a_size_no_real_run_reaches():

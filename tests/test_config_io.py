@@ -210,3 +210,78 @@ def test_toy_cache_defaults_to_the_users_cache_shared_by_checkouts(tmp_path, mon
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert load_run_config(toy_run).model.cache_dir == str(tmp_path / "home" / ".cache" / "harness")
     assert load_run_config(toy_run, ["model.cache_dir=here"]).model.cache_dir == "here"  # a config's own wins
+
+
+@pytest.fixture(params=["libyaml", "python"])
+def parse(request, monkeypatch):
+    """yaml_io's parser with libyaml's events, and with PyYAML's pure-Python ones (a PyYAML built without libyaml)."""
+    import importlib
+
+    import yaml
+
+    from harness.config import yaml_io
+
+    if request.param == "python":
+        monkeypatch.setattr(yaml, "__with_libyaml__", False)
+        importlib.reload(yaml_io)
+    assert yaml_io._Events is (yaml.cyaml.CParser if request.param == "libyaml" else yaml_io._PyEvents)
+    yield yaml_io._parse
+    monkeypatch.undo()
+    importlib.reload(yaml_io)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # 4 MiB is 1024 copies of 4096 bytes
+        ("a: &s " + "x" * 4096 + "\nb: [" + ",".join(["*s"] * 1025) + "]\n", "b: holds more than 4 MiB of text"),
+        # bytes, not characters: 2048 'é' are 4096 bytes
+        ("a: &s " + "é" * 2048 + "\nb: [" + ",".join(["*s"] * 1025) + "]\n", "b: holds more than 4 MiB of text"),
+        ("a: {k: &s " + "x" * 4096 + "}\n" + "".join(f"c{i}: *s\n" for i in range(1024)), "top level: holds more"),
+        # an alias at level 27 (top level 1, b 2, in 25 lists) to a node 7 levels high: 33 levels once expanded
+        ("a: &d [[[[[[1]]]]]]\nb: " + "[" * 25 + "*d" + "]" * 25 + "\n", "b" + "[0]" * 25 + ": nested deeper than 32"),
+        ("a: " + "[" * 50_000 + "]" * 50_000 + "\n", "nested deeper than 32 levels"),
+        ("a: &r [*r]\n", "a[0]: a YAML alias refers to itself"),
+        ("a: 1\na: 2\n", "a: line 2: duplicate key"),
+        ("a: " + "9" * 5000 + "\n", "line 1, column 4: invalid YAML: Exceeds the limit (4300 digits)"),
+    ],
+    ids=["string aliased", "bytes not characters", "mapping values", "depth through an alias", "nesting", "cycle",
+         "duplicate key", "int of 5000 digits"],
+)  # fmt: skip
+def test_documents_that_expand_past_a_limit_are_refused_before_they_are_built(parse, text, message):
+    with pytest.raises(ConfigError) as exc:
+        parse(text, "f.yaml")
+    assert _one_line(exc).startswith("f.yaml: ") and message in str(exc.value), exc.value
+
+
+def test_a_document_just_within_the_limits_is_read_with_its_aliases_shared(parse):
+    data = parse("a: &s " + "x" * 4096 + "\nb: [" + ",".join(["*s"] * 1022) + "]\nc: &d [[[[[[1]]]]]]\n"
+                 "e: " + "[" * 24 + "*d" + "]" * 24 + "\n", "f.yaml")  # fmt: skip
+    assert len(data["b"]) == 1022 and all(s is data["a"] for s in data["b"])
+
+
+def test_a_string_bomb_is_measured_without_being_expanded():
+    """63 GB once expanded, in a file under 1 MiB: refused in well under a second (each node measured once)."""
+    import time
+
+    from harness.config.yaml_io import _parse
+
+    text = "a: &s " + "x" * 700_000 + "\nb: [" + ",".join(["*s"] * 90_000) + "]\n"
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="b: holds more than 4 MiB of text"):
+        _parse(text, "f.yaml")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_logged_sweep_file_is_read_under_the_config_bounds():
+    """A store's sweep.yaml (read by `stored_claims` and the dashboard) may come from anyone: the same bounds as a
+    config file, so a string aliased many times is refused as text, not expanded."""
+    from harness.config.errors import ConfigError
+    from harness.config.yaml_io import load_yaml_text
+
+    assert load_yaml_text("name: s\nseeds: [0]\n", "w") == {"name": "s", "seeds": [0]}
+    bomb = 'a: &a "' + "x" * 700_000 + '"\nb: [' + ", ".join(["*a"] * 10) + "]\n"
+    with pytest.raises(ConfigError, match="4 MiB"):
+        load_yaml_text(bomb, "sweep.yaml")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_yaml_text("[1, 2]", "sweep.yaml")

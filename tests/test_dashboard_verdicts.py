@@ -293,7 +293,7 @@ def test_a_claim_on_every_arm_shows_each_arm(tmp_path, monkeypatch):
     [box] = [b for b in _boxes(at) if "`learns`" in b]
     assert "**REPRODUCED**" in box and "harness's own claim" in box, box
     assert "n = 3/3 runs in 2 arms" in box and "By arm (the deciding one first):" in box, box
-    assert box.index("group\\_mean aggregation=constant +0.035") < box.index("group\\_std"), box
+    assert box.index("group_mean aggregation=constant +0.035") < box.index("group_std"), box
 
 
 def test_competing_claims_show_side_by_side_on_their_page(tmp_path, monkeypatch):

@@ -152,7 +152,8 @@ def test_no_claims_ends_after_the_jobs(claimed_sweep):
     assert "far_longer" not in out and "harness report" not in out
 
 
-def test_a_bug_in_judging_keeps_the_sweeps_exit_code(claimed_sweep, monkeypatch):
+def test_a_bug_in_judging_is_its_traceback_and_exit_1_after_the_runs(claimed_sweep, monkeypatch):
+    """The runs are in the store, but a sweep whose verdicts were not shown does not end with exit 0."""
     import harness.analysis.claims
 
     def broken(*args, **kwargs):
@@ -161,9 +162,27 @@ def test_a_bug_in_judging_keeps_the_sweeps_exit_code(claimed_sweep, monkeypatch)
     monkeypatch.setattr(harness.analysis.claims, "judge", broken)
     path, uri, _ = claimed_sweep
     code, out, err = _main(["sweep", str(path), "--tracking-uri", uri])
-    assert code == 0 and "sweep smoke: 0 finished, 4 already done" in out
+    assert code == 1 and "sweep smoke: 0 finished, 4 already done" in out
     assert "Traceback" in err and "harness sweep: the claims could not be judged" in err and "planted bug" in err
     assert "far_longer" not in out and _tail(out).startswith("figures: harness dashboard")
+
+
+def test_markup_in_a_claim_prints_as_written_in_the_verdicts_a_sweep_ends_with(claimed_sweep):
+    """Two papers' claims on one question (printed as a row of its own), their words in Rich markup: the sweep's
+    verdict table shows them as written, and the sweep ends with exit 0 (a crash there would be exit 1)."""
+    path, uri, _ = claimed_sweep
+    question, statement = "Does [/] [link=file:///etc/passwd]x[/link] hold?", r"[bold red]Longer[/] <b>x</b> \textbf{"
+    claims = "claims:\n" + "".join(
+        f"  - {{id: {id_}, paper: '{paper}', question: '{question}', statement: '{statement}', "
+        "metric: train/length_mean, at: final, contrast: {arm: preset=dr_grpo, vs: preset=grpo}, "
+        "direction: increase}\n"
+        for id_, paper in (("far_longer", "2503.20783"), ("rival", "2503.14476"))
+    )
+    hostile = path.with_name("hostile.yaml")  # the same sweep (name, arms, runs), other claims
+    hostile.write_text(path.read_text().replace(CLAIM, claims))
+    code, out, err = _main(["sweep", str(hostile), "--tracking-uri", uri])
+    assert code == 0 and "Traceback" not in err, err
+    assert "smoke: claims (α = 0.05, Holm across 2)" in out and question in out and statement in out
 
 
 def test_failing_job_makes_exit_code_1(tmp_path, capsys, tiny_run_overrides):

@@ -72,6 +72,36 @@ def test_score_and_spec_errors(tmp_path):
         load_tune(bad)
 
 
+@pytest.mark.parametrize(
+    ("kind", "low", "high", "step"),
+    [
+        ("float", 0.2, 0.32, 0.04),  # (0.32 - 0.2) / 0.04 is 2.9999999999999996 steps: high is still in
+        ("float", 0.0, 1.0, 0.6),  # high is not on the grid: no point beyond it
+        ("float", 1e-4, 1e-3, 1e-4),
+        ("float", -1.0, 1.0, 0.25),
+        ("float", 0.1, 0.1, 0.5),
+        ("int", 1, 10, 3),
+        ("int", 2, 1001, 1),
+    ],
+)
+def test_a_grid_is_counted_as_long_as_it_lists_and_stays_within_its_range(kind, low, high, step):
+    from harness.config.tune import Dimension
+
+    dim = Dimension(type=kind, low=low, high=high, step=step)
+    values = dim.grid()
+    assert dim.grid_size() == len(values)
+    assert values[0] == low and max(values) <= high + 1e-9 and high - max(values) < step
+
+
+def test_a_grid_too_large_is_refused_without_being_listed():
+    from harness.config.tune import MAX_GRID_POINTS, Dimension
+
+    for low, high, step in [(1e-4, 1e-3, 1e-300), (-1e308, 1e308, 1.0), (0.0, 1.0, 1 / MAX_GRID_POINTS)]:
+        with pytest.raises(ValueError, match=f"more than {MAX_GRID_POINTS} grid points"):
+            Dimension(type="float", low=low, high=high, step=step).grid_size()  # the second overflows to inf steps
+    assert Dimension(type="float", low=0.0, high=1.0, step=1 / (MAX_GRID_POINTS - 1)).grid_size() == MAX_GRID_POINTS
+
+
 class PruneTrialOne(optuna.pruners.BasePruner):
     """The study's pruner, and trial 1 pruned at its second report (so that a pruned trial is sure to happen).
     Module level: the study's pruner goes to the worker processes by pickle."""

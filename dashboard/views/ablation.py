@@ -8,6 +8,7 @@ from dashboard import context, page, verdicts
 from dashboard.labels import with_settings
 from harness.analysis import figures
 from harness.analysis.stats import factorial_effects, mean_ci
+from harness.analysis.verdict_table import md
 from harness.config.at import At
 from trainer import metric_names as M
 
@@ -30,12 +31,12 @@ last = c2.number_input("Final window (last N steps)", 1, 1000, 10, key="abl_last
 only_done = st.toggle("Finished runs only", value=True, key="abl_done")
 runs_ok = set(data.runs.loc[data.runs["state"] == "done", "run_id"]) if only_done else set(data.current["run_id"])
 for warning in data.warnings:
-    st.warning(warning)
+    st.warning(md(warning))
 window = At("last", k=int(last))
 found = {key: data.values(key, window, finished_only=only_done) for key in chosen}
 for key in chosen:  # the statistics refuse ±inf: name the runs, and leave them out
     if found[key].not_finite:
-        st.error(found[key].not_finite)
+        st.error(md(found[key].not_finite))
 
 
 def fmt(m: float, lo: float, hi: float) -> str:
@@ -83,7 +84,7 @@ if chosen:
         final = found[metric].frame
         effects, caught = factorial_effects(final, data.varying)
         for note in caught:
-            st.warning(f"{metric}: {note}")
+            st.warning(md(f"{metric}: {note}"))
         effects = effects[
             ["factor", "level", "n", "mean", "effect", "low", "high", "model_effect", "model_low", "model_high"]
             + ["model_p", "note"]

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import context, page
+from harness.analysis.verdict_table import md
 from harness.runs.reader import reader_for
 
 st.title("Sweeps")
@@ -37,9 +38,9 @@ data = context.current()
 if data is None:
     st.stop()
 runs = data.runs
-st.header(data.sweep.name)
+st.header(md(data.sweep.name))
 for warning in data.warnings:  # what the reader set aside (a job run twice), as the report prints it
-    st.warning(warning)
+    st.warning(md(warning))
 status = data.jobs  # planned jobs, plus any job of the sweep run outside the current plan (an earlier profile, say)
 counts = runs["state"].value_counts()
 cols = st.columns(6)
@@ -75,4 +76,4 @@ if data.planned:
 st.subheader("Jobs")
 page.table(jobs[show])
 for failed in status.failed_runs:
-    st.error(failed.line())
+    st.error(md(failed.line()))

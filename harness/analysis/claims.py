@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from harness.analysis import stats
 from harness.analysis.evidence import ArmChange, Evidence, VerdictKind
 from harness.analysis.values import run_values
 from harness.config.claims import Claim, Difference, canonical, check_unique, picks
+from harness.config.yaml_io import load_yaml_text
 from harness.runs.reader import Sweep, sweep_file_text
 from harness.runs.sweep_data import SweepData
 
@@ -425,7 +425,7 @@ def stored_claims(sweep: Sweep) -> tuple[list[Claim], str]:
     if not text:
         return [], ""
     try:
-        raw = (yaml.safe_load(text) or {}).get("claims") or []
+        raw = load_yaml_text(text, f"sweep {sweep.name}'s sweep.yaml").get("claims") or []
         return check_unique(TypeAdapter(list[Claim]).validate_python(raw)), ""
-    except (yaml.YAMLError, ValidationError, ValueError, AttributeError) as exc:
+    except (ValidationError, ValueError, AttributeError) as exc:  # ConfigError is a ValueError
         return [], f"the claims logged with sweep {sweep.name} could not be read: {' '.join(str(exc).split())[:300]}"

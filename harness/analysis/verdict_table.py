@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 
 from harness.analysis.claims import Verdict
 from harness.analysis.sequential import Record
+
+_MD_INLINE = re.compile(r"[\\`*\[\]<>|~$&#]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_MD_BLOCK = re.compile(r"^(\s*\d*)([+\-.)])(?=\s|$)")  # a list marker where a line starts
+
+
+def md(text: object) -> str:
+    """Plain text as Markdown that shows it as written: whatever could start a link, an image, HTML, code, emphasis,
+    math, a heading or a list, or end a table cell, escaped with a backslash (an underscore inside a word cannot
+    start emphasis, so `length_mean` stays as it is); a line break becomes a space."""
+    escaped = _MD_INLINE.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
+    return _MD_BLOCK.sub(r"\1\\\2", escaped)
 
 
 def num(x: float, signed: bool = False) -> str:

@@ -28,19 +28,56 @@ How claims are judged: harness.analysis.claims.
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.config.at import DEFAULT_AT, At, AtField
 from harness.config.errors import ConfigError
-from harness.config.yaml_io import Name
+from harness.config.yaml_io import MAX_NAME, Name
 from trainer import metric_names as M
 from trainer.config import STRICT as _STRICT
 
-_ARXIV = re.compile(r"^\d{4}\.\d{4,5}(v\d+)?$")
+_ARXIV = re.compile(r"\d{4}\.\d{4,5}(v\d+)?")
 ArmRef = str | dict[str, Any]
 """An arm's label, or dotted-key settings that pick the arms whose runs have them."""
+
+MAX_TEXT = 1_000
+"""Most characters of a claim's `statement` or `question`: a sentence (the shipped claims' longest has 164)."""
+MAX_QUOTE = 2_000
+"""Most characters of a claim's `quote`: a passage of the paper; arXiv caps a whole abstract at 1,920."""
+MAX_REF = 1_000
+"""Most characters of a string in a claim's `contrast` (an arm's label, a setting or its value)."""
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def check_text(text: str) -> str:
+    """`text`, if it prints as written: refuses a control character (C0, newline and tab included; DEL; C1), a lone
+    surrogate, a line or paragraph separator or a bidirectional override, any of which a terminal or a page acts on
+    instead of showing (ESC starts an escape sequence that can clear the screen or forge a line of output)."""
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") or ch in _BIDI:
+            hint = "; a folded YAML block (>-) joins lines with spaces" if ch in "\n\r" else ""
+            raise ValueError(
+                f"holds {ch!r} (character {i + 1}): harness prints this text as written, so it may hold no control "
+                f"characters{hint}"
+            )
+    return text
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a YAML value: itself, a list's items, a mapping's keys and values."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 class Ratio(BaseModel):
@@ -90,6 +127,15 @@ class Contrast(BaseModel):
     means; both sides must then pick the same combinations of the sweep's other varying settings (checked before
     any job), so that nothing else differs between the sides."""
 
+    @field_validator("effect", "to", "from_", "arm", "vs")
+    @classmethod
+    def _plain(cls, value: Any) -> Any:
+        for text in _strings(value):
+            if len(text) > MAX_REF:
+                raise ValueError(f"a string of {len(text)} characters, over the limit of {MAX_REF}")
+            check_text(text)
+        return value
+
     @model_validator(mode="after")
     def _one_kind(self) -> Contrast:
         if self.since is not None:
@@ -131,14 +177,16 @@ class Claim(BaseModel):
 
     id: Name
     """Short identifier, unique in the file."""
-    statement: str = Field(min_length=1)
-    """The claim in one sentence."""
+    statement: str = Field(min_length=1, max_length=MAX_TEXT)
+    """The claim in one sentence (at most 1,000 characters). Like every text of a claim it is shown as written, in a
+    terminal, the report and the dashboard, so it holds no control characters: no newline, tab or escape sequence
+    (a folded YAML block, `>-`, writes a long text over several lines)."""
     paper: str | None = None
     """The paper's arXiv id, e.g. 2503.20783; none for a claim of harness's own (e.g. that two engines agree)."""
-    question: str | None = Field(None, min_length=1)
+    question: str | None = Field(None, min_length=1, max_length=MAX_TEXT)
     """The question the claim answers, in words, shared by the claims of other papers about the same switch (e.g.
     "What does clipping do to entropy?"): `harness claims`, the report and the dashboard show the claims of one
-    question side by side, so that a reader sees which paper holds on these runs."""
+    question side by side, so that a reader sees which paper holds on these runs. At most 1,000 characters."""
     metric: str | Ratio | Difference
     """A logged metric (trainer.metric_names), {ratio: [numerator, denominator]} or {difference: [first, second]}."""
     at: AtField = At.parse(DEFAULT_AT)
@@ -156,18 +204,24 @@ class Claim(BaseModel):
     claim's finished runs (the lowest for an increase claim, the highest for a decrease one), `exclude` leaves it
     out; either way the verdict shows the failed runs per side. Unset: `worst` for a "not worse by m" claim
     (a method that fails more often must not look safer), `exclude` otherwise."""
-    quote: str | None = Field(None, min_length=1)
-    """The paper's own sentence the claim tests (with `where`); a claim without it is harness's own."""
-    where: str | None = Field(None, min_length=1)
-    """Where in the paper the quote is: section, figure or table."""
+    quote: str | None = Field(None, min_length=1, max_length=MAX_QUOTE)
+    """The paper's own sentence the claim tests (with `where`); a claim without it is harness's own. At most a
+    passage: arXiv caps a whole abstract at 1,920 characters."""
+    where: str | None = Field(None, min_length=1, max_length=MAX_NAME)
+    """Where in the paper the quote is: section, figure or table (at most 200 characters)."""
     planning_sd: float | None = Field(None, gt=0)
     """A guess of the spread of one run's value across seeds within an arm, used only to plan a sequential
     sweep (`harness sweep --dry-run --until-decided`) before any run exists; the runs' own spread replaces it."""
 
+    @field_validator("statement", "question", "quote", "where")
+    @classmethod
+    def _plain(cls, text: str | None) -> str | None:
+        return text if text is None else check_text(text)
+
     @field_validator("paper")
     @classmethod
     def _paper(cls, paper: str | None) -> str | None:
-        if paper is not None and not _ARXIV.match(paper):
+        if paper is not None and not _ARXIV.fullmatch(paper):
             raise ValueError(f"{paper!r} is not an arXiv id such as 2503.20783")
         return paper
 
@@ -210,6 +264,9 @@ class Claim(BaseModel):
     @classmethod
     def _metric(cls, metric: str | Ratio | Difference) -> str | Ratio | Difference:
         for name in (metric,) if isinstance(metric, str) else _pair(metric):
+            if len(name) > MAX_NAME:
+                raise ValueError(f"a metric name of {len(name)} characters, over the limit of {MAX_NAME}")
+            check_text(name)
             if not M.is_known(name):
                 raise ValueError(
                     f"unknown metric {name!r} (see trainer/metric_names.py: e.g. {M.ENTROPY}, "

@@ -2,7 +2,7 @@
 
 - `ConfigError` (exit 2): a usage or config error, found before any store or job exists: the file, key or flag.
 - `DataError` (exit 3): the store cannot answer what was asked: no such sweep in it, a metric that is not finite
-  in a run (the message names the run and the metric).
+  in a run (the message names the run and the metric); or it is not a store harness opens (`harness.runs.probe`).
 - `SweepRunning` (exit 1): another live process runs this sweep on this store.
 - `Terminated` (exit 143): SIGTERM, raised in the main thread so that a sweep stops as on Ctrl-C.
 Anything else is a bug in harness (exit 1, with its traceback), or a run that failed (exit 1, marked FAILED in

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from harness.config.claims import Claim, check_claims, check_unique
+from harness.config.claims import Claim, check_claims, check_text, check_unique
 from harness.config.errors import ConfigError
 from harness.config.job import Job
 from harness.config.run_config import RunConfig
@@ -33,6 +33,16 @@ from trainer.config import Seed
 Overrides = dict[str, Any]
 MAX_JOBS = 10_000
 """Most jobs a sweep may expand to unless `--max-jobs` allows more (counted before expanding)."""
+MAX_JOBS_CEILING = 100_000
+"""Most jobs `--max-jobs` may allow: far past any study of training runs; planning them holds about 1 KB a job
+(7 KB for each distinct arm)."""
+MAX_SEEDS_CEILING = 10_000
+"""Most seeds a sweep may run per arm (the file's, `--seeds`, `--until-decided --max-seeds`), counted before they
+are listed."""
+MAX_SEEDS = 20
+"""`--until-decided`: seeds per arm at most, unless `--max-seeds` says otherwise."""
+BATCH = 2
+"""`--until-decided`: seeds added per arm per round, unless `--batch` says otherwise."""
 
 
 class Arm(BaseModel):
@@ -98,7 +108,7 @@ class SweepFile(RunsFile):
     """Combinations to drop: one that matches every key: value of an entry is excluded."""
     include: list[Overrides] = []
     """Extra combinations (overrides) added after the product and the exclusions."""
-    seeds: list[Seed] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1, max_length=MAX_SEEDS_CEILING)
     """Seeds: every combination runs once per seed."""
     profiles: dict[str, Overrides] = {}
     """Named override sets selected with --profile (e.g. `paper` for the GPU settings)."""
@@ -205,11 +215,7 @@ def plan_sweep(
     if seeds is not None:
         raw = {**raw, "seeds": list(seeds)}
     sweep_file = validate(SweepFile, raw, str(path))
-    max_jobs = MAX_JOBS if max_jobs is None else max_jobs
-    if sweep_file.job_count() > max_jobs:
-        raise ConfigError(
-            f"{path}: grid: {sweep_file.job_count()} jobs exceed the limit of {max_jobs} (raise it with --max-jobs)"
-        )
+    check_job_count(path, "grid", sweep_file.job_count(), max_jobs)
     refuse_taken_overrides(path, sweep_file.set_keys(), overrides or [])
     base = sweep_file.base_config(path)
     if profile is not None and profile not in sweep_file.profiles:
@@ -225,6 +231,10 @@ def plan_sweep(
     jobs, seen = [], {}
     for combo in combos:
         label = _label(combo, [k for k in varying if k in axes])
+        try:  # tables, reports and the dashboard print it as written
+            check_text(label)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: arm {label!r}: its label {exc}") from None
         data = _apply(
             path, f"arm '{label}'", base, {**combo, "tracking.experiment": experiment, "seed": sweep_file.seeds[0]}
         )
@@ -243,6 +253,48 @@ def plan_sweep(
     _check_claims(path, sweep_file, jobs)
     sweep_id = hashlib.sha256(f"{sweep_file.name}\n{experiment}".encode()).hexdigest()[:12]
     return SweepPlan(sweep_file.name, experiment, sweep_id, str(path), raw, sweep_file, tuple(jobs))
+
+
+def plan_until_decided(
+    path: str | Path,
+    *,
+    max_seeds: int,
+    batch: int,
+    profile: str | None = None,
+    overrides: list[str] | None = None,
+    seeds: list[int] | None = None,
+    max_jobs: int | None = None,
+) -> tuple[SweepPlan, int]:
+    """Every job `--until-decided` may run: the sweep over its seeds (the file's, or `seeds`), then the next integers
+    up to `max_seeds` per arm; and how many seeds it starts with. The design and the jobs it makes are checked
+    (one-line `ConfigError`s) before a seed is added."""
+    if max_seeds > MAX_SEEDS_CEILING:
+        raise ConfigError(f"{path}: --max-seeds: {max_seeds} is over the limit of {MAX_SEEDS_CEILING} seeds per arm")
+    first = plan_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=seeds)
+    if not first.settings.claims:
+        raise ConfigError(f"{path}: claims: --until-decided decides claims, and the file declares none")
+    shipped = list(first.settings.seeds)
+    if max_seeds < len(shipped):
+        raise ConfigError(f"{path}: seeds: --max-seeds {max_seeds} is below the file's {len(shipped)} seeds")
+    if batch > max_seeds:
+        raise ConfigError(f"{path}: --batch: {batch} seeds a round is more than --max-seeds ({max_seeds})")
+    check_job_count(path, "--max-seeds", first.settings.job_count() // len(shipped) * max_seeds, max_jobs)
+    extra = [max(shipped) + 1 + i for i in range(max_seeds - len(shipped))]
+    full = plan_sweep(path, profile=profile, overrides=overrides, max_jobs=max_jobs, seeds=shipped + extra)
+    return full, len(shipped)
+
+
+def check_job_count(path: str | Path, key: str, jobs: int, max_jobs: int | None) -> None:
+    """Refuse a sweep of `jobs` jobs (counted, not expanded) over `max_jobs` (default `MAX_JOBS`), which may be
+    raised up to `MAX_JOBS_CEILING`."""
+    limit = min(MAX_JOBS if max_jobs is None else max_jobs, MAX_JOBS_CEILING)
+    if jobs > limit:
+        how = (
+            "the most --max-jobs allows"
+            if limit == MAX_JOBS_CEILING
+            else f"--max-jobs raises it, up to {MAX_JOBS_CEILING}"
+        )
+        raise ConfigError(f"{path}: {key}: {jobs} jobs exceed the limit of {limit} ({how})")
 
 
 def arm_settings(jobs: Sequence[Job]) -> dict[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import textwrap
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,9 +26,10 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from harness.config.plan import SweepFile
+from harness.config.plan import MAX_JOBS, MAX_JOBS_CEILING, MAX_SEEDS_CEILING, SweepFile
 from harness.config.run_config import RunConfig
-from harness.config.tune import TuneFile
+from harness.config.tune import MAX_GRID_POINTS, TuneFile
+from harness.config.yaml_io import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_TEXT
 
 DEFAULT_OUT = Path("docs/config.md")
 FILES: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -36,7 +38,16 @@ FILES: tuple[tuple[str, type[BaseModel]], ...] = (
     ("Tune file: `harness tune FILE`", TuneFile),
 )
 """The files a user writes, each with the model its top level validates into."""
-_HEADER = """# Config reference
+_SIZES = textwrap.fill(
+    "Sizes, checked before anything runs (by counting, never by building what they count): a file has at most "
+    f"{MAX_FILE_BYTES >> 20} MiB, and at most {MAX_DEPTH} levels, {MAX_NODES:,} values and {MAX_TEXT >> 20} MiB of "
+    f"text once YAML aliases are expanded; a sweep has at most {MAX_JOBS:,} jobs (`--max-jobs` raises that, up to "
+    f"{MAX_JOBS_CEILING:,}) and {MAX_SEEDS_CEILING:,} seeds per arm (`--seeds`, `--until-decided --max-seeds`); a "
+    f"grid-sampled tune space has at most {MAX_GRID_POINTS:,} points.",
+    120,
+    break_on_hyphens=False,
+)
+_HEADER = f"""# Config reference
 
 Every key of the files harness reads, generated from the settings models' field docstrings by
 `python -m harness.config.reference` (do not edit by hand: `python -m harness.config.reference --check` fails, and so
@@ -44,6 +55,8 @@ does `tests/test_docs.py`, when this page and the models differ). A key is the d
 (`--set key=value` takes the same path); `[]` is any item of a list, `<key>` any key of a mapping. The default is the
 value where the key is left out (`required`: it must be given); `f()` is computed when the config is read. A section
 is written once for each place its model occurs, with the defaults it has there.
+
+{_SIZES}
 """
 
 

@@ -4,6 +4,7 @@ pruner and trial budget. Every problem is one `ConfigError` line naming the file
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,10 @@ from harness.config.yaml_io import (
 from trainer.config import STRICT as _STRICT
 from trainer.config import Seed
 
+MAX_GRID_POINTS = 100_000
+"""Most points a grid-sampled space may have, counted from its settings before any is listed (the grid sampler
+lists every point; at one training run a trial, a grid this size is past any tuning budget)."""
+
 
 class Dimension(BaseModel):
     """One searched setting."""
@@ -36,7 +41,7 @@ class Dimension(BaseModel):
     high: float | None = None
     """Upper bound, inclusive (float, log_float, int)."""
     step: float | None = Field(None, gt=0)
-    """Grid step (int, float; required by the grid sampler for them)."""
+    """Grid step (int, float; required by the grid sampler for them): the grid is low, low + step, ... up to high."""
     choices: list[Any] | None = None
     """The values of a categorical setting."""
 
@@ -51,14 +56,27 @@ class Dimension(BaseModel):
             raise ValueError("log_float needs low > 0")
         return self
 
-    def grid(self) -> list[Any]:
-        """Every value, for the grid sampler."""
+    def grid_size(self) -> int:
+        """How many values `grid()` lists, counted from low, high and step; more than `MAX_GRID_POINTS` is an error."""
         if self.type == "categorical":
-            return list(self.choices)
+            return len(self.choices)
         if self.step is None:
             raise ValueError("the grid sampler needs a step for non-categorical settings")
-        n = int(round((self.high - self.low) / self.step)) + 1
-        values = [self.low + i * self.step for i in range(n)]
+        steps = (self.high - self.low) / self.step  # inf if it overflows
+        # + 1e-9: (0.32 - 0.2) / 0.04 is 2.9999999999999996 steps, and high is in the grid
+        points = math.floor(steps + 1e-9) + 1 if steps < MAX_GRID_POINTS else math.inf
+        if points > MAX_GRID_POINTS:
+            raise ValueError(
+                f"a step of {self.step:g} from {self.low:g} to {self.high:g} makes more than {MAX_GRID_POINTS} "
+                "grid points"
+            )
+        return points
+
+    def grid(self) -> list[Any]:
+        """Every value, for the grid sampler: low, low + step, ... up to high."""
+        if self.type == "categorical":
+            return list(self.choices)
+        values = [self.low + i * self.step for i in range(self.grid_size())]
         return [int(v) for v in values] if self.type == "int" else values
 
 
@@ -130,11 +148,16 @@ class TuneFile(RunsFile):
     def _check(self) -> TuneFile:
         if self.sampler.name == "grid":
             size = 1
-            for key, dim in self.space.items():
+            for i, (key, dim) in enumerate(self.space.items()):
                 try:
-                    size *= len(dim.grid())
+                    size *= dim.grid_size()
                 except ValueError as exc:
                     raise ValueError(f"space.{key}: {exc}") from None
+                if size > MAX_GRID_POINTS:
+                    raise ValueError(
+                        f"space: the grid's first {i + 1} settings make {size} points, over the limit of "
+                        f"{MAX_GRID_POINTS}"
+                    )
             if self.trials > size:
                 raise ValueError(f"trials: {self.trials} exceeds the grid's {size} points")
         return self

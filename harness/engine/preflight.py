@@ -1,7 +1,7 @@
 """Checks of a valid run config against this host, before any job starts: the device, the model's
 files or hub access, its positions, and every folder a job writes to (the toy build's cache, the store's
 folder, the temporary folder, the hub cache a download goes to). Each problem is one `ConfigError` line
-naming the key.
+naming the key; a store that is there but cannot be used is a `DataError` (`harness.runs.probe`).
 
 Cheap by design (a sweep checks every arm): torch is imported only to confirm CUDA on a host that
 has a CUDA driver, the hub is probed once, with a short timeout, only for a model not cached, and a
@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 from harness.config.errors import ConfigError
 from harness.config.trl_args import trl_install_problem
 from harness.runs.layout import sqlite_path
+from harness.runs.probe import MLFLOW, StoreKind, probe_store
 
 if TYPE_CHECKING:
     from harness.config.run_config import RunConfig
@@ -38,18 +39,18 @@ def check_host(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: {problem}")
 
 
-def check_store(uri: str, key: str, where: str) -> None:
+def check_store(uri: str, key: str, where: str, kind: StoreKind = MLFLOW) -> None:
     """Raise a one-line `ConfigError` (prefixed with `where`, naming `key`, the setting that chose `uri`) if a
-    SQLite store's folder cannot be created or written: every job writes its database, locks and artifacts there.
-    Other stores (a tracking server) are not probed: a job's first write reports them."""
+    SQLite store's folder cannot be created or written: every job writes its database, locks and artifacts there;
+    then `probe_store`'s one-line `DataError` if the store is there but is not one of `kind` (a folder, another
+    application's database, a server that does not answer)."""
     db = sqlite_path(uri)
-    if db is None:
-        return
-    problem = unwritable(str(db.parent), key)
-    if problem is None and db.exists() and not os.access(db, os.R_OK | os.W_OK):
+    problem = unwritable(str(db.parent), key) if db is not None else None
+    if problem is None and db is not None and db.exists() and not os.access(db, os.R_OK | os.W_OK):
         problem = f"{key}: {db} cannot be written"
     if problem:
         raise ConfigError(f"{where}: {problem}")
+    probe_store(uri, key, where, kind)
 
 
 def check_writable(folder: str, key: str) -> None:

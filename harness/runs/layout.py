@@ -179,6 +179,7 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def store_exists(uri: str) -> bool:
-    """False only for a SQLite store whose file is not there yet (so a dry run never creates one)."""
+    """False only for a SQLite store whose file is not there yet, or is empty (0 bytes: MLflow has not made its
+    tables there), so that a dry run or a reader never creates one."""
     path = sqlite_path(uri)
-    return path is None or path.exists()
+    return path is None or (path.exists() and (not path.is_file() or path.stat().st_size > 0))

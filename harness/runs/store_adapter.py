@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.runs.layout import store_exists
+
 SCHEMA = {  # the tables of MLflow's SqlAlchemyStore read here, and the columns read of each
     "experiments": "experiment_id name",
     "runs": "run_uuid name experiment_id status start_time end_time artifact_uri lifecycle_stage",
@@ -78,7 +80,7 @@ class SqlStore:
         return not self.gaps
 
     def missing(self) -> bool:
-        return self.path is not None and not self.path.exists()
+        return self.path is not None and not store_exists(self.uri)
 
     def tables(self) -> dict[str, set[str]]:
         """The store's tables among SCHEMA's (views left out) → their columns."""
