@@ -64,7 +64,7 @@ def _main(args: argparse.Namespace) -> int:
         other_uri, their_machines = args.against, reference[1]
         theirs = [reference[0].get(c.id, Evidence(pd.DataFrame())) for c in claims]
     else:
-        other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile)
+        other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
         other_data = read_sweep(reader_for(other_uri), other)
         theirs, their_machines = gather(other_data, claims, alpha=args.alpha), _machines(other_data)
     found = compare_all([(c.id, a, b) for c, a, b in zip(claims, yours, theirs)])

@@ -17,9 +17,10 @@ if TYPE_CHECKING:  # the store's reader imports MLflow: not before the store is 
 
 
 def resolve(
-    ref: str, tracking_uri: str | None = None, profile: str | None = None
+    ref: str, tracking_uri: str | None = None, profile: str | None = None, flag: str = "--tracking-uri"
 ) -> tuple[str, Sweep, list[Claim], list[str]]:
-    """The newest matching sweep, its claims and warnings; a clear one-line error when there is none."""
+    """The newest matching sweep, its claims and warnings; a clear one-line error when there is none (`flag`: the
+    option that gave `tracking_uri`, which an error about the store names)."""
     path = Path(ref)
     if path.suffix in (".yaml", ".yml") or path.is_file():
         from harness.config.plan import plan_sweep
@@ -33,12 +34,12 @@ def resolve(
     else:
         uri = default_tracking_uri("results", tracking_uri)
         wanted, hint = (ref, None), f"sweep named or with id '{ref}'"
-    probe_store(uri, tracking_uri_key(tracking_uri, "--tracking-uri"), ref)
+    probe_store(uri, tracking_uri_key(tracking_uri, flag), ref)
     from harness.runs.reader import find_sweep
 
     found = find_sweep(uri, *wanted)
     if found is None:
-        raise DataError(f"{ref}: no {hint} in {uri} (run `harness sweep` first, or pass --tracking-uri)")
+        raise DataError(f"{ref}: no {hint} in {uri} (run `harness sweep` first, or pass {flag})")
     if path.is_file():
         return uri, found, list(plan.settings.claims), []
     from harness.analysis.claims import stored_claims
