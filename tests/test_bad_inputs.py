@@ -330,6 +330,14 @@ CASES = [
     Case("run: toy SFT steps 10^9", "run", "model:\n  toy:\n    sft_steps: 1000000000\n", "model.toy.sft_steps"),
     Case("run: epochs 10^6", "run", "train:\n  epochs: 1000000\n", "train.epochs"),
     # hostile battery, round 3: counts that size memory (bounded before anything is allocated)
+    Case("run: group_size 10^9", "run", "rollout:\n  group_size: 1000000000\n", "rollout.group_size"),
+    Case(
+        "run: 2^11 prompts x 2^10 samples",
+        "run",
+        "rollout:\n  prompts_per_step: 2048\n  group_size: 1024\n",
+        "rollout",
+    ),
+    Case("run: max_new_tokens 10^9", "run", "rollout:\n  max_new_tokens: 1000000000\n", "rollout.max_new_tokens"),
     Case(
         "--until-decided --max-seeds 10^12",
         "sweep",

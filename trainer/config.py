@@ -15,6 +15,12 @@ MAX_STEPS = 1_000_000
 run until killed."""
 MAX_EPOCHS = 1000
 """The most passes over one rollout batch (PPO-style recipes use 1 to a few dozen)."""
+MAX_RESPONSES = 1 << 20
+"""The most responses one step may sample (prompts_per_step × group_size), and the most prompts, samples per prompt,
+mini-batches, length buckets or generation rounds asked for: published recipes sample thousands a step (DAPO: 512
+prompts × 16), so the bound refuses only typos, which would otherwise fail inside a job, out of memory."""
+MAX_NEW_TOKENS = 1 << 20
+"""The largest generation budget: a million tokens, past any model's context."""
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 """A seed: torch and numpy take it as a signed 64-bit integer."""
 Device = Literal["auto", "cpu", "cuda"]
@@ -35,17 +41,27 @@ class RolloutConfig(BaseModel):
     host, the `vllm` extra; weights synced after every update)."""
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1)
     """vLLM only: the share of GPU memory its engine may take (the trainer needs the rest)."""
-    prompts_per_step: int = Field(16, ge=1)
+    prompts_per_step: int = Field(16, ge=1, le=MAX_RESPONSES)
     """Groups (prompts) in each optimisation batch; with dynamic sampling, the number that must survive
     the filter."""
-    group_size: int = Field(8, ge=2)
-    """G: responses sampled per prompt."""
-    max_new_tokens: int = Field(128, ge=1)
+    group_size: int = Field(8, ge=2, le=MAX_RESPONSES)
+    """G: responses sampled per prompt. prompts_per_step × group_size, the responses a step samples, is at most
+    2^20 (1,048,576), as is each count of this section and of `train`: only a typo asks for more."""
+    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     """Generation budget L_max; also the objective's max_len unless that is set."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature; the trainer divides logits by it too, so π_old is the sampling policy."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass (1 = off). Below 1 the sampler's distribution differs from π_θ."""
+
+    @model_validator(mode="after")
+    def _responses(self) -> RolloutConfig:
+        if self.prompts_per_step * self.group_size > MAX_RESPONSES:
+            raise ValueError(
+                f"prompts_per_step × group_size = {self.prompts_per_step * self.group_size} responses a step, over "
+                f"the limit of {MAX_RESPONSES}"
+            )
+        return self
 
 
 class TrainConfig(BaseModel):
@@ -70,20 +86,20 @@ class TrainConfig(BaseModel):
     """AdamW betas, each in [0, 1) (a YAML list is read as the pair)."""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (null = no clipping; the norm is logged either way)."""
-    mini_batches: int = Field(1, ge=1)
+    mini_batches: int = Field(1, ge=1, le=MAX_RESPONSES)
     """Optimiser steps per pass over a rollout batch. 1 with epochs 1 is the on-policy default; clipping
     (clip-higher, GSPO) only acts when mini_batches × epochs > 1."""
     epochs: int = Field(1, ge=1, le=MAX_EPOCHS)
     """Passes over each rollout batch (at most `MAX_EPOCHS`)."""
-    micro_batch_size: int | None = Field(None, ge=1)
+    micro_batch_size: int | None = Field(None, ge=1, le=MAX_RESPONSES)
     """Responses per forward/backward (gradient accumulation); null = a whole mini-batch at once. The
     loss and gradient do not depend on it. On a CUDA out-of-memory error it is halved (and kept) and the
     mini-batch redone, down to 1 (policy/micro_batch_size logs the size in use)."""
-    length_buckets: int = Field(4, ge=1)
+    length_buckets: int = Field(4, ge=1, le=MAX_RESPONSES)
     """Forward/backward batches per mini-batch, of responses sorted by length, each padded only to its own
     longest response: less padding to compute through. The loss and gradient do not depend on it (only the order
     of float sums does), so, like `threads`, it is not part of a job's identity."""
-    max_gen_rounds: int = Field(8, ge=1)
+    max_gen_rounds: int = Field(8, ge=1, le=MAX_RESPONSES)
     """Dynamic sampling: generation rounds allowed per step to fill the batch before the run fails."""
     reference_kl: bool = True
     """Track KL to the initial policy (policy/kl) every step; always on when the objective's kl_coef > 0."""
