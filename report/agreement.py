@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +26,7 @@ from harness.analysis.evidence import Evidence
 from harness.config.errors import ConfigError, DataError
 from harness.runs.reader import reader_for
 from harness.runs.sweep_data import SweepData, machine_runs, read_sweep
-from report.select import resolve
+from report.select import resolve, run_tool
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,13 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--out", default="results/reports/agreement.json")
     args = ap.parse_args(argv)
-    try:
-        sys.exit(_main(args))
-    except ConfigError as exc:
-        sys.exit(f"report.agreement: {exc}")
-    except DataError as exc:
-        print(f"report.agreement: data error: {exc}", file=sys.stderr)
-        sys.exit(3)
+    run_tool("agreement", lambda: _main(args))
 
 
 def _main(args: argparse.Namespace) -> int:

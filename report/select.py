@@ -4,6 +4,8 @@ sweep already in the store (its claims as logged by the sweep's last invocation)
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,3 +48,17 @@ def resolve(
 
     claims, warning = stored_claims(found)
     return uri, found, claims, [warning] if warning else []
+
+
+def run_tool(name: str, work: Callable[[], int | None]) -> None:
+    """Exit with what `work` returns (None: 0), or with one line on stderr: 2 for a config or usage error, 3 for a
+    data error (the exit codes of `harness`), for the `python -m report.<name>` tools."""
+    try:
+        code = work()
+    except ConfigError as exc:
+        print(f"report.{name}: config error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except DataError as exc:
+        print(f"report.{name}: data error: {exc}", file=sys.stderr)
+        sys.exit(3)
+    sys.exit(code or 0)

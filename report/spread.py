@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from harness.analysis.claims import claim_values
 from harness.analysis.spread import compare_spread, paired_effects
-from harness.config.errors import ConfigError, DataError
+from harness.config.errors import ConfigError
 from harness.runs.reader import reader_for
 from harness.runs.sweep_data import read_sweep
-from report.select import resolve
+from report.select import resolve, run_tool
 
 
 def _settings(items: list[str], flag: str) -> dict[str, str]:
@@ -45,13 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds-tracking-uri", default=None, help="the second sweep's store (default: --tracking-uri)")
     ap.add_argument("--out", default="results/reports/spread.json")
     args = ap.parse_args(argv)
-    try:
-        _main(args)
-    except ConfigError as exc:
-        sys.exit(f"report.spread: {exc}")
-    except DataError as exc:
-        print(f"report.spread: data error: {exc}", file=sys.stderr)
-        sys.exit(3)
+    run_tool("spread", lambda: _main(args))
 
 
 def _main(args: argparse.Namespace) -> None:

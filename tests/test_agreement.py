@@ -91,3 +91,11 @@ def test_the_published_reference_has_every_claim_of_the_main_job():
     assert set(found) == {c["id"] for c in claims}
     assert all(math.isfinite(e.se) and e.se > 0 for e in found.values())
     assert machines and "base model" in machines[0]
+
+
+def test_a_sweep_file_that_is_not_there_is_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "none.yaml"), "--against", str(tmp_path / "x.db")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"report.agreement: config error: {tmp_path / 'none.yaml'}: no such sweep file"], err
