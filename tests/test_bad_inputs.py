@@ -531,6 +531,124 @@ CASES = [
         "claims[0].metric",
     ),
 ]
+
+
+def _custom_files(workdir: Path) -> list[str]:
+    """A custom task's files beside the run file: a dataset, one whose third row lacks the column `answer`, one with
+    a prompt the toy cannot read, reward functions of every kind of wrong, and a class that is not a task."""
+    rows = [{"problem": "1+2=", "answer": "3"}, {"problem": "2+2=", "answer": "4"}]
+    (workdir / "data.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    (workdir / "nocol.jsonl").write_text(
+        "".join(__import__("json").dumps(r) + "\n" for r in [*rows, {"problem": "3+3=", "sum": "6"}])
+    )
+    (workdir / "odd.jsonl").write_text('{"problem": "What is 1+2?", "answer": "3"}\n')
+    (workdir / "rewards.py").write_text(
+        "score = 3\n\ndef one_arg(text):\n    return 1.0\n\n"
+        "def good(completion, reference, prompt):\n    return 1.0\n\n"
+        "class NotATask:\n    def grade(self, group, index, completion):\n        return None\n"
+    )
+    (workdir / "broken.py").write_text("def f(completion, reference, prompt)\n    return 1.0\n")
+    return []
+
+
+def _custom(data: str = "data.jsonl", reward: str = "rewards.py:good", extra: str = "") -> str:
+    return f"task:\n  name: custom\n  custom:\n    data: {data}\n    reward: {reward}\n{extra}"
+
+
+CASES += [  # a task of the user's: every file and name it points at checked before any job
+    Case(
+        "run: custom, missing column",
+        "run",
+        _custom(data="nocol.jsonl"),
+        "task.custom.fields.answer",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, missing data file", "run", _custom(data="nowhere.jsonl"), "task.custom.data", setup=_custom_files
+    ),
+    Case(
+        "run: custom, module does not import",
+        "run",
+        _custom(reward="no_such_module_h47:f"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, file does not import",
+        "run",
+        _custom(reward="broken.py:f"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, reward file missing",
+        "run",
+        _custom(reward="nowhere.py:f"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, not callable",
+        "run",
+        _custom(reward="rewards.py:score"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, no such function",
+        "run",
+        _custom(reward="rewards.py:nope"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, wrong signature",
+        "run",
+        _custom(reward="rewards.py:one_arg"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, template slot not a column",
+        "run",
+        _custom(extra="    template: 'Q {question}'\n"),
+        "task.custom.template",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, prompt the toy cannot read",
+        "run",
+        _custom(data="odd.jsonl"),
+        "task.custom.data",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: custom, class not a task",
+        "run",
+        "task:\n  name: custom\n  custom:\n    class: rewards.py:NotATask\n",
+        "task.custom.class",
+        setup=_custom_files,
+    ),
+    Case("run: custom, reward not module:name", "run", _custom(reward="rewards"), "task.custom.reward"),
+    Case("run: custom, no reward", "run", "task:\n  name: custom\n  custom:\n    data: data.jsonl\n", "reward"),
+    Case(
+        "run: custom, class and data",
+        "run",
+        "task:\n  name: custom\n  custom:\n    class: m:C\n    data: data.jsonl\n",
+        "class",
+    ),
+    Case("run: custom, budget 1 hour", "run", _custom(extra="    budget_s: 3600\n"), "task.custom.budget_s"),
+    Case(
+        "custom, missing column in a sweep",
+        "sweep",
+        SWEEP + "set:\n  task.name: custom\n  task.custom.data: nocol.jsonl\n  task.custom.reward: rewards.py:good\n"
+        "grid:\n  train.lr: [0.1, 0.2]\n",
+        "task.custom.fields.answer",
+        setup=_custom_files,
+    ),
+]
+
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(

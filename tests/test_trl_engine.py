@@ -410,3 +410,48 @@ def test_the_engine_enters_a_job_id_only_when_it_is_trl():
     assert trl_run.identity()["train"]["engine"] == "trl"
     same_but_harness = load_run_config(TOY_RUN, EXPRESSIBLE)
     assert trl_run.arm != same_but_harness.arm and trl_run.config_hash != same_but_harness.config_hash
+
+
+def test_a_custom_task_s_reward_functions_train_under_trl(tmp_path, tiny):
+    """The user's functions reach TRL through the task's grade: their weighted reward, their correctness in harness's
+    metrics, their numbers as task/<name>, their per-function rewards in the rollout table."""
+    (tmp_path / "score.py").write_text(
+        "def exact(completion, reference, prompt):\n"
+        "    right = completion.partition(';')[0].endswith('>' + reference['answer'])\n"
+        "    return {'reward': float(right), 'correct': right, 'answered': float('>' in completion)}\n\n"
+        "def short(completion, reference, prompt):\n"
+        "    return 1.0 if len(completion) < 30 else 0.0\n"
+    )
+    rows = [{"problem": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
+    (tmp_path / "sums.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        TOY_RUN.read_text()
+        + "task:\n  name: custom\n  custom:\n    data: sums.jsonl\n    reward:\n      - function: score.py:exact\n"
+        "      - {function: score.py:short, weight: 0.5}\n"
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = [
+        x
+        for s in [*tiny, "train.engine=trl", "tracking.experiment=trl_custom"]
+        if not s.startswith("task.")
+        for x in ("--set", s)
+    ]
+    assert main(["run", str(run), *sets, "--tracking-uri", uri, "--quiet"]) == 0
+    client, (finished,) = _runs(uri, "trl_custom")
+    assert finished.info.status == "FINISHED" and finished.data.params["task.name"] == "custom"
+    assert {M.ACCURACY, M.REWARD_MEAN, "task/answered", "task/reward_exact", "task/reward_short"} <= set(
+        finished.data.metrics
+    )
+    table = __import__("pandas").read_parquet(client.download_artifacts(finished.info.run_id, "rollouts.parquet"))
+    assert (table["reward"] == table["reward_task_reward"]).all()  # task_correct has weight 0
+    assert (table["correct"] == (table["reward_task_correct"] == 1.0)).all()
+    exact = table.apply(lambda r: r["response"].partition(";")[0].endswith(f">{eval_sum(r['prompt'])}"), axis=1)
+    assert (table["correct"] == (exact & ~table["truncated"])).all()  # the function's verdict, not reward > 0
+    partial = table["reward_task_reward"].isin([0.5]) & ~table["correct"]
+    assert partial.any()  # a response rewarded for being short but wrong is not counted correct
+
+
+def eval_sum(prompt: str) -> int:
+    a, b = prompt.rstrip("=").split("+")
+    return int(a) + int(b)

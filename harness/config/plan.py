@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from harness.config.claims import Claim, check_claims, check_text, check_unique
 from harness.config.errors import ConfigError
 from harness.config.job import Job
-from harness.config.run_config import RunConfig
+from harness.config.run_config import RunConfig, anchored
 from harness.config.yaml_io import (
     Name,
     apply_overrides,
@@ -238,6 +238,7 @@ def plan_sweep(
         data = _apply(
             path, f"arm '{label}'", base, {**combo, "tracking.experiment": experiment, "seed": sweep_file.seeds[0]}
         )
+        data = anchored(data, path.parent)
         try:
             cfg = RunConfig.model_validate(data)
         except ValidationError:

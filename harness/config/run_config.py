@@ -18,8 +18,10 @@ from harness.config.trl_args import trl_problems
 from harness.config.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
 from trainer.config import STRICT as _STRICT
 from trainer.config import Dtype, RolloutConfig, Seed, Template, TrainConfig
+from trainer.data.settings import FieldsConfig
 from trainer.models.toy_config import ToyModelConfig
 from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
+from trainer.tasks.custom_config import CustomTaskConfig
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
 
 
@@ -79,21 +81,6 @@ ModelConfig = Annotated[Annotated[ToyModel, Tag("toy")] | Annotated[HFModel, Tag
 """Which policy to train: `source` picks the kind, and only that kind's fields exist."""
 
 
-class FieldsConfig(BaseModel):
-    """Which record fields hold what (a dataset's own column names)."""
-
-    model_config = _STRICT
-
-    question: str = "problem"
-    """The problem text."""
-    answer: str = "answer"
-    """The gold answer (with answer_format gsm8k: the text whose '#### ' line holds it)."""
-    solution: str | None = "solution"
-    """A worked solution, used for a missing answer's last \\boxed{} (null = none)."""
-    id: str | None = None
-    """A stable id field (null = a hash of the normalised question)."""
-
-
 class MathTaskConfig(BaseModel):
     """Math problems graded with math-verify."""
 
@@ -122,7 +109,7 @@ class ToyTask(BaseModel):
     model_config = _STRICT
 
     name: Literal["toy_addition"] = "toy_addition"
-    """toy_addition: the CPU toy; math: a math dataset graded with math-verify."""
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own."""
     toy_addition: ToyAdditionConfig = ToyAdditionConfig()
     """Settings of the toy addition task."""
 
@@ -133,13 +120,25 @@ class MathTask(BaseModel):
     model_config = _STRICT
 
     name: Literal["math"]
-    """toy_addition: the CPU toy; math: a math dataset graded with math-verify."""
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own."""
     math: MathTaskConfig = MathTaskConfig()
     """Settings of the math task."""
 
 
+class CustomTask(BaseModel):
+    """A task of the user's: a dataset and reward functions, or a task class (docs/tasks.md)."""
+
+    model_config = _STRICT
+
+    name: Literal["custom"]
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own."""
+    custom: CustomTaskConfig
+    """Settings of the custom task."""
+
+
 TaskConfig = Annotated[
-    Annotated[ToyTask, Tag("toy_addition")] | Annotated[MathTask, Tag("math")], tagged("name", "toy_addition")
+    Annotated[ToyTask, Tag("toy_addition")] | Annotated[MathTask, Tag("math")] | Annotated[CustomTask, Tag("custom")],
+    tagged("name", "toy_addition"),
 ]
 """Where prompts and rewards come from: `name` picks the task, and only that task's settings exist."""
 
@@ -262,10 +261,12 @@ NOT_IDENTITY = (
     "train.device",
     "train.threads",
     "train.length_buckets",
+    "task.custom.root",
 )
 """Fields (dotted) that do not change what a run computes: where it is logged, a label, where the toy build is
 cached, which device, how many CPU threads and length buckets (these two change only the order of float sums).
-They are left out of the job id and are never an arm's switch.
+They are left out of the job id and are never an arm's switch; nor is the folder a custom task's relative paths are read
+from (the same sweep in another checkout is the same job).
 A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""
 
 
@@ -323,4 +324,15 @@ def digest(text: str) -> str:
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     """Read, override and validate a run config; any problem is one `ConfigError` line."""
     data = apply_overrides(load_yaml(path), overrides or [])
-    return validate(RunConfig, data, str(path))
+    return validate(RunConfig, anchored(data, Path(path).parent), str(path))
+
+
+def anchored(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`data` with a custom task's `root` set to `folder` (absolute) unless given: its relative paths (data, reward
+    and class files) are read from the folder of the config file that was loaded."""
+    task = data.get("task")
+    if not isinstance(task, dict) or task.get("name") != "custom" or not isinstance(task.get("custom"), dict):
+        return data
+    if task["custom"].get("root") is not None:
+        return data
+    return {**data, "task": {**task, "custom": {**task["custom"], "root": str(folder.resolve())}}}

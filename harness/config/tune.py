@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, model_validator
 from harness.config.at import DEFAULT_AT, At
 from harness.config.errors import ConfigError
 from harness.config.plan import RunsFile, refuse_taken_overrides
-from harness.config.run_config import RunConfig
+from harness.config.run_config import RunConfig, anchored
 from harness.config.yaml_io import (
     apply_overrides,
     load_yaml,
@@ -193,6 +193,7 @@ def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     experiment = tune_file.experiment or tune_file.name
     base = apply_overrides(set_dotted(base, tune_file.set, f"{path}: set"), overrides or [])
     base = set_dotted(base, {"tracking.experiment": experiment}, str(path))
+    base = anchored(base, path.parent)
     plan = TunePlan(
         tune_file,
         path,

@@ -69,6 +69,8 @@ def _problem(cfg: RunConfig) -> str | None:
         tempfile.gettempdir()  # a job stages its artifacts there; Python finds the first writable candidate
     except OSError as exc:
         return f"TMPDIR: {' '.join(str(exc).split())}"
+    if cfg.task.name == "custom" and (problem := custom_task_problem(cfg)):
+        return problem
     model = cfg.model
     if model.source == "toy":
         return unwritable(model.cache_dir, "model.cache_dir")
@@ -76,6 +78,53 @@ def _problem(cfg: RunConfig) -> str | None:
     if path.is_dir():
         return _positions(cfg, path / "config.json")
     return _hub_problem(model.name_or_path)
+
+
+def custom_task_problem(cfg: RunConfig) -> str | None:
+    """Why a custom task cannot run: its data, a column it reads, a function or class that does not import or
+    cannot be called so; on the toy model, a prompt with a character the toy cannot read or too long for it."""
+    from trainer.tasks.custom import load_function, load_task_class
+
+    settings = cfg.task.custom
+    try:
+        if settings.task_class is not None:
+            load_task_class(settings)
+            return None
+        prompts = _custom_prompts(settings.model_dump_json())
+        for spec in (r.function for r in settings.reward):
+            load_function(spec, settings.root)
+    except ValueError as exc:
+        key = "class" if settings.task_class is not None else None
+        text = str(exc)
+        key = key or ("reward" if not text.startswith(("data:", "fields.", "template")) else None)
+        return f"task.custom.{key + ': ' if key else ''}{text}"
+    if cfg.model.source == "toy":
+        from trainer.tasks.toy_addition import CHARS
+
+        positions = cfg.model.toy.max_position_embeddings
+        for i, prompt in enumerate(prompts):
+            odd = sorted(set(prompt) - set(CHARS))
+            if odd:
+                return (
+                    f"task.custom.data: the prompt of row {i} has {''.join(odd)!r}, which the toy model cannot read "
+                    f"(its characters: {CHARS})"
+                )
+            if len(prompt) + 1 + cfg.rollout.max_new_tokens > positions:
+                return (
+                    f"task.custom.data: the prompt of row {i} ({len(prompt)} characters) and rollout.max_new_tokens "
+                    f"{cfg.rollout.max_new_tokens} exceed the toy model's {positions} positions"
+                )
+    return None
+
+
+@lru_cache(maxsize=8)
+def _custom_prompts(settings_json: str) -> tuple[str, ...]:
+    """The prompts of a custom task's rows (read once per settings: a sweep checks every arm)."""
+    from trainer.tasks.custom import load_rows, prompts_of
+    from trainer.tasks.custom_config import CustomTaskConfig
+
+    settings = CustomTaskConfig.model_validate_json(settings_json)
+    return tuple(prompts_of(settings, load_rows(settings)))
 
 
 @lru_cache

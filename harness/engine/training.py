@@ -129,6 +129,10 @@ def build_task(cfg: RunConfig) -> Task:
     """The configured task; a math pool is de-duplicated against the evaluation sets first."""
     if cfg.task.name == "toy_addition":
         return ToyAdditionTask(cfg.task.toy_addition)
+    if cfg.task.name == "custom":
+        from trainer.tasks.custom import build_task as custom_task
+
+        return custom_task(cfg.task.custom)
     from trainer.data.benchmarks import BENCHMARKS, dedupe, load_benchmark
     from trainer.data.records import FieldMap, load_problems
     from trainer.tasks.math import MathTask

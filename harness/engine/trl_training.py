@@ -51,6 +51,8 @@ class TRLJob:
             }
         )
 
+        correct: dict[int, bool] = {}  # row -> the task's verdict, read back by task_correct in the same batch
+
         def task_reward(prompts, completions, completion_ids, row, **_):
             grades = []
             for i, text, ids in zip(row, completions, completion_ids):
@@ -66,12 +68,21 @@ class TRLJob:
                     [[len(ids) for ids in completion_ids[k : k + G]] for k in range(0, len(grades), G)],
                 )
             )
+            correct.clear()
+            correct.update({i: g.correct for i, g in zip(row, grades)})
             return [g.reward for g in grades]
+
+        def task_correct(prompts, completions, row, **_):
+            """The task's correctness (weight 0: it trains nothing), so harness's metrics read the grader's verdict,
+            not a reward threshold (a partial-credit reward is not a right answer)."""
+            return [float(correct[i]) for i in row]
 
         reward_funcs: list[Any] = [task_reward]
         overlong = overlong_reward_args(cfg.objective)
         if overlong is not None:
             reward_funcs.append(get_soft_overlong_punishment(*overlong))
+        reward_funcs.append(task_correct)
+        weights = [1.0] * (len(reward_funcs) - 1) + [0.0]
 
         class InOrder(Sampler):
             """The rows in order, each generation batch repeated once per optimiser pass over it (as TRL's
@@ -109,6 +120,7 @@ class TRLJob:
                 log_completions=False,
                 bf16=False,
                 fp16=False,
+                reward_weights=weights,
                 **grpo_args(cfg.objective, cfg.rollout, cfg.train),
             )
             trainer = HarnessOrderTrainer(
@@ -123,7 +135,8 @@ class TRLJob:
             trainer.remove_callback(PrinterCallback)  # harness's progress line is the one to read
             self.callback = HarnessCallback(
                 trainer,
-                correct_reward="task_reward",
+                correct_reward="task_correct",
+                correct_above=0.5,
                 log_text=cfg.train.log_text,
                 tracker=tracker,
                 on_step=on_step,

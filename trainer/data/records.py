@@ -98,14 +98,14 @@ def load_records(source: str | Path, split: str | None = None) -> list[dict[str,
             if isinstance(data, dict):
                 raise ValueError(f"{path}: expected a JSON list of records, got an object")
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not path.is_dir() and path.suffix.lower() in {".jsonl", ".json", ".parquet", ".gz"}:
+        raise FileNotFoundError(f"no such data file: {path}")  # before importing datasets, which takes a second
     import datasets
 
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
             return _rows(datasets.load_from_disk(str(path)), split, str(path))
         return _rows(datasets.load_dataset(str(path), split=split), split, str(path))
-    if path.suffix.lower() in {".jsonl", ".json", ".parquet", ".gz"}:
-        raise FileNotFoundError(f"no such data file: {path}")
     return _rows(datasets.load_dataset(str(source), split=split), split, str(source))
 
 
