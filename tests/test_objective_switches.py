@@ -371,12 +371,38 @@ def _one_token(preset: str, logp: float, old: float, adv: float, **over):
         (math.log(0.25), 1.0, -1.5 * math.log(0.5), -1.5, 1.0),  # r = 2 > cap 1.5: weight 1.5, gradient kept
         (math.log(0.25), -1.0, 1.5 * math.log(0.5), 1.5, 1.0),  # the cap acts whatever A's sign
         (math.log(0.5 / 1.2), 1.0, -1.2 * math.log(0.5), -1.2, 0.0),  # r = 1.2 below the cap: weight 1.2
+        (math.log(0.25), 0.0, 0.0, 0.0, 0.0),  # over the cap with A = 0: the cap changes no gradient, not counted
     ],
 )
 def test_cispo_caps_the_weight_and_keeps_the_gradient(old, adv, loss, grad, capped):
     got_loss, got_grad, metrics = _one_token("cispo", math.log(0.5), old, adv, clip_high=0.5)
     assert got_loss == pytest.approx(loss, abs=1e-12) and got_grad == pytest.approx(grad, abs=1e-12)
     assert metrics[M.CLIP_FRAC_HIGH].item() == capped
+
+
+@pytest.mark.parametrize("preset, over", [("grpo", {}), ("dapo", {}), ("cispo", {}), ("grpo", {"dual_clip": 3.0})])
+def test_clip_fractions_count_only_tokens_whose_gradient_the_clip_changes(preset, over):
+    """Eight one-token responses, hand-computed: ratios far above and below every bound, A in {+1, −1, 0}. A token
+    counts when its gradient differs from the unclipped r·A·∇log π (zeroed, or capped), and never with A = 0."""
+    s = ObjectiveSettings.preset(preset, max_len=4, dynamic_sampling=False, overlong_filter=False, **over)
+    ratios = [8.0, 8.0, 8.0, 0.1, 0.1, 0.1, 1.0, 1.0]  # 8 is over every cap (CISPO's preset: 1 + 4)
+    advs = [1.0, -1.0, 0.0, 1.0, -1.0, 0.0, 1.0, -1.0]
+    logp = torch.zeros(8, 1, dtype=torch.float64, requires_grad=True)
+    r, a = T(*ratios), T(*advs)
+    out = policy_loss(logp, -torch.log(r).view(8, 1), a, torch.ones(8, 1), s)
+    out.loss.backward()
+    unclipped = -r * a / 8  # ∂/∂log π of −r·A under every aggregation here (one token each, 8 responses)
+    changed = ~torch.isclose(logp.grad.flatten(), unclipped)
+    expected = {
+        "grpo": [True, False, False, False, True, False, False, False],  # r > 1.2 with A > 0; r < 0.8 with A < 0
+        "cispo": [True, True, False, False, False, False, False, False],  # r over the cap, A ≠ 0 (either sign)
+    }
+    want = expected.get(preset, expected["grpo"])
+    if over.get("dual_clip"):
+        want = [True, True, False, False, True, False, False, False]  # r = 8 > c = 3 with A < 0: the dual clip
+    assert changed.tolist() == want
+    share = out.metrics[M.CLIP_FRAC].item() + out.metrics.get(M.DUAL_CLIP_FRAC, torch.tensor(0.0)).item()
+    assert share == pytest.approx(sum(want) / 8)
 
 
 def test_sapo_soft_gate():

@@ -42,13 +42,13 @@ def cispo(t: PolicyTerms, s: ObjectiveSettings) -> Surrogate:
 
     CISPO: MiniMax-M1 (arXiv 2506.13585), eq. 4-5, with no lower bound on the weight as the paper trained it.
     Every token keeps its gradient, A·∇log π scaled by the capped weight. `clipped_high` marks the tokens whose
-    weight the cap lowered, whatever the advantage's sign.
+    gradient the cap changed: over the cap with A ≠ 0, whatever A's sign (with A = 0 the cap changes nothing).
     """
     ratio = _ratio(t)
     cap = 1.0 + s.clip_high
     loss = -ratio.clamp(max=cap).detach() * t.adv * t.logp
     out = _unclipped(loss, ratio)
-    return Surrogate(loss, ratio, out.clipped_low, ratio > cap, out.dual_clipped)
+    return Surrogate(loss, ratio, out.clipped_low, (ratio > cap) & (t.adv != 0), out.dual_clipped)
 
 
 @SURROGATES.register("sapo", folds_rollout_correction=False)
