@@ -649,6 +649,106 @@ CASES += [  # a task of the user's: every file and name it points at checked bef
 ]
 
 
+# Advantage variants: NGRPO's virtual reward (reward_range) and BNPO's Beta parameters (bnpo_params).
+CASES += [
+    Case("run: ngrpo without reward_range", "run", "objective:\n  preset: grpo\n  advantage: ngrpo\n", "reward_range"),
+    Case(
+        "run: ngrpo virtual reward not a number",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: ngrpo\n  reward_range: [0, one]\n",
+        "objective.reward_range",
+    ),
+    Case(
+        "run: ngrpo virtual reward infinite",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: ngrpo\n  reward_range: [0, .inf]\n",
+        "objective.reward_range",
+    ),
+    Case(
+        "run: ngrpo virtual reward below the lowest",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: ngrpo\n  reward_range: [1, 0]\n",
+        "reward_range",
+    ),
+    Case(
+        "run: reward_range under group_std",
+        "run",
+        "objective:\n  preset: grpo\n  reward_range: [0, 1]\n",
+        "reward_range",
+    ),
+    Case(
+        "run: bnpo Beta parameter 0",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: bnpo\n  reward_range: [0, 1]\n  bnpo_params: [0, 2]\n",
+        "bnpo_params",
+    ),
+    Case(
+        "run: bnpo Beta parameter nan",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: bnpo\n  reward_range: [0, 1]\n  bnpo_params: [1, .nan]\n",
+        "objective.bnpo_params",
+    ),
+    Case(
+        "run: bnpo_params under ngrpo",
+        "run",
+        "objective:\n  preset: ngrpo\n  bnpo_params: [1, 1]\n",
+        "bnpo_params",
+    ),
+    Case(
+        "ngrpo sweep, reward_range one number",
+        "sweep",
+        SWEEP + "set:\n  objective.preset: ngrpo\n  objective.reward_range: 1\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.reward_range",
+    ),
+]
+
+# MC-GRPO's median pivot (median_pivot) and NSR / W-REINFORCE's weight of positive samples (positive_weight).
+CASES += [
+    Case(
+        "run: median_pivot with a mean baseline",
+        "run",
+        "objective:\n  preset: grpo\n  median_pivot: true\n",
+        "median_pivot",
+    ),
+    Case(
+        "run: median_pivot with an odd group",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: group_median\n  median_pivot: true\nrollout:\n  group_size: 3\n",
+        "objective.median_pivot",
+    ),
+    Case(
+        "median_pivot under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.advantage: group_median\n  objective.median_pivot: true\n  train.engine: trl\n"
+        "grid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.median_pivot",
+    ),
+    Case(
+        "run: median_pivot not a bool",
+        "run",
+        "objective:\n  preset: grpo\n  median_pivot: maybe\n",
+        "objective.median_pivot",
+    ),
+    Case(
+        "run: positive_weight 1.5",
+        "run",
+        "objective:\n  preset: grpo\n  positive_weight: 1.5\n",
+        "objective.positive_weight",
+    ),
+    Case(
+        "run: positive_weight negative",
+        "run",
+        "objective:\n  preset: grpo\n  positive_weight: -0.1\n",
+        "objective.positive_weight",
+    ),
+    Case(
+        "positive_weight under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.positive_weight: 0.1\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.positive_weight",
+    ),
+]
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(

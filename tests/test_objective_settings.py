@@ -1,5 +1,5 @@
-"""The settings object: the presets (grpo, dr_grpo, dapo, gspo, cispo, sapo, luspo, vespo) as their papers define
-them, and errors that name the field."""
+"""The settings object: the presets (grpo, dr_grpo, dapo, gspo, cispo, sapo, luspo, vespo, lite_ppo, ngrpo) as their
+papers define them, and errors that name the field."""
 
 import inspect
 import re
@@ -45,7 +45,10 @@ def test_presets_match_the_guide_table():
         "sapo": ("group_std", "seq_mean_token_mean", "sapo", 0.2, 0.2, "token", False, False, False),
         "luspo": ("group_std", "seq_mean_token_sum", "clip", 3e-4, 4e-4, "sequence", False, False, False),
         "vespo": ("group_std", "token_mean", "vespo", 0.2, 0.2, "token", False, False, False),
+        "lite_ppo": ("batch_std", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
+        "ngrpo": ("ngrpo", "token_mean", "clip", 0.16, 0.24, "token", False, False, False),
     }
+    assert PRESETS["ngrpo"]["reward_range"] == (0.0, 1.0)
     assert PRESETS["sapo"]["sapo_temperature"] == (1.0, 1.05)
     assert (PRESETS["vespo"]["vespo_k"], PRESETS["vespo"]["vespo_lambda"]) == ((2.0, 3.0), (3.0, 2.0))
     assert all(p["kl_coef"] == 0 for p in PRESETS.values())

@@ -146,9 +146,8 @@ def test_settings_read_back_from_grpo_config_are_the_run_config():
         "objective.entropy_coef_step=0.005",
         "objective.entropy_coef_max=0.5",
     )
-    for preset, extra in [(p, ()) for p in ("grpo", "dr_grpo", "gspo", "cispo", "sapo", "luspo", "vespo")] + [
-        ("grpo", newer)
-    ]:
+    presets = ("grpo", "dr_grpo", "gspo", "cispo", "sapo", "luspo", "vespo", "lite_ppo")
+    for preset, extra in [(p, ()) for p in presets] + [("grpo", newer)]:
         cfg = _cfg(
             f"objective.preset={preset}",
             "train.mini_batches=2",

@@ -1,4 +1,4 @@
-"""The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → updates.
+"""The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → trained samples → updates.
 
 Every switch lives in `trainer.objective`; this loop calls it and never looks at
 switch names. It knows nothing of MLflow: metrics go to a `MetricSink`.
@@ -32,8 +32,10 @@ from trainer.objective import (
     merge_metrics,
     policy_loss,
     shape_rewards,
+    sign_flip_metrics,
     token_entropy,
     token_logprobs,
+    trained_samples,
 )
 from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBackend, SamplingParams
@@ -118,6 +120,7 @@ class Trainer:
         self.obj, self.roll, self.cfg, self.seed = settings.objective, settings.rollout, settings.train, settings.seed
         self.device = next(policy.parameters()).device
         self.rng = np.random.default_rng(self.seed)
+        self.group_width = self.roll.group_size + self.obj.extra_samples  # responses each group draws
         self.params = SamplingParams(self.roll.max_new_tokens, self.roll.temperature, self.roll.top_p)
         self.ref = None
         if self.cfg.reference_kl or self.obj.kl_coef > 0:
@@ -136,7 +139,7 @@ class Trainer:
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> Samples:
-        G = self.roll.group_size
+        G = self.group_width
         groups = self.task.sample_groups(self.rng, self.roll.prompts_per_step, G)
         prompts = [p for g in groups for p in g.prompts]
         seed = int(np.random.SeedSequence([self.seed, step, round_]).generate_state(1)[0])
@@ -169,7 +172,7 @@ class Trainer:
         )
 
     def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
-        G = self.roll.group_size
+        G = self.group_width
         task_reward = torch.tensor([g.reward for g in s.grades], dtype=torch.float64)
         shaped = shape_rewards(task_reward, s.lengths, self.obj).view(-1, G)
         correct = torch.tensor([g.correct for g in s.grades]).view(-1, G)
@@ -187,7 +190,7 @@ class Trainer:
             shaped, correct = self._rewards(s)
             f = dynamic_sampling_filter(shaped if self.obj.dynamic_sampling_key == "reward" else correct.double())
             dropped += f.dropped
-            kept_parts.append(s.select_groups(f.keep.nonzero()[:, 0].tolist(), self.roll.group_size))
+            kept_parts.append(s.select_groups(f.keep.nonzero()[:, 0].tolist(), self.group_width))
             if sum(len(p.groups) for p in kept_parts) >= want:
                 break
         else:
@@ -197,21 +200,22 @@ class Trainer:
                 "generation rounds (train.max_gen_rounds); every other group had equal rewards"
             )
         everything, kept = Samples.concat(parts), Samples.concat(kept_parts)
-        kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.roll.group_size)
+        kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.group_width)
         return everything, kept, {M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)}
 
     # ---- update ---------------------------------------------------------------------------
-    def _tensors(self, s: Samples) -> dict[str, torch.Tensor]:
-        """Prompt left-padded + response right-padded, as one [N, P + L] batch."""
-        P, L = max(map(len, s.prompt_ids)), max(1, max(map(len, s.response_ids)))
-        n = len(s.prompt_ids)
+    def _tensors(self, s: Samples, rows: list[int]) -> dict[str, torch.Tensor]:
+        """The samples `rows`: prompt left-padded + response right-padded, as one [len(rows), P + L] batch."""
+        prompts, responses = [s.prompt_ids[i] for i in rows], [s.response_ids[i] for i in rows]
+        P, L = max(map(len, prompts)), max(1, max(map(len, responses)))
+        n = len(rows)
         ids = torch.full((n, P + L), self.pad_id, dtype=torch.long)
         attn = torch.zeros((n, P + L), dtype=torch.long)
         rollout_logp = torch.zeros((n, L))
-        for i, (p, r) in enumerate(zip(s.prompt_ids, s.response_ids)):
+        for i, (k, p, r) in enumerate(zip(rows, prompts, responses)):
             ids[i, P - len(p) : P + len(r)] = torch.tensor(p + r, dtype=torch.long)
             attn[i, P - len(p) : P + len(r)] = 1
-            rollout_logp[i, : len(r)] = torch.tensor(s.logprobs[i][: len(r)])
+            rollout_logp[i, : len(r)] = torch.tensor(s.logprobs[k][: len(r)])
         resp_mask = attn[:, P:].clone()
         return {
             "ids": ids.to(self.device),
@@ -419,18 +423,22 @@ class Trainer:
         everything, kept, metrics = self.collect(step)
         generated = time.perf_counter()
         shaped, _ = self._rewards(kept)
-        advantages = compute_advantages(shaped, self.obj).flatten().float()
-        t = self._tensors(kept)
-        resp_mask = loss_mask(t["resp_mask"], kept.truncated.to(self.device), self.obj)
-        metrics.update(self.update(step, t, advantages.to(self.device), resp_mask))
+        grouped = compute_advantages(shaped, self.obj)
+        trained = trained_samples(shaped, self.obj)  # all, or all but MC-GRPO's pivots: the batch's B responses
+        advantages = grouped.flatten().float()
+        rows = trained.flatten().nonzero()[:, 0].tolist()
+        t = self._tensors(kept, rows)
+        resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
+        metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask))
         self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
         done = time.perf_counter()
         shaped_all, correct_all = self._rewards(everything)
         shaped_all = shaped_all.flatten()
         metrics.update(group_outcome_metrics(correct_all))
         metrics.update(rollout_metrics(everything, shaped_all))
-        metrics.update(advantage_metrics(advantages))
-        G = self.roll.group_size
+        metrics.update(advantage_metrics(advantages[rows]))
+        metrics.update(sign_flip_metrics(shaped, grouped, trained))
+        G = self.group_width
         metrics.update(
             self.task.step_metrics(
                 everything.groups,

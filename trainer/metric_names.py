@@ -58,6 +58,9 @@ RATIO_MAX = "policy/ratio_max"
 ADV_MEAN = "adv/mean"
 ADV_ABS_MEAN = "adv/abs_mean"
 ADV_ZERO_FRAC = "adv/zero_frac"
+# Share of the trained responses whose advantage has the opposite sign to R_i − mean_g R (MC-GRPO's "sign flips",
+# arXiv 2601.22582): 0 under group_std, group_mean and batch_std; the median can reverse a response between the two.
+ADV_SIGN_FLIP_FRAC = "adv/sign_flip_frac"
 
 # cost
 GENERATE_S = "time/generate_s"
@@ -104,6 +107,7 @@ TRAINING = (
     ADV_MEAN,
     ADV_ABS_MEAN,
     ADV_ZERO_FRAC,
+    ADV_SIGN_FLIP_FRAC,
     GENERATE_S,
     UPDATE_S,
     STEP_S,

@@ -224,6 +224,15 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _median_pivot_has_a_median(self) -> RunConfig:
+        if self.objective.median_pivot and self.rollout.group_size % 2:
+            raise ValueError(
+                f"objective.median_pivot: true needs an even rollout.group_size (G + 1 responses, an odd group with "
+                f"one median response), got {self.rollout.group_size}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _engine_expresses(self) -> RunConfig:
         if self.train.engine == "trl":
             problems = trl_problems(self.objective, self.rollout, self.train)
@@ -289,6 +298,10 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.rollout_correction": None,
     "objective.rollout_correction_min": None,
     "objective.rollout_correction_max": None,
+    "objective.reward_range": None,
+    "objective.bnpo_params": None,
+    "objective.median_pivot": False,
+    "objective.positive_weight": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

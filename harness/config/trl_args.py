@@ -37,8 +37,10 @@ IS_LEVELS = {"token": "token", "sequence": "sequence"}
 
 TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
-    "group_median has none (error)",
+    "group_median, batch_norm, group_mean_batch_norm, ngrpo and bnpo have none (error)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
+    "objective.reward_range": "unused (ngrpo and bnpo only, which TRL has not)",
+    "objective.bnpo_params": "unused (bnpo only, which TRL has not)",
     "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
     "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
     "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
@@ -76,6 +78,9 @@ TABLE: dict[str, str] = {
     "objective.overlong_cache_len": "`soft_punish_cache` of that reward function",
     "objective.dynamic_sampling": "TRL has no dynamic sampling: true is an error",
     "objective.dynamic_sampling_key": "unused (dynamic sampling only)",
+    "objective.median_pivot": "TRL samples num_generations per prompt and trains on all of them (no median pivot): "
+    "true is an error",
+    "objective.positive_weight": "TRL weighs every response the same (no NSR / W-REINFORCE weight): set is an error",
     "rollout.backend": "transformers → `use_vllm=False`; vllm → `use_vllm=True`, `vllm_mode=colocate`",
     "rollout.vllm_gpu_memory_utilization": "`vllm_gpu_memory_utilization`",
     "rollout.prompts_per_step": "`generation_batch_size` = prompts_per_step × group_size; prompts in harness's order, "
@@ -157,6 +162,10 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.kl_estimator: {o.kl_estimator} (TRL's KL is k3)")
     if o.dynamic_sampling:
         out.append("objective.dynamic_sampling: true (TRL has no dynamic sampling)")
+    if o.median_pivot:
+        out.append("objective.median_pivot: true (TRL trains on every response it samples: no MC-GRPO pivot)")
+    if o.positive_weight is not None:
+        out.append(f"objective.positive_weight: {o.positive_weight:g} (TRL weighs every response the same: no NSR)")
     if t.reference_kl and o.kl_coef == 0:
         out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
     batch = r.prompts_per_step * r.group_size
@@ -274,6 +283,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
         "objective": {
             "advantage": inverse(SCALE_REWARDS, scale),
             "adv_eps": TRL_STD_EPS,
+            "reward_range": None,
+            "bnpo_params": None,
             "aggregation": aggregation,
             "surrogate": surrogate,
             "max_len": args.max_completion_length,
@@ -303,6 +314,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "overlong_penalty": overlong is not None,
             "overlong_cache_len": getattr(overlong, "soft_punish_cache", None),
             "dynamic_sampling": False,
+            "median_pivot": False,
+            "positive_weight": None,
         },
         "rollout": {
             "backend": "vllm" if args.use_vllm else "transformers",

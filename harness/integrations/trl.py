@@ -52,7 +52,7 @@ from trainer import metric_names as M
 from trainer.loop import outcome_metrics
 from trainer.models.fingerprint import Machine, gpu_name, weights_sha256
 from trainer.objective.advantages import advantage_metrics
-from trainer.objective.sampling import group_outcome_metrics
+from trainer.objective.sampling import group_outcome_metrics, sign_flip_metrics
 
 TRL_LOGS = {
     "entropy": M.ENTROPY,
@@ -268,6 +268,10 @@ class HarnessCallback(TrainerCallback):
             for row, a in zip(mine, advantages):
                 row["advantage"] = float(a)
             self.metrics.update(advantage_metrics(torch.tensor(advantages)))
+            G = self.trainer.num_generations
+            if len(advantages) % G == 0:  # TRL's baselines are group means: no response is reversed (0), as harness's
+                rewards = torch.tensor([row["shaped_reward"] for row in mine], dtype=torch.float64)
+                self.metrics.update(sign_flip_metrics(rewards.view(-1, G), torch.tensor(advantages).view(-1, G)))
         done = time.perf_counter()
         metrics = {
             **self.metrics,

@@ -26,7 +26,14 @@ _HOMES = {
     "loss": ["ObjectiveOutput", "compute_advantages", "loss_mask", "merge_metrics", "policy_loss", "shape_rewards"],
     "overlong": ["overlong_filter", "soft_overlong_penalty"],
     "ratios": ["RATIOS"],
-    "sampling": ["GroupFilter", "dynamic_sampling_filter", "group_outcome_metrics"],
+    "sampling": [
+        "GroupFilter",
+        "dynamic_sampling_filter",
+        "group_outcome_metrics",
+        "median_pivot",
+        "sign_flip_metrics",
+        "trained_samples",
+    ],
     "settings": ["PRESETS", "ObjectiveSettings", "preset_fields"],
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
@@ -61,6 +68,9 @@ __all__ = [
     "soft_overlong_penalty",
     "dynamic_sampling_filter",
     "group_outcome_metrics",
+    "median_pivot",
+    "trained_samples",
+    "sign_flip_metrics",
     "token_entropy",
     "token_logprobs",
 ]

@@ -1,11 +1,16 @@
 """Advantage estimators (the std-normalisation switch) and their statistics.
 
-Each takes rewards shaped [groups, G] and returns advantages of the same shape.
-A group whose rewards are all equal gets exactly 0 under every estimator (never
-NaN, also for G = 1), since it carries no learning signal.
+Each takes rewards shaped [groups, G] and ε, and returns advantages of the same shape; an estimator
+registered with `params` also takes those settings fields by name (`compute_advantages` passes them).
+A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
+learning signal, under every estimator but the two registered `zeroes_flat_groups=False`, whose point is
+a signal there: batch_norm (no group baseline: only a flat batch gets 0) and ngrpo (a flat group below
+the virtual maximum reward gets a negative advantage).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -65,6 +70,110 @@ def group_median(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """
     median = torch.quantile(rewards, 0.5, dim=1, keepdim=True)
     return _zero_flat_groups(rewards - median, rewards)
+
+
+@ADVANTAGES.register("batch_norm", zeroes_flat_groups=False)
+def batch_norm(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A_i = (R_i − mean_B R) / (std_B R + ε), mean and Bessel-corrected std over every reward of the batch.
+
+    REINFORCE++ (k ≥ 1): Hu et al. 2025 (arXiv 2501.03262), global advantage normalisation with no group baseline.
+    The paper whitens per token; with an outcome reward and the KL in the loss rather than in the reward (as here)
+    each token's return is R_i, so harness whitens per response, each counting once. A flat group keeps its
+    batch-relative signal (at G = 1 every group is flat); only a batch whose rewards are all equal gets 0.
+    """
+    flat = rewards.flatten()
+    if bool((flat == flat[0]).all()):
+        return torch.zeros_like(rewards)
+    return (rewards - flat.mean()) / (flat.std(unbiased=True) + eps)
+
+
+@ADVANTAGES.register("group_mean_batch_norm")
+def group_mean_batch_norm(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A'_i = R_i − mean_g R, then A_i = (A'_i − mean_B A') / (std_B A' + ε), Bessel-corrected, over the batch.
+
+    REINFORCE++ w/ baseline (k > 1): Hu et al. 2025 (arXiv 2501.03262): the group mean reshapes the reward, then
+    one global normalisation. Unlike batch_std (TRL's "batch", Lite PPO), the scale is the std of the centred
+    values, not of the raw rewards, so flat groups shrink no one's advantage. mean_B A' is 0 up to rounding
+    (every group has G responses); per response, as batch_norm.
+    """
+    centred = _centred(rewards)
+    flat = centred.flatten()
+    std = flat.std(unbiased=True) if flat.numel() > 1 else flat.new_zeros(())
+    return _zero_flat_groups((centred - flat.mean()) / (std + eps), rewards)
+
+
+def _check_range(rewards: torch.Tensor, reward_range: tuple[float, float]) -> None:
+    low, high = reward_range
+    outside = (rewards < low) | (rewards > high)
+    if bool(outside.any()):
+        raise ValueError(
+            f"reward_range: a reward of {rewards[outside][0].item():g} lies outside [{low:g}, {high:g}] "
+            "(set objective.reward_range to the task's lowest and highest reward)"
+        )
+
+
+@ADVANTAGES.register("ngrpo", zeroes_flat_groups=False, params=("reward_range",))
+def ngrpo(rewards: torch.Tensor, eps: float, reward_range: tuple[float, float]) -> torch.Tensor:
+    """A_i = (R_i − mean(R⁺)) / (std(R⁺) + ε), R⁺ = {R_1, …, R_G, r_max}, std Bessel-corrected over G + 1 values.
+
+    NGRPO's advantage calibration: Nan et al. 2025 (arXiv 2509.18851): a virtual sample with the maximum reward
+    r_max (reward_range's upper end) enters the group's mean and std but is not trained on, so an all-wrong group
+    gets a negative advantage instead of none. A group all at r_max stays 0 (nothing to calibrate against); a
+    reward outside reward_range is an error (the virtual sample must be the maximum). G = 1 gives two values.
+    """
+    _check_range(rewards, reward_range)
+    r_max = reward_range[1]
+    augmented = torch.cat([rewards, rewards.new_full((rewards.shape[0], 1), r_max)], dim=1)
+    mean = augmented.mean(dim=1, keepdim=True)
+    std = augmented.std(dim=1, keepdim=True, unbiased=True)
+    at_max = (rewards == r_max).all(dim=1, keepdim=True)
+    return torch.where(at_max, torch.zeros_like(rewards), (rewards - mean) / (std + eps))
+
+
+def bnpo_beta_params(p: torch.Tensor) -> tuple[float, float]:
+    """(α, β) = (1 + a/3, 1 + b/3), (a, b) the method-of-moments Beta fit of the groups' success rates p:
+    a = μ·k, b = (1 − μ)·k, k = μ(1 − μ)/σ² − 1, μ and σ² (Bessel-corrected) over the batch's groups.
+
+    BNPO: Xiao et al. 2025 (arXiv 2506.02864): with p(q) ~ Beta(a, b) the normaliser Beta(1 + a/3, 1 + b/3) is the
+    one of least gradient variance. Where the moments fit no Beta (fewer than two groups, σ² = 0, or σ² ≥ μ(1 − μ)
+    so that a, b ≤ 0), (1, 1): the uniform density, no normalisation (REINFORCE with the group baseline).
+    """
+    if p.numel() < 2:
+        return 1.0, 1.0
+    mu, var = p.mean().item(), p.var(unbiased=True).item()
+    if var <= 0 or var >= mu * (1 - mu):
+        return 1.0, 1.0
+    k = mu * (1 - mu) / var - 1
+    return 1 + mu * k / 3, 1 + (1 - mu) * k / 3
+
+
+@ADVANTAGES.register("bnpo", params=("reward_range", "bnpo_params"))
+def bnpo(
+    rewards: torch.Tensor,
+    eps: float,
+    reward_range: tuple[float, float],
+    bnpo_params: tuple[float, float] | None = None,
+) -> torch.Tensor:
+    """A_i = (R̃_i − p) / f(p; α, β), R̃ = (R − low)/(high − low) ∈ [0, 1], p = mean_g R̃ the group's success rate and
+    f the Beta(α, β) density; (α, β) = bnpo_params if set, else `bnpo_beta_params` of this batch's p.
+
+    BNPO: Xiao et al. 2025 (arXiv 2506.02864), for binary rewards; the affine map to [0, 1] (reward_range) extends
+    it to bounded ones. (α, β) follow the policy's success rate: re-estimated from each batch's groups, so no state
+    crosses steps. (1, 1) is REINFORCE with the group baseline (group_mean); (3/2, 3/2) is GRPO's (R − p)/√(p(1 − p))
+    (the population std) times B(3/2, 3/2) = π/8 for binary rewards. No clamp on 1/f (the authors' code caps it at
+    1e6). A flat group (p at 0 or 1, where f may be 0 or ∞) gets 0. `eps` is unused. A reward outside reward_range
+    is an error.
+    """
+    _check_range(rewards, reward_range)
+    low, high = reward_range
+    scaled = (rewards - low) / (high - low)
+    p = scaled.mean(dim=1, keepdim=True)
+    alpha, beta = bnpo_params if bnpo_params is not None else bnpo_beta_params(p.flatten())
+    flat = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
+    inner = torch.where(flat, torch.full_like(p, 0.5), p)  # 0 < p < 1 in every group that is not flat
+    log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+    log_density = (alpha - 1) * torch.log(inner) + (beta - 1) * torch.log1p(-inner) - log_norm
+    return _zero_flat_groups((scaled - p) * torch.exp(-log_density), rewards)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:

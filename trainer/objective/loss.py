@@ -53,8 +53,10 @@ def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, s: ObjectiveSettings)
 
 
 def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
-    """A = estimator(R) for grouped rewards R [groups, G], the estimator named by `s.advantage`."""
-    return ADVANTAGES[s.advantage](rewards, s.adv_eps)
+    """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`;
+    the settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params) by name."""
+    params = ADVANTAGES.meta(s.advantage).get("params", ())
+    return ADVANTAGES[s.advantage](rewards, s.adv_eps, **{name: getattr(s, name) for name in params})
 
 
 def policy_loss(

@@ -196,11 +196,34 @@ def rollout_correction(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | N
     return t.rollout_weight
 
 
+# ---- negative-sample reinforcement: the weight of each response by its advantage's sign --------------------------
+def sign_weight(advantages: torch.Tensor, positive_weight: float) -> torch.Tensor:
+    """w_i = λ for A_i > 0, 1 for A_i ≤ 0 (same shape as `advantages`; λ = `positive_weight`).
+
+    Zhu et al. 2025, The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning (arXiv 2506.01347): the
+    policy gradient splits into positive and negative sample reinforcement (PSR, NSR); λ = 0 trains on the negative
+    samples only (NSR), λ = 0.1 is W-REINFORCE's λ·L_PSR + L_NSR. The paper splits by the reward (±1, no baseline);
+    here by the sign of the configured advantage, what makes the loss push a response up or down (the same split for
+    binary rewards in a mixed group; with a baseline-free ±1 advantage, the paper's objective).
+    """
+    return torch.where(advantages > 0, torch.full_like(advantages, positive_weight), torch.ones_like(advantages))
+
+
+def positive_sample_weight(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """ℓ_it ← w_i·ℓ_it with w_i = λ for A_i > 0, else 1 (NSR / W-REINFORCE, arXiv 2506.01347; see `sign_weight`);
+    None when positive_weight is null. The normalisers are unchanged: a zero-weighted response still counts in B and
+    in the token counts, as a λ·L_PSR + L_NSR loss averages over every sample."""
+    if s.positive_weight is None:
+        return None
+    return sign_weight(t.adv.to(t.logp.dtype), s.positive_weight)
+
+
 TOKEN_WEIGHTS: tuple[Callable[[PolicyTerms, ObjectiveSettings], torch.Tensor | None], ...] = (
     clip_cov_mask,
     off_policy_mask,
     top_entropy_mask,
     rollout_correction,
+    positive_sample_weight,
 )
 """Every weight on the per-token loss, applied in this order (TRL's for the three it has: off-policy, entropy,
 rollout)."""

@@ -55,7 +55,9 @@ class Registry(Generic[F]):
 
 
 ADVANTAGES: Registry = Registry(
-    "advantage estimator", "trainer.objective.advantages", ("group_std", "group_mean", "batch_std", "group_median")
+    "advantage estimator",
+    "trainer.objective.advantages",
+    ("group_std", "group_mean", "batch_std", "group_median", "batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo"),
 )
 AGGREGATIONS: Registry = Registry(
     "loss aggregation",

@@ -1,4 +1,4 @@
-"""Group outcomes and DAPO's dynamic-sampling filter."""
+"""Group outcomes, DAPO's dynamic-sampling filter, MC-GRPO's pivot: which samples of a group are trained."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer import metric_names as M
+from trainer.objective.settings import ObjectiveSettings
 
 
 @dataclass(frozen=True)
@@ -44,3 +45,51 @@ def group_outcome_metrics(correct: torch.Tensor) -> dict[str, float]:
         M.GROUPS_ALL_WRONG_FRAC: none_c.sum().item() / n,
         M.GROUPS_MIXED_FRAC: (~all_c & ~none_c).sum().item() / n,
     }
+
+
+def median_pivot(rewards: torch.Tensor) -> torch.Tensor:
+    """P_gi = 1 for the pivot of each group ([groups, n] bool, one True per row): the first response, in sampling
+    order, whose reward equals the group median, for odd n.
+
+    MC-GRPO: Kim 2026, Median-Centered GRPO for Small-Rollout RL (arXiv 2601.22582): a group of G + 1 (odd)
+    responses has one median response; the median is the baseline, so the pivot's advantage is 0, and it leaves the
+    update, so that G responses per prompt carry gradient. Ties (several responses at the median, e.g. binary
+    rewards): the paper says "exactly one completion is the median"; here the first of them is the pivot (the
+    responses of a group are exchangeable draws, so which one is excluded does not bias the update), and the other
+    tied ones stay in the batch with A = 0.
+    """
+    n = rewards.shape[1]
+    if n % 2 == 0:
+        raise ValueError(f"a median pivot needs an odd group (one median response), got {n} responses")
+    median = rewards.sort(dim=1).values[:, n // 2 : n // 2 + 1]
+    at_median = rewards == median
+    first = at_median.to(torch.int8).argmax(dim=1, keepdim=True)
+    return torch.zeros_like(at_median).scatter_(1, first, True)
+
+
+def trained_samples(rewards: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
+    """T_gi = 1 for the responses the update trains on ([groups, n] bool, rewards [groups, n]): every response, or
+    with `median_pivot` all but each group's pivot (`median_pivot`), so n − 1 = G per group. The loop builds the
+    optimisation batch from these rows only: every normaliser's B (the responses of the batch) counts them alone.
+    MC-GRPO: Kim 2026 (arXiv 2601.22582)."""
+    if s.median_pivot:
+        return ~median_pivot(rewards)
+    return torch.ones_like(rewards, dtype=torch.bool)
+
+
+def sign_flip_metrics(
+    rewards: torch.Tensor, advantages: torch.Tensor, trained: torch.Tensor | None = None
+) -> dict[str, float]:
+    """adv/sign_flip_frac = mean_i 1[sign(A_i) · sign(R_i − mean_g R) < 0] over the trained responses (T_i = 1;
+    rewards, advantages, trained [groups, n]): the share whose advantage reverses the group-mean one's direction.
+
+    MC-GRPO (Kim 2026, arXiv 2601.22582) names "advantage sign flips": a noisy baseline gives a response the wrong
+    sign and reverses its update. This counts where the configured baseline reverses the group mean's direction: 0
+    under group_std, group_mean and batch_std (a std scale keeps the sign); the median reverses a response whose
+    reward lies strictly between median and mean. A response that one of them gives A = 0 is not reversed and does
+    not count (adv/zero_frac counts those). The mean is over the group's n responses, the pivot included.
+    """
+    r, a = rewards.double(), advantages.double().view_as(rewards)
+    flipped = (torch.sign(a) * torch.sign(r - r.mean(dim=1, keepdim=True))) < 0
+    keep = torch.ones_like(flipped) if trained is None else trained.bool().view_as(flipped)
+    return {M.ADV_SIGN_FLIP_FRAC: float(flipped[keep].double().mean()) if keep.any() else 0.0}

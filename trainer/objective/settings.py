@@ -1,5 +1,5 @@
 """The objective's settings: one validated object, and the named presets (grpo, dr_grpo, dapo, gspo, cispo, sapo,
-luspo, vespo)."""
+luspo, vespo, lite_ppo, ngrpo)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,22 @@ class ObjectiveSettings(BaseModel):
 
     advantage: str
     """Advantage estimator: group_std (GRPO), group_mean (Dr. GRPO: no std), batch_std (TRL
-    "batch"), group_median (MC-GRPO). The std switch of the Dr. GRPO ablation."""
+    "batch", Lite PPO: group mean, batch std), group_median (MC-GRPO), batch_norm (REINFORCE++: batch mean and
+    std, no group baseline), group_mean_batch_norm (REINFORCE++ w/ baseline), ngrpo (NGRPO: a virtual
+    maximum-reward sample in each group's mean and std; needs reward_range), bnpo (BNPO: divided by a Beta
+    density that follows the success rate; needs reward_range). The std switch of the Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
-    """ε added to the std in group_std / batch_std (TRL 1e-4, verl 1e-6); flat groups get 0 regardless."""
+    """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm and ngrpo (TRL 1e-4, verl
+    1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
+    reward_range: tuple[float, float] | None = Field(strict=False)
+    """(lowest, highest) reward the task gives, finite, low < high (the toy's and math's [0, 1]): ngrpo's virtual
+    sample has the highest (NGRPO's r_max, arXiv 2509.18851), bnpo maps rewards onto [0, 1] with it (arXiv
+    2506.02864); a reward outside it fails the step. Set exactly when advantage is ngrpo or bnpo."""
+    bnpo_params: tuple[float, float] | None = Field(strict=False)
+    """BNPO's (α, β), each > 0 and finite, fixed for the whole run: (1, 1) is REINFORCE with the group baseline,
+    (1.5, 1.5) GRPO's advantage with the population std, times π/8. null = the paper's rule, re-estimated each
+    batch: (1 + a/3, 1 + b/3), (a, b) the method-of-moments Beta fit of the groups' success rates (arXiv
+    2506.02864). Only with advantage bnpo."""
     aggregation: str
     """Loss aggregation, the length-normalisation switch: seq_mean_token_mean (GRPO), token_mean
     (DAPO), constant (Dr. GRPO, needs max_len), seq_mean_token_sum (verl)."""
@@ -114,6 +127,15 @@ class ObjectiveSettings(BaseModel):
     """DAPO dynamic sampling: drop groups whose values are all equal and sample more prompts."""
     dynamic_sampling_key: Literal["reward", "correct"]
     """What must vary within a group to keep it: the (shaped) reward, or correctness (DAPO's recipe)."""
+    median_pivot: bool
+    """MC-GRPO (arXiv 2601.22582): each prompt gets G + 1 responses (G = rollout.group_size, which must be even so
+    that the group is odd), the group median is the baseline (needs advantage group_median), and the one response at
+    the median, the pivot, is left out of the update: G responses per prompt carry gradient, and every normaliser's B
+    counts only them. false = G responses, all trained."""
+    positive_weight: float | None = Field(ge=0, le=1)
+    """λ, the weight of responses with A > 0 in the policy loss (responses with A ≤ 0 weigh 1): 0 trains on the
+    negative samples only (NSR), 0.1 is W-REINFORCE's λ (Zhu et al. 2025, arXiv 2506.01347). The normalisers still
+    count every response. null = off (every response weighs 1)."""
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ObjectiveSettings:
@@ -128,6 +150,25 @@ class ObjectiveSettings(BaseModel):
         if name is not None and name not in registry:
             raise ValueError(f"unknown {registry.kind} {name!r}; known: {', '.join(registry.names())}")
         return name
+
+    @model_validator(mode="after")
+    def _advantage_parameters(self) -> ObjectiveSettings:
+        uses_range = self.advantage in _REWARD_RANGE_ADVANTAGES
+        if uses_range != (self.reward_range is not None):
+            raise ValueError(
+                f"reward_range is set exactly when advantage is {' or '.join(_REWARD_RANGE_ADVANTAGES)} "
+                f"(advantage: {self.advantage})"
+            )
+        if self.reward_range is not None:
+            low, high = self.reward_range
+            if not low < high:
+                raise ValueError(f"reward_range must be (low, high) with low < high, got {list(self.reward_range)}")
+        if self.bnpo_params is not None:
+            if self.advantage != "bnpo":
+                raise ValueError(f"bnpo_params needs advantage 'bnpo' (advantage: {self.advantage})")
+            if min(self.bnpo_params) <= 0:
+                raise ValueError(f"bnpo_params must be two Beta parameters > 0, got {list(self.bnpo_params)}")
+        return self
 
     @model_validator(mode="after")
     def _combinations(self) -> ObjectiveSettings:
@@ -171,6 +212,11 @@ class ObjectiveSettings(BaseModel):
         low, high = self.rollout_correction_min, self.rollout_correction_max
         if low is not None and high is not None and low >= high:
             raise ValueError(f"rollout_correction_min ({low:g}) must be below rollout_correction_max ({high:g})")
+        if self.median_pivot and self.advantage != "group_median":
+            raise ValueError(
+                f"median_pivot: true needs advantage 'group_median' (the pivot is the group's median response; "
+                f"advantage: {self.advantage})"
+            )
         return self
 
     @property
@@ -193,6 +239,14 @@ class ObjectiveSettings(BaseModel):
         """Whether the loss picks tokens by the covariance of log π and A over the whole batch (Clip-Cov, KL-Cov)."""
         return self.clip_cov_ratio is not None or self.kl_cov_ratio is not None
 
+    @property
+    def extra_samples(self) -> int:
+        """Responses a group draws beyond rollout.group_size: 1 under MC-GRPO's median pivot, not trained on."""
+        return 1 if self.median_pivot else 0
+
+
+_REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo")
+"""The advantage estimators that read reward_range."""
 
 _REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
@@ -205,6 +259,8 @@ _REGISTRIES: dict[str, Registry] = {
 
 _COMMON: dict[str, Any] = dict(
     adv_eps=1e-6,
+    reward_range=None,
+    bnpo_params=None,
     max_len=None,
     dual_clip=None,
     kl_coef=0.0,
@@ -214,6 +270,8 @@ _COMMON: dict[str, Any] = dict(
     overlong_cache_len=None,
     dynamic_sampling=False,
     dynamic_sampling_key="correct",
+    median_pivot=False,
+    positive_weight=None,
     surrogate="clip",
     sapo_temperature=None,
     vespo_k=None,
@@ -317,6 +375,29 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vespo_lambda": (3.0, 2.0),
         "clip_low": 0.2,
         "clip_high": 0.2,
+    },
+    # Lite PPO ("Tricks or Traps?", arXiv 2508.08221): group-mean baseline with the batch's std, token-level
+    # loss, vanilla PPO clip; nothing else.
+    "lite_ppo": {
+        **_COMMON,
+        "advantage": "batch_std",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    # NGRPO (arXiv 2509.18851): advantage calibration by a virtual reward-1 sample, asymmetric clip ε_low 0.16 /
+    # ε_high 0.24 (looser for A > 0, tighter for A < 0: PPO's clip already lets only ε_high bind at A > 0 and only
+    # ε_low at A < 0), token-level loss as the authors' code. Their recipe also skips all-correct groups, which get
+    # A = 0 here anyway.
+    "ngrpo": {
+        **_COMMON,
+        "advantage": "ngrpo",
+        "reward_range": (0.0, 1.0),
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.16,
+        "clip_high": 0.24,
     },
 }
 
