@@ -127,6 +127,9 @@ def test_shipped_ablation_files_plan(tmp_path):
         "entropy_mechanisms": 15,
         "gspo_length": 6,
         "base_models": 10,
+        "small_groups": 18,
+        "all_wrong_groups": 12,
+        "normalisation": 12,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
