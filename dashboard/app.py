@@ -13,7 +13,7 @@ page = st.navigation(
         st.Page("views/sweeps.py", title="Sweeps", default=True),
         st.Page("views/length_bias.py", title="Length bias (Dr. GRPO)"),
         st.Page("views/entropy_clipping.py", title="Entropy & clipping (DAPO, GSPO)"),
-        st.Page("views/dynamic_sampling.py", title="Dynamic sampling"),
+        st.Page("views/dynamic_sampling.py", title="Groups & advantages (DAPO, NGRPO, MC-GRPO)"),
         st.Page("views/ablation.py", title="Ablation table"),
         st.Page("views/explorer.py", title="Run explorer"),
         st.Page("views/studies.py", title="Studies (Optuna)"),

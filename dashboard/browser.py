@@ -37,7 +37,7 @@ PAGES = [
     ("sweeps", "", "Sweeps", 0),
     ("length_bias", "length_bias", "Length bias (Dr. GRPO)", 3),
     ("entropy_clipping", "entropy_clipping", "Entropy & clipping (DAPO, GSPO)", 3),
-    ("dynamic_sampling", "dynamic_sampling", "Dynamic sampling", 3),
+    ("dynamic_sampling", "dynamic_sampling", "Groups & advantages (DAPO, NGRPO, MC-GRPO)", 3),
     ("ablation", "ablation", "Ablation table", 1),
     ("explorer", "explorer", "Run explorer", 1),
     ("studies", "studies", "Studies (Optuna)", 0),  # `harness tune`'s Optuna storage, not the tracking store

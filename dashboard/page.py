@@ -6,8 +6,16 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import context, verdicts
+from harness.analysis import figures
 from harness.runs.sweep_data import SweepData
 from trainer import metric_names as M
+
+ACCURACY_STRATA = (
+    ("accuracy, clean prompts", M.task_metric("accuracy_clean")),
+    ("accuracy, hidden digit", M.task_metric("accuracy_hidden")),
+)
+"""The toy task's accuracy on the prompts without and with a hidden digit (Stratified GRPO's strata there); other
+tasks log neither."""
 
 
 def curve_controls(prefix: str, data: SweepData) -> dict:
@@ -54,6 +62,18 @@ def curve_page(title: str, prefix: str, page: str) -> tuple[SweepData, dict, str
         {**{k: opts[k] for k in ("per_seed", "smoothing", "x_title")}, "labels": context.labels(data)},
         opts["x"],
     )
+
+
+def curves(panels: list[tuple[str, str]], data: SweepData, kw: dict, x: str, key: str, **fig_kw) -> None:
+    """One figure of per-arm seed-band panels, one per (title, metric); a metric no run of the sweep logged gets no
+    panel, and a caption under the figure names it (a page still draws on a sweep from before a metric existed)."""
+    found = [(title, metric, data.by_arm(metric, x)) for title, metric in panels]
+    drawn = [(title, curves) for title, _, curves in found if curves]
+    if drawn:
+        st.plotly_chart(figures.curves_by_arm(drawn, data.arms, **kw, **fig_kw), key=key)
+    missing = [metric for _, metric, curves in found if not curves]
+    if missing:
+        st.caption("Not logged by this sweep's runs: " + ", ".join(f"`{m}`" for m in missing) + ".")
 
 
 DASH = "—"

@@ -20,10 +20,10 @@ from harness.analysis.verdict_table import competing_rows, md, verdict_rows, why
 from harness.config.claims import Claim
 
 PAGE_METRICS: dict[str, tuple[str, ...]] = {
-    "length_bias": ("train/length_*", "eval/*/length_*"),
+    "length_bias": ("train/length_*", "eval/*/length_*", "task/accuracy_*"),
     "entropy_clipping": ("policy/entropy", "policy/clip_frac*"),
     "dynamic_sampling": (
-        "adv/zero_frac",
+        "adv/*",
         "train/groups_*",
         "train/gen_rounds",
         "train/groups_dropped",

@@ -230,6 +230,77 @@ def test_token_and_sequence_ratios_are_compared_in_clipped_tokens(tmp_path, monk
     ]
 
 
+def _drawn(fig: dict, axis: str) -> dict[str, list[float]]:
+    """Arm → the mean curve a figure draws in the panel on x axis `axis` (plotly's binary arrays decoded)."""
+    import base64
+
+    import numpy as np
+
+    means = [t for t in fig["data"] if t.get("y") and t.get("xaxis") == axis and t.get("fill") != "toself"]
+    y = {t["name"]: t["y"] for t in means}
+    return {arm: np.frombuffer(base64.b64decode(v["bdata"]), v["dtype"]).tolist() for arm, v in y.items()}
+
+
+def test_advantage_and_stratum_panels_are_drawn_where_logged(tmp_path, monkeypatch):
+    """Sign flips beside the other advantage statistics, all-wrong / all-correct groups under their own heading, and
+    accuracy per stratum beside accuracy, per arm with seed bands; a sweep without them says so and draws the rest."""
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    def values(flip: float, seed: int, new: bool) -> dict[str, list[float]]:
+        common = {
+            M.REWARD_MEAN: [0.5] * 3,
+            M.ACCURACY: [0.5] * 3,
+            M.ADV_ZERO_FRAC: [0.4] * 3,
+            M.ADV_ABS_MEAN: [0.6] * 3,
+            M.GROUPS_ALL_WRONG_FRAC: [0.3 + 0.1 * seed] * 3,
+            M.GROUPS_ALL_CORRECT_FRAC: [0.1] * 3,
+            M.GROUPS_MIXED_FRAC: [0.6 - 0.1 * seed] * 3,
+        }
+        if not new:
+            return common
+        return {
+            **common,
+            M.ADV_SIGN_FLIP_FRAC: [flip + 0.1 * seed] * 3,
+            M.task_metric("accuracy_clean"): [0.7] * 3,
+            M.task_metric("accuracy_hidden"): [0.2 + 0.1 * seed] * 3,
+        }
+
+    runs = [
+        FakeRun(arm, s, values=values(flip, s, True)) for arm, flip in (("grpo", 0.0), ("mc_grpo", 0.2)) for s in (0, 1)
+    ]
+    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "dynamic_sampling")
+    assert "Groups & advantages (DAPO, NGRPO, MC-GRPO)" in [t.value for t in at.title]
+    assert {"All-wrong and all-correct groups", "Advantages"} <= {h.value for h in at.subheader}
+    assert _drawn(_figure(at, "all-wrong groups"), "x2") == {
+        "grpo": pytest.approx([0.35] * 3),
+        "mc_grpo": pytest.approx([0.35] * 3),
+    }
+    flips = _figure(at, "sign flips vs the group mean")
+    assert _drawn(flips, "x3") == {"grpo": pytest.approx([0.05] * 3), "mc_grpo": pytest.approx([0.25] * 3)}
+    assert _drawn(flips, "x2") == {"grpo": pytest.approx([0.6] * 3), "mc_grpo": pytest.approx([0.6] * 3)}  # mean |A|
+    assert any(t.get("fill") == "toself" for t in flips["data"])  # the seed bands
+    assert [c.value for c in at.caption if "Not logged" in c.value] == [
+        "Not logged by this sweep's runs: `train/gen_rounds`, `train/groups_dropped`."  # the fake runs log no filter
+    ]
+    _visit(at, "length_bias")
+    strata = _figure(at, "accuracy, hidden digit")
+    assert _drawn(strata, "x4") == {"grpo": pytest.approx([0.25] * 3), "mc_grpo": pytest.approx([0.25] * 3)}
+    assert _drawn(strata, "x3")["grpo"] == pytest.approx([0.7] * 3)  # clean prompts
+    assert any("Accuracy by stratum" in c.value for c in at.caption)
+    _visit(at, "ablation")
+    assert {"task/accuracy_clean", "task/accuracy_hidden"} <= set(at.dataframe[0].value.columns)
+
+    old = [FakeRun(arm, s, values=values(0.0, s, False)) for arm in ("grpo", "dr_grpo") for s in (0, 1)]
+    at = _visit(_app(_fake_store(tmp_path / "old", old), monkeypatch), "dynamic_sampling")
+    assert any("Not logged" in c.value and M.ADV_SIGN_FLIP_FRAC in c.value for c in at.caption)
+    assert set(_drawn(_figure(at, "mean |advantage|"), "x2")) == {"grpo", "dr_grpo"}
+    _visit(at, "length_bias")
+    assert any("Not logged" in c.value and "task/accuracy_hidden" in c.value for c in at.caption)
+    assert not any("Accuracy by stratum" in c.value for c in at.caption)
+
+
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():
     import pandas as pd
 

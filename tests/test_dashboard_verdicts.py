@@ -268,6 +268,16 @@ def test_a_verdict_box_says_how_failed_runs_counted():
     )
 
 
+def test_claims_on_advantages_and_strata_show_where_those_are_drawn():
+    from dashboard.verdicts import on_page
+    from harness.config.claims import Claim
+
+    flips = Claim.model_validate({**CLAIMS[0], "metric": M.ADV_SIGN_FLIP_FRAC})
+    hidden = Claim.model_validate({**CLAIMS[0], "metric": M.task_metric("accuracy_hidden")})
+    assert on_page(flips, "dynamic_sampling") and not on_page(flips, "length_bias")
+    assert on_page(hidden, "length_bias") and not on_page(hidden, "dynamic_sampling")
+
+
 def test_a_claim_on_every_arm_shows_each_arm(tmp_path, monkeypatch):
     """A `since` claim's box lists every arm's change, the deciding (weakest) arm first, and n per arm."""
     from fake_sweep import FakeRun, write_sweep

@@ -22,9 +22,9 @@ keys = data.keys
 if not keys:
     st.warning("No metrics logged yet in this sweep.")
     st.stop()
-default = [
-    k for k in (M.ACCURACY, M.REWARD_MEAN, M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ENTROPY) if k in keys
-]
+strata = [m for _, m in page.ACCURACY_STRATA]
+shown_first = [M.ACCURACY, *strata, M.REWARD_MEAN, M.LENGTH_INCORRECT_MEAN, M.LENGTH_CORRECT_MEAN, M.ENTROPY]
+default = [k for k in shown_first if k in keys]
 c1, c2 = st.columns([3, 1])
 chosen = c1.multiselect("Metrics", keys, default=default or keys[:1], key="abl_metrics")
 last = c2.number_input("Final window (last N steps)", 1, 1000, 10, key="abl_last")

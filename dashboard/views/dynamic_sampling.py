@@ -1,5 +1,7 @@
-"""DAPO's dynamic sampling (arXiv 2503.14476, §3.2): groups whose samples are all correct or all
-wrong have zero advantage and no gradient; the filter drops them and samples again."""
+"""Groups and advantages. DAPO's dynamic sampling (arXiv 2503.14476, §3.2): groups whose samples are all correct or
+all wrong have zero advantage and no gradient; the filter drops them and samples again. NGRPO (arXiv 2509.18851) and
+negative-sample reinforcement (arXiv 2506.01347) learn from the all-wrong groups instead; MC-GRPO (arXiv 2601.22582)
+counts the responses whose advantage sign its median baseline reverses."""
 
 import pandas as pd
 import streamlit as st
@@ -8,7 +10,7 @@ from dashboard import page
 from harness.analysis import figures
 from trainer import metric_names as M
 
-data, kw, x = page.curve_page("Dynamic sampling", "ds", "dynamic_sampling")
+data, kw, x = page.curve_page("Groups & advantages (DAPO, NGRPO, MC-GRPO)", "ds", "dynamic_sampling")
 
 shares: dict[str, dict[str, pd.Series]] = {}
 for label, key in (
@@ -22,28 +24,41 @@ if shares:
     st.plotly_chart(figures.group_outcomes(shares, data.arms, kw["x_title"], kw["labels"]), key="ds_groups")
 else:
     st.warning("No group metrics logged yet in this sweep.")
-st.subheader("Groups with no learning signal")
-st.plotly_chart(
-    figures.curves_by_arm(
-        [
-            ("all correct", data.by_arm(M.GROUPS_ALL_CORRECT_FRAC, x)),
-            ("all wrong", data.by_arm(M.GROUPS_ALL_WRONG_FRAC, x)),
-            ("zero-advantage samples", data.by_arm(M.ADV_ZERO_FRAC, x)),
-        ],
-        data.arms,
-        **kw,
-    ),
-    key="ds_solve",
+st.subheader("All-wrong and all-correct groups")
+page.curves(
+    [("all-correct groups", M.GROUPS_ALL_CORRECT_FRAC), ("all-wrong groups", M.GROUPS_ALL_WRONG_FRAC)],
+    data,
+    kw,
+    x,
+    "ds_solve",
+)
+st.caption(
+    "Shares of the step's groups. Under a group-mean baseline both give every response A = 0: no gradient. "
+    "Dynamic sampling drops them; NGRPO's virtual maximum reward and negative-sample reinforcement put the "
+    "all-wrong ones to use."
+)
+st.subheader("Advantages")
+page.curves(
+    [
+        ("zero-advantage responses", M.ADV_ZERO_FRAC),
+        ("mean |advantage|", M.ADV_ABS_MEAN),
+        ("sign flips vs the group mean", M.ADV_SIGN_FLIP_FRAC),
+    ],
+    data,
+    kw,
+    x,
+    "ds_adv",
+)
+st.caption(
+    "Sign flips (`adv/sign_flip_frac`): the share of trained responses whose advantage has the opposite sign to "
+    "R_i − mean_g R, MC-GRPO's concern in small groups; 0 by construction under the group-mean baselines "
+    "(`group_std`, `group_mean`, `batch_std`)."
 )
 st.subheader("Cost of the filter")
-st.plotly_chart(
-    figures.curves_by_arm(
-        [
-            ("generation rounds per step", data.by_arm(M.GEN_ROUNDS, x)),
-            ("groups dropped per step", data.by_arm(M.GROUPS_DROPPED, x)),
-        ],
-        data.arms,
-        **kw,
-    ),
-    key="ds_cost",
+page.curves(
+    [("generation rounds per step", M.GEN_ROUNDS), ("groups dropped per step", M.GROUPS_DROPPED)],
+    data,
+    kw,
+    x,
+    "ds_cost",
 )

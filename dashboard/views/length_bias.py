@@ -49,12 +49,12 @@ else:
         page.table(with_settings(pd.DataFrame(rows), kw["labels"]))
 
 st.subheader("Reward and accuracy")
-st.plotly_chart(
-    figures.curves_by_arm(
-        [("reward", data.by_arm(M.REWARD_MEAN, x)), ("accuracy", data.by_arm(M.ACCURACY, x))], data.arms, **kw
-    ),
-    key="len_reward",
-)
+page.curves([("reward", M.REWARD_MEAN), ("accuracy", M.ACCURACY), *page.ACCURACY_STRATA], data, kw, x, "len_reward")
+if any(m in data.keys for _, m in page.ACCURACY_STRATA):
+    st.caption(
+        "Accuracy by stratum (Stratified GRPO's strata on the toy task): on the prompts without and with a hidden "
+        "digit (" + ", ".join(f"`{m}`" for _, m in page.ACCURACY_STRATA) + ")."
+    )
 
 benches = sorted({k.split("/")[1] for k in data.keys if k.startswith("eval/") and k.count("/") == 2})
 for bench in benches:
