@@ -749,6 +749,41 @@ CASES += [
     ),
 ]
 
+# Stratified GRPO (advantage stratified): its stratum key (stratum_key) and its blend with GRPO (stratum_blend).
+CASES += [
+    Case(
+        "run: stratum_key the toy does not report",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: stratified\n  stratum_key: search_calls\n",
+        "objective.stratum_key",
+    ),
+    Case(
+        "run: stratified without a stratum_key",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: stratified\n",
+        "stratum_key",
+    ),
+    Case(
+        "run: stratum_key under group_std",
+        "run",
+        "objective:\n  preset: grpo\n  stratum_key: hidden_digit\n",
+        "stratum_key",
+    ),
+    Case(
+        "run: stratum_blend above 1",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: stratified\n  stratum_key: hidden_digit\n  stratum_blend: 1.5\n",
+        "objective.stratum_blend",
+    ),
+    Case(
+        "stratum_key under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.advantage: stratified\n  objective.stratum_key: hidden_digit\n  train.engine: trl\n"
+        "grid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.stratum_key",
+    ),
+]
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(

@@ -253,11 +253,14 @@ def test_gspo_token_has_sequence_value_with_per_token_gradients():
 def test_all_equal_groups_give_zero_advantage_and_finite_loss(preset, advantage, mode):
     """batch_norm and ngrpo, which give flat groups a signal by design, are tested in test_advantage_variants.py."""
     range_ = {"reward_range": (0.0, 1.0)} if advantage in ("ngrpo", "bnpo") else {}
+    if advantage == "stratified":
+        range_ = {"stratum_key": "hidden_digit", "stratum_blend": 0.5}
     s = ObjectiveSettings.preset(
         preset, advantage=advantage, aggregation=mode, adv_eps=0.0, max_len=8, overlong_cache_len=2, **range_
     )
     rewards = torch.tensor([[1.0] * 4, [0.0] * 4])
-    adv = compute_advantages(rewards, s)
+    strata = torch.tensor([[0, 1, 1, 0]] * 2) if s.stratum_key is not None else None
+    adv = compute_advantages(rewards, s, strata)
     assert torch.equal(adv, torch.zeros_like(adv))
     logp = torch.randn(8, 8, requires_grad=True)
     out = policy_loss(logp, logp.detach() + 0.1, adv.flatten(), torch.ones(8, 8), s, entropy=torch.ones(8, 8))

@@ -423,7 +423,8 @@ class Trainer:
         everything, kept, metrics = self.collect(step)
         generated = time.perf_counter()
         shaped, _ = self._rewards(kept)
-        grouped = compute_advantages(shaped, self.obj)
+        strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
+        grouped = compute_advantages(shaped, self.obj, strata)
         trained = trained_samples(shaped, self.obj)  # all, or all but MC-GRPO's pivots: the batch's B responses
         advantages = grouped.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()
@@ -468,6 +469,29 @@ class Trainer:
 
     def rollout_table(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows)
+
+
+def stratum_labels(s: Samples, key: str, task: str) -> torch.Tensor:
+    """[groups, G] labels of `key` (objective.stratum_key), equal exactly where the samples' values are: each sample's
+    value is its grade's `info[key]`, else its group's `meta[i][key]` (G = the responses each group drew). A sample
+    reporting neither is a one-line error naming the setting and the keys that sample does report."""
+    ids: dict[str, int] = {}
+    labels = []
+    width = len(s.grades) // len(s.groups)
+    for k, grade in enumerate(s.grades):
+        group, j = s.groups[k // width], k % width
+        meta = group.meta[j] if group.meta else {}
+        if key in grade.info:
+            value = grade.info[key]
+        elif key in meta:
+            value = meta[key]
+        else:
+            reported = ", ".join(sorted(set(grade.info) | set(meta))) or "nothing"
+            raise ValueError(
+                f"objective.stratum_key: task {task} reports no {key!r} per sample (it reports: {reported})"
+            )
+        labels.append(ids.setdefault(repr(value), len(ids)))
+    return torch.tensor(labels).view(len(s.groups), width)
 
 
 def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:

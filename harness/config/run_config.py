@@ -224,6 +224,19 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _task_reports_the_stratum(self) -> RunConfig:
+        key = self.objective.stratum_key
+        if key is None or not isinstance(self.task, ToyTask):  # another task's keys are checked at its first step
+            return self
+        reported = self.task.toy_addition.reported_keys
+        if key not in reported:
+            raise ValueError(
+                f"objective.stratum_key: {key!r} is not a fact task toy_addition reports per sample "
+                f"(it reports: {', '.join(reported)})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _median_pivot_has_a_median(self) -> RunConfig:
         if self.objective.median_pivot and self.rollout.group_size % 2:
             raise ValueError(
@@ -302,6 +315,8 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.bnpo_params": None,
     "objective.median_pivot": False,
     "objective.positive_weight": None,
+    "objective.stratum_key": None,
+    "objective.stratum_blend": 1.0,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

@@ -37,10 +37,12 @@ IS_LEVELS = {"token": "token", "sequence": "sequence"}
 
 TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
-    "group_median, batch_norm, group_mean_batch_norm, ngrpo and bnpo have none (error)",
+    "group_median, batch_norm, group_mean_batch_norm, ngrpo, bnpo and stratified have none (error)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
     "objective.reward_range": "unused (ngrpo and bnpo only, which TRL has not)",
     "objective.bnpo_params": "unused (bnpo only, which TRL has not)",
+    "objective.stratum_key": "TRL normalises over whole groups, with no strata (Stratified GRPO): set is an error",
+    "objective.stratum_blend": "unused (stratified only, which TRL has not)",
     "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
     "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
     "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
@@ -166,6 +168,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append("objective.median_pivot: true (TRL trains on every response it samples: no MC-GRPO pivot)")
     if o.positive_weight is not None:
         out.append(f"objective.positive_weight: {o.positive_weight:g} (TRL weighs every response the same: no NSR)")
+    if o.stratum_key is not None:
+        out.append(f"objective.stratum_key: {o.stratum_key} (TRL normalises over whole groups: no strata)")
     if t.reference_kl and o.kl_coef == 0:
         out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
     batch = r.prompts_per_step * r.group_size
@@ -285,6 +289,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "adv_eps": TRL_STD_EPS,
             "reward_range": None,
             "bnpo_params": None,
+            "stratum_key": None,
+            "stratum_blend": 1.0,
             "aggregation": aggregation,
             "surrogate": surrogate,
             "max_len": args.max_completion_length,

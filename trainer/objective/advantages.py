@@ -1,7 +1,8 @@
 """Advantage estimators (the std-normalisation switch) and their statistics.
 
 Each takes rewards shaped [groups, G] and ε, and returns advantages of the same shape; an estimator
-registered with `params` also takes those settings fields by name (`compute_advantages` passes them).
+registered with `params` also takes those settings fields by name (`compute_advantages` passes them), and one
+registered `needs_strata=True` each response's stratum label, [groups, G] (stratified).
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but the two registered `zeroes_flat_groups=False`, whose point is
 a signal there: batch_norm (no group baseline: only a flat batch gets 0) and ngrpo (a flat group below
@@ -174,6 +175,35 @@ def bnpo(
     log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
     log_density = (alpha - 1) * torch.log(inner) + (beta - 1) * torch.log1p(-inner) - log_norm
     return _zero_flat_groups((scaled - p) * torch.exp(-log_density), rewards)
+
+
+@ADVANTAGES.register("stratified", params=("stratum_blend",), needs_strata=True)
+def stratified(rewards: torch.Tensor, eps: float, stratum_blend: float, strata: torch.Tensor) -> torch.Tensor:
+    """A_i = α·(R_i − mean_k R)/(std_k R + ε) + (1 − α)·A_i^GRPO, k = {j in i's group : s_j = s_i} the stratum of i,
+    std_k Bessel-corrected over the stratum, A^GRPO = group_std and α = stratum_blend; `strata` [groups, G] holds
+    each response's stratum label s (equal labels, one stratum).
+
+    Stratified GRPO: Zhu et al. 2025, Stratified Advantage Normalization (SAN, arXiv 2510.06214): the responses of one
+    prompt are partitioned by a structural property (there, the number of search calls) and each is compared only
+    with its peers, so a stratum's offset from the group mean (the cross-stratum bias) never enters its advantage;
+    the paper blends SAN linearly with the global (group) estimator for finite samples, α = 1 being SAN alone.
+    Choices here: the baseline is per stratum within the prompt's group (the paper's K responses of one prompt), not
+    pooled across the batch; the std is Bessel-corrected as in group_std, so a group with one label is exactly GRPO;
+    a stratum with one response, or whose rewards are all equal, has no peer to differ from and gets SAN term 0
+    (so a group whose strata are each flat gets only the (1 − α) GRPO term, and at α = 1 nothing).
+    """
+    if strata.shape != rewards.shape:
+        raise ValueError(f"strata must match rewards' shape {list(rewards.shape)}, got {list(strata.shape)}")
+    peers = strata[:, :, None] == strata[:, None, :]  # [groups, G, G]: j is in i's stratum
+    w = peers.to(rewards.dtype)
+    n = w.sum(-1)
+    mean = (w * rewards[:, None, :]).sum(-1) / n
+    var = (w * (rewards[:, None, :] - mean[..., None]) ** 2).sum(-1) / (n - 1).clamp(min=1)
+    flat = ~(peers & (rewards[:, None, :] != rewards[:, :, None])).any(-1)  # every peer's reward equals mine
+    san = torch.where(flat, torch.zeros_like(rewards), (rewards - mean) / (var.sqrt() + eps))
+    if stratum_blend == 1:
+        return san
+    return stratum_blend * san + (1 - stratum_blend) * group_std(rewards, eps)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:

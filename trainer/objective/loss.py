@@ -52,11 +52,21 @@ def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, s: ObjectiveSettings)
     return overlong_filter(mask, truncated) if s.overlong_filter else mask
 
 
-def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
+def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings, strata: torch.Tensor | None = None) -> torch.Tensor:
     """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`;
-    the settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params) by name."""
-    params = ADVANTAGES.meta(s.advantage).get("params", ())
-    return ADVANTAGES[s.advantage](rewards, s.adv_eps, **{name: getattr(s, name) for name in params})
+    the settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params, stratified's
+    stratum_blend) by name, and `strata` ([groups, G] stratum labels, the values of `s.stratum_key`) to an estimator
+    registered `needs_strata`, which is given them exactly when it is named (an error otherwise)."""
+    meta = ADVANTAGES.meta(s.advantage)
+    kwargs = {name: getattr(s, name) for name in meta.get("params", ())}
+    if meta.get("needs_strata", False) != (strata is not None):
+        raise ValueError(
+            f"advantage {s.advantage}: stratum labels are given exactly to an estimator that reads them "
+            f"(objective.stratum_key: {s.stratum_key}; labels {'given' if strata is not None else 'missing'})"
+        )
+    if strata is not None:
+        kwargs["strata"] = strata
+    return ADVANTAGES[s.advantage](rewards, s.adv_eps, **kwargs)
 
 
 def policy_loss(

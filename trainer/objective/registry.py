@@ -57,7 +57,17 @@ class Registry(Generic[F]):
 ADVANTAGES: Registry = Registry(
     "advantage estimator",
     "trainer.objective.advantages",
-    ("group_std", "group_mean", "batch_std", "group_median", "batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo"),
+    (
+        "group_std",
+        "group_mean",
+        "batch_std",
+        "group_median",
+        "batch_norm",
+        "group_mean_batch_norm",
+        "ngrpo",
+        "bnpo",
+        "stratified",
+    ),
 )
 AGGREGATIONS: Registry = Registry(
     "loss aggregation",

@@ -30,10 +30,11 @@ class ObjectiveSettings(BaseModel):
     "batch", Lite PPO: group mean, batch std), group_median (MC-GRPO), batch_norm (REINFORCE++: batch mean and
     std, no group baseline), group_mean_batch_norm (REINFORCE++ w/ baseline), ngrpo (NGRPO: a virtual
     maximum-reward sample in each group's mean and std; needs reward_range), bnpo (BNPO: divided by a Beta
-    density that follows the success rate; needs reward_range). The std switch of the Dr. GRPO ablation."""
+    density that follows the success rate; needs reward_range), stratified (Stratified GRPO: mean and std within
+    each stratum of the group; needs stratum_key). The std switch of the Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
-    """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm and ngrpo (TRL 1e-4, verl
-    1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
+    """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
+    verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
     reward_range: tuple[float, float] | None = Field(strict=False)
     """(lowest, highest) reward the task gives, finite, low < high (the toy's and math's [0, 1]): ngrpo's virtual
     sample has the highest (NGRPO's r_max, arXiv 2509.18851), bnpo maps rewards onto [0, 1] with it (arXiv
@@ -43,6 +44,16 @@ class ObjectiveSettings(BaseModel):
     (1.5, 1.5) GRPO's advantage with the population std, times π/8. null = the paper's rule, re-estimated each
     batch: (1 + a/3, 1 + b/3), (a, b) the method-of-moments Beta fit of the groups' success rates (arXiv
     2506.02864). Only with advantage bnpo."""
+    stratum_key: str | None = Field(min_length=1)
+    """The per-response property whose values are the strata of advantage stratified (Stratified GRPO, arXiv
+    2510.06214): each response's value is its grade's `info[key]`, else its group's `meta[i][key]`; equal values, one
+    stratum. The toy reports hidden_digit (the prompt hid a digit), hidden_operand, hidden_place, answered and
+    filler_tokens (random_reward too when set); a key the task does not report is an error (at validation for the
+    toy, at the first step otherwise). Set exactly when advantage is stratified."""
+    stratum_blend: float = Field(ge=0, le=1)
+    """α, the weight of the stratified term in Stratified GRPO's blend α·A_SAN + (1 − α)·A_GRPO (arXiv 2510.06214:
+    SAN blended with the group's global normalisation for finite samples); 1 = SAN alone. Other than 1 only with
+    advantage stratified."""
     aggregation: str
     """Loss aggregation, the length-normalisation switch: seq_mean_token_mean (GRPO), token_mean
     (DAPO), constant (Dr. GRPO, needs max_len), seq_mean_token_sum (verl)."""
@@ -163,6 +174,16 @@ class ObjectiveSettings(BaseModel):
             low, high = self.reward_range
             if not low < high:
                 raise ValueError(f"reward_range must be (low, high) with low < high, got {list(self.reward_range)}")
+        if (self.advantage in _STRATUM_ADVANTAGES) != (self.stratum_key is not None):
+            raise ValueError(
+                f"stratum_key is set exactly when advantage is {' or '.join(_STRATUM_ADVANTAGES)} "
+                f"(advantage: {self.advantage}, stratum_key: {self.stratum_key})"
+            )
+        if self.stratum_blend != 1 and self.advantage not in _STRATUM_ADVANTAGES:
+            raise ValueError(
+                f"stratum_blend ({self.stratum_blend:g}) needs advantage {' or '.join(_STRATUM_ADVANTAGES)} "
+                f"(advantage: {self.advantage})"
+            )
         if self.bnpo_params is not None:
             if self.advantage != "bnpo":
                 raise ValueError(f"bnpo_params needs advantage 'bnpo' (advantage: {self.advantage})")
@@ -248,6 +269,9 @@ class ObjectiveSettings(BaseModel):
 _REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo")
 """The advantage estimators that read reward_range."""
 
+_STRATUM_ADVANTAGES = ("stratified",)
+"""The advantage estimators that read each response's stratum (stratum_key)."""
+
 _REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
     "aggregation": AGGREGATIONS,
@@ -261,6 +285,8 @@ _COMMON: dict[str, Any] = dict(
     adv_eps=1e-6,
     reward_range=None,
     bnpo_params=None,
+    stratum_key=None,
+    stratum_blend=1.0,
     max_len=None,
     dual_clip=None,
     kl_coef=0.0,

@@ -84,6 +84,14 @@ class ToyAdditionConfig(BaseModel):
         return data
 
     @property
+    def reported_keys(self) -> tuple[str, ...]:
+        """The per-sample facts the toy reports (what objective.stratum_key may name), sorted: its groups' `meta`
+        (hidden_digit, hidden_operand, hidden_place; random_reward when set) and its grades' `info` (hidden_digit,
+        answered, filler_tokens)."""
+        keys = {"hidden_digit", "hidden_operand", "hidden_place", "answered", "filler_tokens"}
+        return tuple(sorted(keys | ({"random_reward"} if self.random_reward is not None else set())))
+
+    @property
     def max_prompt_len(self) -> int:
         """Tokens of the longest prompt `a+b=` (characters are tokens)."""
         return 2 * self.max_digits + 2
