@@ -130,6 +130,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "small_groups": 18,
         "all_wrong_groups": 12,
         "normalisation": 12,
+        "strata": 9,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
