@@ -211,7 +211,7 @@ def _harness(*args: str, cwd: Path) -> int:
     return main(list(args))
 
 
-def _run_file(folder: Path, task_yaml: str, overrides: list[str]) -> Path:
+def _run_file(folder: Path, task_yaml: str) -> Path:
     path = folder / "run.yaml"
     path.write_text(
         "name: custom\nobjective: {preset: grpo}\n"
@@ -242,7 +242,7 @@ def test_a_run_logs_reward_accuracy_length_by_correctness_and_the_functions_numb
     )
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     done = _harness(
-        "run", str(_run_file(folder, task_yaml, [])), *_sets(tiny_run_overrides), "--tracking-uri", uri, cwd=folder
+        "run", str(_run_file(folder, task_yaml)), *_sets(tiny_run_overrides), "--tracking-uri", uri, cwd=folder
     )
     assert done == 0
     client, run = _only_run(uri)
@@ -263,13 +263,18 @@ def test_a_slow_call_is_counted_in_grade_timeouts(folder, tiny_run_overrides):
     )
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     done = _harness(
-        "run", str(_run_file(folder, task_yaml, [])), *_sets(tiny_run_overrides), "--tracking-uri", uri, cwd=folder
+        "run",
+        str(_run_file(folder, task_yaml)),
+        *_sets(tiny_run_overrides, steps=1),
+        "--tracking-uri",
+        uri,
+        cwd=folder,
     )
     assert done == 0
     client, run = _only_run(uri)
     history = [m.value for m in client.get_metric_history(run.info.run_id, "train/grade_timeouts")]
-    assert history == [16.0, 16.0, 16.0]  # every completion of each step (4 prompts x 4)
-    assert [m.value for m in client.get_metric_history(run.info.run_id, "train/accuracy")] == [0.0, 0.0, 0.0]
+    assert history == [16.0]  # every completion of the step (4 prompts x 4)
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "train/accuracy")] == [0.0]
 
 
 def test_an_exception_fails_the_run_with_one_line_and_the_traceback_in_failure_txt(folder, tiny_run_overrides):
@@ -278,7 +283,12 @@ def test_an_exception_fails_the_run_with_one_line_and_the_traceback_in_failure_t
     task_yaml = "task:\n  name: custom\n  custom:\n    data: sums.jsonl\n    reward: boom.py:score\n"
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     done = _harness(
-        "run", str(_run_file(folder, task_yaml, [])), *_sets(tiny_run_overrides), "--tracking-uri", uri, cwd=folder
+        "run",
+        str(_run_file(folder, task_yaml)),
+        *_sets(tiny_run_overrides, steps=1),
+        "--tracking-uri",
+        uri,
+        cwd=folder,
     )
     assert done != 0
     client, run = _only_run(uri)
@@ -295,13 +305,19 @@ def test_a_class_task_trains_on_the_toy(folder, tiny_run_overrides):
     task_yaml = "task:\n  name: custom\n  custom:\n    class: my_task.py:Echo\n    options: {answer: '7'}\n"
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     done = _harness(
-        "run", str(_run_file(folder, task_yaml, [])), *_sets(tiny_run_overrides), "--tracking-uri", uri, cwd=folder
+        "run",
+        str(_run_file(folder, task_yaml)),
+        *_sets(tiny_run_overrides, steps=1),
+        "--tracking-uri",
+        uri,
+        cwd=folder,
     )
     assert done == 0
     client, run = _only_run(uri)
     assert run.data.metrics["task/echo_groups"] == 4.0 and run.info.status == "FINISHED"
 
 
-def _sets(overrides: list[str]) -> list[str]:
-    """The tiny run's settings, less the toy task's (a custom task has none)."""
-    return [a for o in overrides if not o.startswith("task.") for a in ("--set", o)]
+def _sets(overrides: list[str], steps: int | None = None) -> list[str]:
+    """The tiny run's settings, less the toy task's (a custom task has none); `steps` replaces its step count."""
+    kept = [o for o in overrides if not o.startswith("task.") and not (steps and o.startswith("train.steps="))]
+    return [a for o in kept + ([f"train.steps={steps}"] if steps else []) for a in ("--set", o)]
