@@ -31,7 +31,10 @@ class Group:
 
 
 class Task(Protocol):
-    """A source of training groups and a grader for their completions."""
+    """A source of training groups and a grader for their completions: the contract a task class of the user's
+    (`task.custom.class`, docs/tasks.md) implements. `sample_groups` must draw from its `rng` only, so a seed makes
+    the run reproducible; `grade` should bound its own time when a model's output can make it slow
+    (`trainer.rewards.bounded.BoundedService`)."""
 
     name: str
 
