@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fake_loop import FakeBackend, FakeLM
 from pydantic import ValidationError
 
 from harness.config.run_config import RunConfig
@@ -28,7 +29,6 @@ from trainer.objective import (
 )
 from trainer.objective.masks import sign_weight
 from trainer.rewards.grade import Grade
-from trainer.rollout.base import RolloutBatch
 from trainer.tasks.base import Group
 
 F64 = torch.float64
@@ -270,40 +270,6 @@ class FakeTask:
 
     def step_metrics(self, groups, grades, lengths):
         return {}
-
-
-class FakeBackend:
-    """Response of sample j: tokens [10 + j] × (j + 1), text 'j'."""
-
-    def __init__(self):
-        self.calls: list[list[str]] = []
-
-    def generate(self, prompts, params, seed):
-        self.calls.append(list(prompts))
-        idx = [int(p.split(":")[1]) for p in prompts]
-        n, L = len(prompts), max(idx) + 1
-        lengths = torch.tensor([j + 1 for j in idx])
-        ids = torch.zeros(n, L, dtype=torch.long)
-        for i, j in enumerate(idx):
-            ids[i, : j + 1] = 10 + j
-        mask = (torch.arange(L) < lengths[:, None]).long()
-        prompt_ids, prompt_mask = torch.full((n, 2), 3), torch.ones(n, 2, dtype=torch.long)
-        logprobs, truncated = torch.zeros(n, L), torch.zeros(n, dtype=torch.bool)
-        return RolloutBatch(prompt_ids, prompt_mask, ids, mask, logprobs, lengths, truncated, [str(j) for j in idx])
-
-    def sync_weights(self, model):
-        pass
-
-
-class FakeLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb, self.out = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32)
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0):
-        logits = self.out(self.emb(input_ids))
-        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 
 def _fake_trainer(objective: ObjectiveSettings, group_size: int = 4, **train):
