@@ -240,12 +240,16 @@ def parse(request, monkeypatch):
         ("a: {k: &s " + "x" * 4096 + "}\n" + "".join(f"c{i}: *s\n" for i in range(1024)), "top level: holds more"),
         # an alias at level 27 (top level 1, b 2, in 25 lists) to a node 7 levels high: 33 levels once expanded
         ("a: &d [[[[[[1]]]]]]\nb: " + "[" * 25 + "*d" + "]" * 25 + "\n", "b" + "[0]" * 25 + ": nested deeper than 32"),
-        ("a: " + "[" * 50_000 + "]" * 50_000 + "\n", "nested deeper than 32 levels"),
+        ("a: " + "[" * 50_000 + "]" * 50_000 + "\n", "f.yaml: a: line 1: nested deeper than 32 levels"),
+        # past the 1000 levels at which PyYAML 6.0.4's libyaml refuses a document itself: harness's words all the same
+        ("x: 1\ntrain:\n  lr: " + "[" * 1100 + "]" * 1100 + "\n", "f.yaml: train.lr: line 3: nested deeper than 32"),
+        ("b:\n" + "".join("  " * i + "- \n" for i in range(1, 1100)), "f.yaml: b: line 33: nested deeper than 32"),
         ("a: &r [*r]\n", "a[0]: a YAML alias refers to itself"),
         ("a: 1\na: 2\n", "a: line 2: duplicate key"),
         ("a: " + "9" * 5000 + "\n", "line 1, column 4: invalid YAML: Exceeds the limit (4300 digits)"),
     ],
-    ids=["string aliased", "bytes not characters", "mapping values", "depth through an alias", "nesting", "cycle",
+    ids=["string aliased", "bytes not characters", "mapping values", "depth through an alias", "nesting",
+         "flow nesting past libyaml's limit", "block nesting", "cycle",
          "duplicate key", "int of 5000 digits"],
 )  # fmt: skip
 def test_documents_that_expand_past_a_limit_are_refused_before_they_are_built(parse, text, message):

@@ -66,6 +66,10 @@ class _PyEvents(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
         super().fetch_flow_collection_start(token_class)
 
 
+_LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
+"""libyaml's own refusal (at 1000 levels, in the libyaml PyYAML 6.0.4 bundles): its scanner reads up to 1 KiB ahead of
+the composer, so a line of `[[[[…` reaches that limit before `MAX_DEPTH` is checked. That is far deeper than
+`MAX_DEPTH`, so harness refuses it in its own words, with the key the composer was reading."""
 # libyaml scans and parses; PyYAML's composer, below, builds the nodes (so that nesting is checked as it goes) and
 # its constructor the values. A 1 MiB file of 90,000 aliases is composed in 0.15 s so, 1.6 s in pure Python.
 _Events = yaml.cyaml.CParser if yaml.__with_libyaml__ else _PyEvents
@@ -76,6 +80,8 @@ class _Loader(yaml.composer.Composer, _Events, yaml.constructor.SafeConstructor,
 
     def __init__(self, stream: Any):
         self._path: list[str] = []
+        self.broken_at: str | None = None
+        """The dotted key being read when the events broke off (libyaml's own refusals name none)."""
         _Events.__init__(self, stream)
         yaml.composer.Composer.__init__(self)
         yaml.constructor.SafeConstructor.__init__(self)
@@ -87,6 +93,10 @@ class _Loader(yaml.composer.Composer, _Events, yaml.constructor.SafeConstructor,
             if len(self._path) > MAX_DEPTH:
                 raise _KeyedError(self._keys(), f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
             return super().compose_node(parent, index)
+        except yaml.MarkedYAMLError:
+            if self.broken_at is None:
+                self.broken_at = self._keys()
+            raise
         finally:
             self._path.pop()
 
@@ -227,6 +237,9 @@ def _parse(text: str, where: str) -> Any:
     except _KeyedError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
+        if _LIBYAML_TOO_DEEP in str(getattr(exc, "problem", "")):
+            exc = _KeyedError(loader.broken_at or "", f"nested deeper than {MAX_DEPTH} levels", exc.problem_mark)
+            raise ConfigError(f"{where}: {exc}") from None
         raise ConfigError(f"{where}: {_yaml_problem(exc)}") from None
     finally:
         loader.dispose()
