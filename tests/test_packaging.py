@@ -66,3 +66,18 @@ def test_trl_is_an_extra_pinned_to_the_tested_series_never_a_core_dependency():
     assert extras["trl"] == [TRL_REQUIREMENT] and TRL_REQUIREMENT in extras["dev"]  # CI tests what users get
     assert all(Requirement(r).name != "trl" for r in PROJECT["dependencies"])
     assert all(str(Requirement(r).specifier) == str(Requirement(TRL_REQUIREMENT).specifier) for r in extras["bench"])
+
+
+def test_the_lock_pins_every_dependency_within_pyproject_ranges():
+    """constraints-cpu.txt (made by `.ci/newest --write-lock`) pins each requirement of harness[dev] at a version its
+    range admits: a range changed in pyproject.toml without a new lock fails here, not in a newcomer's install."""
+    from packaging.utils import canonicalize_name
+
+    lines = (ROOT / "constraints-cpu.txt").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in lines if line and not line.startswith("#"))
+    assert all(canonicalize_name(name) == name for name in pins), "pins are written by their canonical names"
+    for req in map(Requirement, [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["dev"]]):
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req}: not in constraints-cpu.txt (run python .ci/newest --write-lock)"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req}: the lock pins {pins[name]}"
+    assert pins["torch"] == "2.13.0", "CPU installs take torch 2.13.0's CPU build"
