@@ -20,9 +20,11 @@ SLOW_FIXTURES = {"toy_cache", "tiny_run_overrides", "dashboard_store", "failed_s
 """A test that uses one of these trains a toy model (or starts Ray): it is marked slow."""
 
 
-LAST = ("tests/test_bad_inputs.py::test_every_malformed_file_is_one_line_exit_2_fast_and_writes_nothing",)
-"""Tests that run after all others: the malformed-input battery times each case against its bound with one case per
-core, so it runs alone, long after the default toy build that shares the first minutes of the suite."""
+LAST = (
+    "tests/test_bad_inputs.py::test_every_malformed_file_is_one_line_exit_2_within_the_cpu_bound_and_writes_nothing",
+)
+"""Tests that run after all others: the malformed-input battery runs one command per core, so it runs alone, long
+after the default toy build that shares the first minutes of the suite."""
 
 
 def pytest_collection_modifyitems(items):

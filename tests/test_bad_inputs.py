@@ -1,7 +1,9 @@
 """A battery of malformed sweep and run files, each through the real `harness` command.
 
 For every case: exit code 2, exactly one stderr line naming the file and the key, no MLflow store
-and nothing else written (so no job started), and an answer within 2 s (the bound the README promises).
+and nothing else written (so no job started), and at most `CPU_BOUND_S` of CPU time. The bound is CPU time, which a
+busy machine hardly stretches, not wall-clock time, which it does: how fast an answer comes on a given machine and
+load is measured by benchmarks/bad_input_latency.py (figures in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import resource
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unicodedata
@@ -22,8 +25,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUND_S = 2.0
-"""Each bad file is answered in under 2 s."""
+CPU_BOUND_S = 4.0
+"""CPU seconds (user + system) a command may use to refuse a bad file: what only a blow-up reaches. A refusal took
+0.3-0.8 s of CPU on a 2-core AMD EPYC (at most 1.0 s with the cores twice oversubscribed) and ~1 s on a slow, loaded
+2-core Intel, most of it Python's start and the config modules' imports; walking an expanded alias bomb (9^8 values)
+or planning a 10^6-job grid (~18 s at benchmarks/plan_speed.py's rate) each take well over the bound. Heavy imports
+(torch or MLflow: ~2 s each) are caught by name in test_validating_a_config_imports_no_torch_mlflow_or_numpy."""
+HANG_S = 30
+"""Wall-clock seconds after which a command is killed and reported: a hang guard, which no refusal comes near."""
 
 
 @dataclass
@@ -818,16 +827,26 @@ def _limit_memory() -> None:  # a regression must not take the shared machine do
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 
 
+def _run_cli(args: list[str], **popen) -> tuple[int | None, str, str, float]:
+    """`python -m harness.cli ARGS` to its end: (exit code, or None when it was killed at `HANG_S`; stdout; stderr;
+    its CPU seconds). `os.wait4` gives this child's own CPU time, whatever else runs or is reaped beside it."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=out, stderr=err, **popen)
+        hung = threading.Event()
+        timer = threading.Timer(HANG_S, lambda: (hung.set(), proc.kill()))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return None if hung.is_set() else proc.returncode, out.read(), err.read(), usage.ru_utime + usage.ru_stime
+
+
 def _check(case: Case, workdir: Path) -> str | None:
-    """Run one case in its own folder; the problem found, or None. Over the time bound alone, the case is
-    run once more (the machine is shared: a busy moment is not the command's doing) and the faster counts."""
-    problem = _check_once(case, workdir / "1")
-    if problem and problem.startswith("took "):
-        problem = _check_once(case, workdir / "2") and problem
-    return problem
-
-
-def _check_once(case: Case, workdir: Path) -> str | None:
+    """Run one case in its own folder; the problem found, or None."""
     workdir.mkdir(parents=True)
     base = (ROOT / "ablations" / "toy_run.yaml").read_text()
     (workdir / "base.yaml").write_text(base)
@@ -843,26 +862,10 @@ def _check_once(case: Case, workdir: Path) -> str | None:
     before = _snapshot(workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(PYTHONPATH=str(ROOT), **case.env)
-    err_path = workdir.parent / f"{workdir.name}.stderr"  # outside the folder, which must stay untouched
-    with open(err_path, "w") as err_file:
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", case.command, path, *args],
-            cwd=workdir,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err_file,
-            preexec_fn=_limit_memory,
-        )
-        timer = threading.Timer(30, proc.kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)  # wait4: the child's own CPU time, whatever runs beside it
-        wall = time.perf_counter() - start
-        timer.cancel()
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
-    if code == -9 and wall >= 30:
-        return "no answer in 30 s"
-    err = err_path.read_text().strip()
+    code, _, err, cpu = _run_cli([case.command, path, *args], cwd=workdir, env=env, preexec_fn=_limit_memory)
+    if code is None:
+        return f"no answer in {HANG_S} s"
+    err = err.strip()
     problems = []
     if code != case.code:
         problems.append(f"exit {code}")
@@ -878,10 +881,8 @@ def _check_once(case: Case, workdir: Path) -> str | None:
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k, 0) != after.get(k, 0))
     if changed:
         problems.append(f"wrote or changed {changed}")
-    if wall >= BOUND_S:
-        problems.append(
-            f"took {wall:.2f} s ({usage.ru_utime + usage.ru_stime:.2f} s CPU, load {os.getloadavg()[0]:.1f})"
-        )
+    if cpu >= CPU_BOUND_S:
+        problems.append(f"used {cpu:.2f} s of CPU")
     return f"{'; '.join(problems)} | {err.splitlines()[-1][:300] if err else ''}" if problems else None
 
 
@@ -913,7 +914,7 @@ IN_PROCESS = [c for c in CASES if not (c.args or c.env or c.file or c.setup)]
 
 @pytest.mark.parametrize("case", IN_PROCESS, ids=lambda c: c.name)
 def test_each_file_is_refused_in_process_with_one_line_naming_its_key(case, tmp_path, monkeypatch, capsys):
-    """`main` on each case's file (the battery below runs each as its own command, with its time and memory
+    """`main` on each case's file (the battery below runs each as its own command, with its CPU and memory
     bounds): exit 2, one line naming the file and the key, and nothing written beside the files."""
     from harness.cli import main
 
@@ -928,7 +929,7 @@ def test_each_file_is_refused_in_process_with_one_line_naming_its_key(case, tmp_
 
 
 @pytest.mark.slow
-def test_every_malformed_file_is_one_line_exit_2_fast_and_writes_nothing(tmp_path):
+def test_every_malformed_file_is_one_line_exit_2_within_the_cpu_bound_and_writes_nothing(tmp_path):
     workers = max(1, min(4, os.cpu_count() or 1))  # one case per core: the suite runs this test last and alone
     with ThreadPoolExecutor(workers) as pool:
         results = list(pool.map(lambda ic: _check(ic[1], tmp_path / f"case{ic[0]}"), enumerate(CASES)))
@@ -1177,29 +1178,21 @@ def test_tune_refuses_a_set_on_a_searched_key(tmp_path):
     assert load_tune(ROOT / "ablations" / "tune_dr_grpo_lr.yaml", ["train.steps=5"]).base["train"]["steps"] == 5
 
 
-BOUND_UNWRITABLE_S = 1.0
-"""Issue 30: an unwritable cache folder is answered in under a second."""
-
-
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("command", ["run", "sweep"])
-def test_an_unwritable_cache_dir_is_one_line_exit_2_within_a_second_and_creates_no_store(tmp_path, command):
+def test_an_unwritable_cache_dir_is_one_line_exit_2_within_the_cpu_bound_and_creates_no_store(tmp_path, command):
+    """Issue 30: the folder is probed before anything is made or loaded, so the refusal costs what any bad file's
+    does (~0.5 s of CPU on a 2-core AMD EPYC), within the same CPU bound."""
     # /proc refuses a new folder to root too, whom permission bits (os.access) let through
     file = ROOT / "ablations" / ("toy_run.yaml" if command == "run" else "dr_grpo_bias.yaml")
     db = tmp_path / "mlflow.db"
     args = [command, str(file), "--set", "model.cache_dir=/proc/nope", "--tracking-uri", f"sqlite:///{db}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for _ in range(2):  # the machine is shared: over the bound alone, the command is run once more
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env)
-        wall = time.perf_counter() - start
-        if wall < BOUND_UNWRITABLE_S:
-            break
-    err = proc.stderr.strip()
-    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    code, _, err, cpu = _run_cli(args, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    err = err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, (code, err)
     assert str(file) in err and "model.cache_dir: /proc/nope cannot be created (/proc: " in err, err
     assert not db.exists() and not list(tmp_path.iterdir())
-    assert wall < BOUND_UNWRITABLE_S, f"{wall:.2f} s (load {os.getloadavg()[0]:.1f})"
+    assert cpu < CPU_BOUND_S, f"{cpu:.2f} s of CPU"
 
 
 def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path):
@@ -1226,27 +1219,22 @@ def test_a_folder_is_probed_by_writing_in_it_and_nothing_is_left_behind(tmp_path
 @pytest.mark.parametrize("store", list(STORES))
 def test_the_dashboard_refuses_a_store_harness_did_not_make_in_one_line_before_serving(store, tmp_path):
     """`harness dashboard` on each of STORES: exit 3 and one line naming the URI, before Streamlit starts (a server
-    would show every page's error instead, and not exit), fast, and the store left byte for byte as it was."""
+    would show every page's error instead, and not exit), within the bad files' CPU bound, and the store left byte
+    for byte as it was."""
     from dashboard.browser import free_port
 
     args = STORES[store](tmp_path)
     before = _snapshot(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "dashboard", "--port", str(free_port()), *args],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=30,  # a server that started never exits: this raises
+    # a server that started never exits: it is killed at HANG_S, and `code` is None
+    code, _, err, cpu = _run_cli(
+        ["dashboard", "--port", str(free_port()), *args], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}
     )
-    wall = time.perf_counter() - start
-    err = proc.stderr.strip()
-    assert proc.returncode == 3 and len(err.splitlines()) == 1, err
+    err = err.strip()
+    assert code == 3 and len(err.splitlines()) == 1, (code, err)
     assert err.startswith(f"harness: data error: --tracking-uri: {args[1]} "), err
     assert _snapshot(tmp_path) == before
-    assert wall < 3 * BOUND_S, f"{wall:.2f} s (load {os.getloadavg()[0]:.1f})"
+    assert cpu < CPU_BOUND_S, f"{cpu:.2f} s of CPU"
 
 
 def test_a_store_is_probed_read_only_and_an_empty_or_new_one_passes(tmp_path):
@@ -1269,9 +1257,10 @@ def test_a_store_is_probed_read_only_and_an_empty_or_new_one_passes(tmp_path):
     assert _snapshot(tmp_path) == before
 
 
-def test_a_server_passes_the_probe_with_any_http_answer_and_fails_it_fast_when_silent():
+def test_a_server_passes_the_probe_with_any_http_answer_and_fails_it_after_one_timeout_when_silent():
     """Any HTTP answer will do (here 501, from a server with no routes): the probe asks whether it answers, and
-    MLflow's own calls then say what it answered. One that accepts and never answers fails after TIMEOUT_S."""
+    MLflow's own calls then say what it answered. One that accepts and never answers fails after TIMEOUT_S, having
+    connected once (no retries)."""
     import http.server
     import socket
 
@@ -1285,11 +1274,22 @@ def test_a_server_passes_the_probe_with_any_http_answer_and_fails_it_fast_when_s
         server.server_close()
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
-        silent.listen(1)
+        silent.listen(8)  # room for a retry's connection in the queue, to be counted below
         start = time.perf_counter()
         problem = store_problem(f"http://127.0.0.1:{silent.getsockname()[1]}")
-    assert problem == f"does not answer (no response in {TIMEOUT_S:g} s)"
-    assert time.perf_counter() - start < TIMEOUT_S + 2
+        seconds = time.perf_counter() - start
+        silent.setblocking(False)
+        connections = 0
+        while True:
+            try:
+                silent.accept()[0].close()
+            except BlockingIOError:
+                break
+            connections += 1
+    assert problem == f"does not answer (no response in {TIMEOUT_S:g} s)" and connections == 1, (problem, connections)
+    # a hang guard only, in wall-clock time: the probe waits on a socket (no CPU time to count), and the one
+    # connection above already shows one timeout, not several
+    assert seconds < TIMEOUT_S + 10, seconds
 
 
 def test_an_empty_store_file_reads_as_empty_and_is_left_empty(tmp_path, monkeypatch, capsys):
