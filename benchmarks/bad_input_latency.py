@@ -5,7 +5,7 @@ Python's start, importing pydantic + yaml, and importing the config modules.
 
 Each command runs `repeats` times (default 5), one at a time; for each, the median and the slowest wall-clock time
 and the median CPU time of the command's process (user + system, from `os.wait4`). The cases are a sample of
-tests/test_bad_inputs.py's battery, with the unwritable cache folder of issue 30 and the dashboard's refusal of a
+tests/test_bad_inputs.py's battery, with an unwritable cache folder and the dashboard's refusal of a
 store harness did not make. The tests bound CPU time only, which a busy machine hardly stretches; wall-clock time is
 this script's, shown with the machine (CPU model, cores) and its load (the 1, 5 and 15-minute load averages, as
 `uptime` prints them, before and after). Prints a table; writes results/benchmarks/bad_input_latency.json.
@@ -29,7 +29,7 @@ from _report import write_json
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = "name: s\nbase: base.yaml\nseeds: [0, 1]\n"
 UNWRITABLE = ["--set", "model.cache_dir=/proc/nope", "--tracking-uri", "sqlite:///store/mlflow.db"]
-"""Issue 30's case: /proc refuses a new folder to root too (the store's folder is never made)."""
+"""An unwritable cache folder: /proc refuses a new folder to root too (the store's folder is never made)."""
 CASES = {  # name: (command, file text or a path as it is, extra args)
     "sweep: lr .inf": ("sweep", SWEEP + "grid:\n  train.lr: [.inf, 0.1]\n", []),
     "sweep: duplicate key": ("sweep", SWEEP + "seeds: [3]\ngrid:\n  train.lr: [0.1]\n", []),
@@ -70,14 +70,13 @@ def _measure(cmd: list[str], cwd: Path, repeats: int) -> dict[str, float | int]:
     return {"exit": code, "median_s": statistics.median(walls), "max_s": max(walls), "cpu_s": statistics.median(cpus)}
 
 
-def _cpu_model() -> str:
-    """The CPU's model name and vendor (Linux's /proc/cpuinfo; elsewhere what `platform` knows)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    return f"{info.get('model name', '?')} ({info.get('vendor_id', '?')})"
+def _machine() -> str:
+    """The CPU's model and torch's CPU path, as every run records them (trainer.models.fingerprint)."""
+    sys.path.insert(0, str(ROOT))
+    from trainer.models.fingerprint import Machine
+
+    here = Machine.here()
+    return f"{here.cpu_model}, torch {here.torch_version} {here.cpu_capability}"
 
 
 def _free_port() -> int:
@@ -113,7 +112,8 @@ def main() -> None:
             }
         )
     load_after = os.getloadavg()
-    machine = f"{_cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    cpu = _machine()  # after the measurements: importing torch here costs nothing they measure
+    machine = f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
     load = f"load {' '.join(f'{x:.2f}' for x in load_before)} -> {' '.join(f'{x:.2f}' for x in load_after)}"
     print(f"{started:%Y-%m-%d %H:%M %Z}: {machine}; {load} (1, 5, 15 min); {repeats} runs each")
     print(f"{'what':40} {'kind':9} {'exit':>4} {'median s':>9} {'max s':>7} {'cpu s':>6}")
@@ -123,7 +123,7 @@ def main() -> None:
         "bad_input_latency",
         {
             "date": started.isoformat(timespec="seconds"),
-            "cpu": _cpu_model(),
+            "cpu": cpu,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "repeats": repeats,
