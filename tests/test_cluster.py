@@ -21,7 +21,6 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 pytestmark = pytest.mark.slow  # a Ray cluster and a tracking server
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 3
 LONG = 20
 """Steps of the jobs a fault hits: long enough to be caught running on every node."""
 JOBS = 3
@@ -50,7 +49,7 @@ def _tiny_set(tiny_run_overrides: list[str], steps: int) -> str:
     return "set:\n" + "".join(f"  {k}: {v}\n" for k, v in items.items())
 
 
-def _sweep_file(tmp_path: Path, tiny_run_overrides: list[str], name: str, steps: int = STEPS) -> Path:
+def _sweep_file(tmp_path: Path, tiny_run_overrides: list[str], name: str, steps: int) -> Path:
     """JOBS jobs: one per node, all at once."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(
@@ -106,7 +105,7 @@ def _job_runs(uri: str, name: str) -> dict[str, list]:
     return out
 
 
-def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int = STEPS) -> None:
+def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int) -> None:
     client = MlflowClient(uri)
     jobs = _job_runs(uri, name)
     assert len(jobs) == JOBS, sorted(jobs)
@@ -115,21 +114,6 @@ def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int = ST
         assert len(finished) == 1, (job_id, [(r.info.status, r.data.tags.get("failure_reason")) for r in runs])
         logged = [m.step for m in client.get_metric_history(finished[0].info.run_id, "train/reward_mean")]
         assert logged == list(range(1, steps + 1)), (job_id, logged)
-
-
-def test_a_sweep_across_three_nodes_logs_to_a_tracking_server_and_a_rerun_trains_nothing(
-    cluster, tracking_server, tmp_path, tiny_run_overrides, driver
-):
-    path, name = _sweep_file(tmp_path, tiny_run_overrides, "cluster_sweep"), "cluster_sweep"
-    args = ("sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3")
-    code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))
-    assert code == 0, out[-3000:]
-    assert f"{JOBS} finished, 0 already done, 0 failed" in out, out[-2000:]
-    _one_finished_run_each_with_every_point(tracking_server.url, name)
-    nodes = {r.data.tags.get("ray_node") for runs in _job_runs(tracking_server.url, name).values() for r in runs}
-    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # one on each node
-    code, out = _finish(driver(*args, "--tracking-uri", tracking_server.url))  # the driver reads the server
-    assert code == 0 and f"0 finished, {JOBS} already done, 0 failed" in out, out[-2000:]
 
 
 def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice(
@@ -200,17 +184,19 @@ def _worker_node_running_a_job(cluster, proc: subprocess.Popen, uri: str, name: 
     raise AssertionError("three jobs never ran at once")
 
 
-def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(
+def test_a_sweep_across_three_nodes_loses_no_metric_point_while_its_server_stops_and_a_rerun_trains_nothing(
     cluster, tracking_server, tmp_path, tiny_run_overrides, driver
 ):
-    """The server goes away for 8 s while jobs log, then comes back on the same port and store: MLflow's client
-    retries each write with bounded exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2),
-    so every job ends with one FINISHED run and every metric point."""
+    """A sweep on the cluster logs to the tracking server, one job on each node. The server goes away for 8 s while
+    the jobs log, then comes back on the same port and store: MLflow's client retries each write with bounded
+    exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2), so every job ends with one
+    FINISHED run and every metric point. A rerun reads the server and trains nothing."""
     path, name = _sweep_file(tmp_path, tiny_run_overrides, "server_stopped", LONG), "server_stopped"
-    proc = driver(
+    args = (
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3",
         "--tracking-uri", tracking_server.url,
     )  # fmt: skip
+    proc = driver(*args)
     _worker_node_running_a_job(cluster, proc, tracking_server.url, name)
     tracking_server.stop()
     time.sleep(8)
@@ -219,6 +205,10 @@ def test_a_tracking_server_stopped_mid_sweep_loses_no_metric_point(
     assert code == 0, out[-3000:]
     assert f"{JOBS} finished, 0 already done, 0 failed" in out, out[-2000:]
     _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
+    nodes = {r.data.tags.get("ray_node") for runs in _job_runs(tracking_server.url, name).values() for r in runs}
+    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # one on each node
+    code, out = _finish(driver(*args))
+    assert code == 0 and f"0 finished, {JOBS} already done, 0 failed" in out, out[-2000:]
 
 
 TUNE_STEPS = 20
