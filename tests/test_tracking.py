@@ -54,6 +54,40 @@ def test_prepare_store_is_idempotent(tmp_path):
     assert prepare_store(uri, "other") != first
 
 
+def test_a_fresh_store_is_a_copy_of_the_process_s_migrated_one_and_opens_like_one(tmp_path, monkeypatch):
+    """The first fresh SQLite store of a process runs MLflow's migrations; the next ones (a missing file, or an
+    empty one) are copies and run none, at the same schema, with MLflow's Default experiment beside the database."""
+    import sqlite3
+
+    import mlflow.store.db.utils
+    import sqlalchemy
+
+    def version(db: Path) -> list:
+        with sqlite3.connect(db) as con:
+            return con.execute("SELECT version_num FROM alembic_version").fetchall()
+
+    prepare_store(f"sqlite:///{tmp_path}/first/mlflow.db", "exp")  # the process's template exists from here on
+    migrated = tmp_path / "migrated.db"
+    mlflow.store.db.utils._initialize_tables(sqlalchemy.create_engine(f"sqlite:///{migrated}"))
+
+    def refuse(engine):
+        raise AssertionError("a fresh store ran MLflow's migrations")
+
+    monkeypatch.setattr(mlflow.store.db.utils, "_initialize_tables", refuse)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "mlflow.db").touch()
+    for db in (tmp_path / "missing" / "mlflow.db", tmp_path / "empty" / "mlflow.db"):
+        uri = f"sqlite:///{db}"
+        experiment_id = prepare_store(uri, "exp")
+        assert version(db) == version(migrated)
+        client = MlflowClient(uri)
+        run = client.create_run(experiment_id)
+        client.log_metric(run.info.run_id, "m", 1.0, step=1)
+        assert [m.value for m in client.get_metric_history(run.info.run_id, "m")] == [1.0]
+        assert client.get_experiment("0").artifact_location == (db.parent / "artifacts" / "0").as_uri()
+        assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db", "mlflow.db.store.lock"]  # no temp file
+
+
 def test_flatten_params_dotted_and_truncated():
     flat = flatten_params({"a": {"b": 1, "c": {"d": [1, 2]}, "e": {}}, "f": None, "g": "x" * 7000})
     assert flat["a.b"] == "1"

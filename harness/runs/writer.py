@@ -9,11 +9,13 @@ at once crash in its schema migration, so the store is created once (`prepare_st
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 import queue
+import sqlite3
 import tempfile
 import threading
 import time
@@ -39,9 +41,11 @@ from harness.runs.layout import (
     PRUNED,
     SEQUENTIAL_ARTIFACT,
     SEQUENTIAL_TAG,
+    SQLITE_PREFIX,
     STATUS_TAG,
     STOP_REASON_TAG,
     sqlite_path,
+    store_exists,
 )
 from harness.runs.locks import hold
 
@@ -86,6 +90,8 @@ def prepare_store(uri: str, experiment_name: str) -> str:
         db.parent.mkdir(parents=True, exist_ok=True)
         artifact_location = (db.parent / "artifacts").resolve().as_uri()
     with hold(lock_file(uri, "store")):
+        if db is not None and not store_exists(uri):
+            _write_empty_store(db)
         client = MlflowClient(tracking_uri=uri)
         experiment = client.get_experiment_by_name(experiment_name)
         if experiment is None:
@@ -98,6 +104,38 @@ def prepare_store(uri: str, experiment_name: str) -> str:
         if experiment.lifecycle_stage == "deleted":
             client.restore_experiment(experiment.experiment_id)
         return experiment.experiment_id
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_sqlite_store() -> bytes:
+    """An empty MLflow SQLite store at this MLflow's schema, as bytes: made once per process.
+
+    MLflow makes a fresh store by running its Alembic migrations one by one (~1 s of CPU); a process that makes
+    several stores (a test session, a study's trials) copies this one instead. MLflow checks the schema of every
+    store it opens, so a copy is opened like any other store.
+    """
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # ~1 s: only where a store is made
+
+    with tempfile.TemporaryDirectory(prefix="harness-store-") as tmp:
+        db = Path(tmp) / "mlflow.db"
+        SqlAlchemyStore(f"{SQLITE_PREFIX}{db}", (Path(tmp) / "artifacts").as_uri()).engine.dispose()
+        return db.read_bytes()
+
+
+def _write_empty_store(db: Path) -> None:
+    """Create the SQLite store `db` (absent or 0 bytes) as a copy of `_empty_sqlite_store`, whole or not at all.
+    MLflow's Default experiment (id 0) gets its artifacts beside the database, as harness's experiments do, rather
+    than under the folder the copy was made in."""
+    with tempfile.NamedTemporaryFile(dir=db.parent, prefix=f".{db.name}.", delete=False) as tmp:
+        tmp.write(_empty_sqlite_store())
+    try:
+        with sqlite3.connect(tmp.name) as con:
+            location = (db.parent / "artifacts" / "0").resolve().as_uri()
+            con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (location,))
+        con.close()
+        os.replace(tmp.name, db)
+    finally:
+        Path(tmp.name).unlink(missing_ok=True)
 
 
 def store_client(uri: str) -> MlflowClient:
