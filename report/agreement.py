@@ -7,8 +7,10 @@ path or store: the published ones, say).
 For each claim of the sweep file: its effect and interval on each store, their difference with its t interval,
 and a two-sided test of a zero difference, Holm-adjusted across the claims (`harness.analysis.agreement`).
 `--against` takes another store, or the JSON this command wrote (its "yours" side is read: docs/reference/ holds
-the published main job's). Writes results/reports/agreement.json. Exit code 1 when a difference is significant
-after Holm.
+the published main job's; a reference of another sweep, or with claims the sweep file lacks, is refused). Writes
+results/reports/agreement.json (valid JSON: null where a number could not be had). A claim that cannot be compared
+(missing from a side, or a side with no spread) is printed as "not compared" with why. Exit code 1 when a
+difference is significant after Holm or a claim was not compared.
 """
 
 from __future__ import annotations
@@ -51,11 +53,13 @@ def _main(args: argparse.Namespace) -> int:
     uri, sweep, claims, _ = resolve(args.sweep, args.tracking_uri, args.profile)
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none")
+    if reference is not None:
+        _check_reference(Path(args.against), reference[2], set(reference[0]), sweep.name, [c.id for c in claims])
     data = read_sweep(reader_for(uri), sweep)
     yours, machines = gather(data, claims, alpha=args.alpha), _machines(data)
     if reference is not None:
         other_uri, their_machines = args.against, reference[1]
-        theirs = [reference[0].get(c.id, Evidence(pd.DataFrame())) for c in claims]
+        theirs = [reference[0].get(c.id, Evidence(pd.DataFrame(), note="not in the reference")) for c in claims]
     else:
         other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
         other_data = read_sweep(reader_for(other_uri), other)
@@ -66,15 +70,21 @@ def _main(args: argparse.Namespace) -> int:
     print(f"  theirs: {'; '.join(their_machines) or 'machine not recorded'}")
     print(f"{'claim':34} {'yours':>28} {'theirs':>28} {'difference':>28} {'p (Holm)':>9}  each in other's CI")
     for g in found:
+        if g.not_compared:
+            print(f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28}  not compared: {g.not_compared}")
+            continue
         print(
             f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28} {_interval(g.difference, g.low, g.high):>28} "
             f"{g.p_holm:9.3g}  {'yes' if g.each_inside else 'no'}"
         )
     differ = [g.claim for g in found if g.p_holm < args.alpha]
+    missing = [g.claim for g in found if g.not_compared]
+    if missing:
+        print(f"not compared: {', '.join(missing)}")
     print(
         f"differ at α {args.alpha:g} after Holm: {', '.join(differ)}"
         if differ
-        else f"no claim's effect differs at α {args.alpha:g} after Holm"
+        else f"no compared claim's effect differs at α {args.alpha:g} after Holm"
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,34 +98,53 @@ def _main(args: argparse.Namespace) -> int:
                 "claims": [_record(g) for g in found],
             },
             indent=2,
+            allow_nan=False,
         )
     )
-    return 1 if differ else 0
+    return 1 if differ or missing else 0
 
 
 def _machines(data: SweepData) -> list[str]:
     return [f"{m.runs} runs on {m.machine.text()}" for m in machine_runs(data.runs["machine"])]
 
 
-def _reference(path: Path) -> tuple[dict[str, Evidence], list[str]]:
+def _reference(path: Path) -> tuple[dict[str, Evidence], list[str], str]:
     """Each claim's effect as an earlier run of this command wrote it (its "yours" side: a published reference),
-    and the machines it ran on."""
+    the machines it ran on, and its sweep's name."""
     fields = ("effect", "low", "high", "se", "df")
     try:
         written = json.loads(path.read_text())
         found = {
-            str(r["claim"]): Evidence(pd.DataFrame(), **{k: float(r["yours"][k]) for k in fields})
+            str(r["claim"]): Evidence(
+                pd.DataFrame(),
+                **{k: _number(r["yours"][k]) for k in fields},
+                seeds=int(r["yours"].get("seeds") or 0),
+            )
             for r in written["claims"]
         }
-        return found, [str(m) for m in written.get("machines", [])]
+        return found, [str(m) for m in written.get("machines", [])], str(written["sweep"])
     except FileNotFoundError:
         raise DataError(f"{path}: --against: no such file") from None
     except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{path}: --against: not a report.agreement JSON ({type(exc).__name__}: {exc})") from None
 
 
+def _number(x: object) -> float:
+    """A number of the JSON (null, written where none could be had, reads back as NaN)."""
+    return math.nan if x is None else float(x)  # type: ignore[arg-type]
+
+
+def _check_reference(path: Path, its_sweep: str, its_claims: set[str], sweep: str, claims: list[str]) -> None:
+    """Refuse, in one line, a reference written for another sweep or holding claims the sweep file lacks (a claim
+    the reference lacks is "not compared" instead)."""
+    if its_sweep != sweep:
+        raise DataError(f"{path}: --against: a reference of sweep '{its_sweep}', not of '{sweep}'")
+    if extra := sorted(its_claims - set(claims)):
+        raise DataError(f"{path}: --against: claims the sweep file does not declare: {', '.join(extra)}")
+
+
 def _side(e: Evidence) -> str:
-    return _interval(e.effect, e.low, e.high)
+    return _interval(e.effect, e.low, e.high) if math.isfinite(e.effect) else "—"
 
 
 def _interval(x: float, low: float, high: float) -> str:
@@ -123,20 +152,24 @@ def _interval(x: float, low: float, high: float) -> str:
 
 
 def _record(g: Agreement) -> dict:
+    def number(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
     def side(e) -> dict:
-        return {k: float(getattr(e, k)) for k in ("effect", "low", "high", "se", "df")} | {"seeds": int(e.seeds)}
+        return {k: number(getattr(e, k)) for k in ("effect", "low", "high", "se", "df")} | {"seeds": int(e.seeds)}
 
     return {
         "claim": g.claim,
         "yours": side(g.a),
         "theirs": side(g.b),
-        "difference": float(g.difference),
-        "low": float(g.low),
-        "high": float(g.high),
-        "p": float(g.p),
-        "p_holm": float(g.p_holm),
+        "difference": number(g.difference),
+        "low": number(g.low),
+        "high": number(g.high),
+        "p": number(g.p),
+        "p_holm": number(g.p_holm),
         "each_inside": bool(g.each_inside),
         "overlap": bool(g.overlap),
+        "not_compared": g.not_compared or None,
     }
 
 

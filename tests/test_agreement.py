@@ -73,9 +73,9 @@ def test_written_json_reads_back_as_the_reference(tmp_path):
 
     g = compare("c", _ev(12.0, 3.0, 8.0, 6.9), _ev(2.0, 4.0, 8.0, 9.2))
     path = tmp_path / "ref.json"
-    path.write_text(json.dumps({"machines": ["20 runs on X"], "claims": [_record(g)]}))
-    found, machines = _reference(path)
-    assert machines == ["20 runs on X"]
+    path.write_text(json.dumps({"sweep": "s", "machines": ["20 runs on X"], "claims": [_record(g)]}))
+    found, machines, sweep = _reference(path)
+    assert machines == ["20 runs on X"] and sweep == "s"
     back = found["c"]
     assert (back.effect, back.low, back.high, back.se, back.df) == (12.0, 12.0 - 6.9, 12.0 + 6.9, 3.0, 8.0)
 
@@ -86,7 +86,8 @@ def test_the_published_reference_has_every_claim_of_the_main_job():
     from report.agreement import _reference
 
     ROOT = Path(__file__).resolve().parents[1]
-    found, machines = _reference(ROOT / "docs" / "reference" / "dr_grpo_bias.json")
+    found, machines, sweep = _reference(ROOT / "docs" / "reference" / "dr_grpo_bias.json")
+    assert sweep == "dr_grpo_bias" and {e.seeds for e in found.values()} == {5}
     claims = yaml.safe_load((ROOT / "ablations" / "dr_grpo_bias.yaml").read_text())["claims"]
     assert set(found) == {c["id"] for c in claims}
     assert all(math.isfinite(e.se) and e.se > 0 for e in found.values())
@@ -99,3 +100,49 @@ def test_a_sweep_file_that_is_not_there_is_one_line_exit_2(tmp_path, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"report.agreement: config error: {tmp_path / 'none.yaml'}: no such sweep file"], err
+
+
+def test_a_side_without_an_estimate_or_a_spread_is_not_compared_and_left_out_of_holm():
+    """What cannot be tested says so: a claim missing from a side, a side whose runs are all the same, one seed."""
+    good = _ev(1.0, 1.0, 4.0, 3.0)
+    missing = Evidence(pd.DataFrame(), note="not in the reference")
+    flat = _ev(0.30, 0.0, 4.0, 0.0)  # every run the same
+    cases = [("m", good, missing), ("f", flat, good), ("one", good, _ev(0.0, math.nan, math.nan, 0.0))]
+    found = compare_all([*cases, ("ok", _ev(10.0, 1.0, 30.0, 2.0), _ev(0.0, 1.0, 30.0, 2.0))])
+    assert [g.not_compared for g in found] == [
+        "no estimate on theirs (not in the reference)",
+        "no spread on yours (one seed, or every run the same)",
+        "no spread on theirs (one seed, or every run the same)",
+        "",
+    ]
+    assert all(math.isnan(g.p_holm) for g in found[:3]) and found[3].p_holm == pytest.approx(found[3].p)
+
+
+def test_the_written_json_is_valid_json_and_a_not_compared_claim_reads_back_as_not_compared(tmp_path):
+    from report.agreement import _record, _reference
+
+    g = compare("c", _ev(1.0, math.nan, math.nan, 1.0), _ev(2.0, 1.0, 4.0, 3.0))
+    text = json.dumps({"sweep": "s", "claims": [_record(g)]}, allow_nan=False)  # raises on a bare NaN
+    assert "NaN" not in text and json.loads(text)["claims"][0]["p"] is None
+    path = tmp_path / "ref.json"
+    path.write_text(text)
+    back = _reference(path)[0]["c"]
+    assert back.effect == 1.0 and math.isnan(back.se)
+    assert compare("c", _ev(1.0, 1.0, 4.0, 3.0), back).not_compared.startswith("no spread on theirs")
+
+
+@pytest.mark.parametrize(
+    ("its_sweep", "its_claims", "message"),
+    [
+        ("gspo_length", {"a"}, "a reference of sweep 'gspo_length', not of 'dr_grpo_bias'"),
+        ("dr_grpo_bias", {"a", "z", "y"}, "claims the sweep file does not declare: y, z"),
+    ],
+)
+def test_a_reference_of_another_sweep_or_other_claims_is_refused_in_one_line(its_sweep, its_claims, message):
+    from harness.config.errors import DataError
+    from report.agreement import _check_reference
+
+    with pytest.raises(DataError) as refused:
+        _check_reference(Path("ref.json"), its_sweep, its_claims, "dr_grpo_bias", ["a", "b"])
+    assert str(refused.value) == f"ref.json: --against: {message}"
+    _check_reference(Path("ref.json"), "dr_grpo_bias", {"a"}, "dr_grpo_bias", ["a", "b"])  # b: not compared

@@ -35,6 +35,8 @@ class Agreement:
     """Two-sided t test of a zero difference."""
     p_holm: float = math.nan
     """`p` Holm-adjusted across the claims compared together (`compare_all`)."""
+    not_compared: str = ""
+    """Why no test could be had (a side without an estimate, or without a spread); "" when it was."""
 
     @property
     def each_inside(self) -> bool:
@@ -47,12 +49,13 @@ class Agreement:
         return max(self.a.low, self.b.low) <= min(self.a.high, self.b.high)
 
 
-def compare(claim: str, a: Evidence, b: Evidence) -> Agreement:
-    """The difference of `a`'s and `b`'s effects with its t interval and test (NaN where either side has none)."""
+def compare(claim: str, a: Evidence, b: Evidence, names: tuple[str, str] = ("yours", "theirs")) -> Agreement:
+    """The difference of `a`'s and `b`'s effects with its t interval and test; NaN, with `not_compared` saying why,
+    where either side has no estimate or no spread (`names` name the sides in that reason)."""
     difference = a.effect - b.effect
     se = math.hypot(a.se, b.se)
-    if not (math.isfinite(se) and se > 0 and a.df > 0 and b.df > 0):
-        return Agreement(claim, a, b, difference, math.nan, math.nan, math.nan)
+    if why := _untestable(a, names[0]) or _untestable(b, names[1]):
+        return Agreement(claim, a, b, difference, math.nan, math.nan, math.nan, not_compared=why)
     df = se**4 / (a.se**4 / a.df + b.se**4 / b.df)
     half = stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se
     p = 2 * stats.t.sf(abs(difference) / se, df)
@@ -63,3 +66,11 @@ def compare_all(pairs: list[tuple[str, Evidence, Evidence]]) -> list[Agreement]:
     """`compare` for each (claim, a, b), with Holm across those whose test could be had."""
     found = [compare(*pair) for pair in pairs]
     return [replace(g, p_holm=float(p)) for g, p in zip(found, holm([g.p for g in found]))]
+
+
+def _untestable(e: Evidence, name: str) -> str:
+    if not math.isfinite(e.effect):
+        return f"no estimate on {name}" + (f" ({e.note})" if e.note else "")
+    if not (math.isfinite(e.se) and e.se > 0 and math.isfinite(e.df) and e.df > 0):
+        return f"no spread on {name} (one seed, or every run the same)"
+    return ""
