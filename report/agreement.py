@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pandas as pd
 
@@ -29,6 +31,9 @@ from harness.config.errors import ConfigError, DataError
 from harness.runs.reader import reader_for
 from harness.runs.sweep_data import SweepData, machine_runs, read_sweep
 from report.select import resolve, run_tool
+
+REFERENCE_MAX_BYTES = 1 << 20
+"""A reference is one record of ~1 KB a claim: a larger file is refused before it is read."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,6 +55,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     reference = _reference(Path(args.against)) if args.against.endswith(".json") else None
+    if reference is None and not urlsplit(args.against).scheme and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+        raise DataError(
+            f"{args.against}: --against: neither a report.agreement JSON (.json) nor a store's URI "
+            "(sqlite:///PATH for a SQLite file, http(s)://HOST:PORT for a tracking server)"
+        )
     uri, sweep, claims, _ = resolve(args.sweep, args.tracking_uri, args.profile)
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none")
@@ -113,7 +123,11 @@ def _reference(path: Path) -> tuple[dict[str, Evidence], list[str], str]:
     the machines it ran on, and its sweep's name."""
     fields = ("effect", "low", "high", "se", "df")
     try:
-        written = json.loads(path.read_text())
+        if (size := path.stat().st_size) > REFERENCE_MAX_BYTES:
+            raise DataError(
+                f"{path}: --against: {size} bytes; a reference holds a record a claim (at most {REFERENCE_MAX_BYTES})"
+            )
+        written = json.loads(path.read_text(), parse_constant=_not_json)
         found = {
             str(r["claim"]): Evidence(
                 pd.DataFrame(),
@@ -125,8 +139,14 @@ def _reference(path: Path) -> tuple[dict[str, Evidence], list[str], str]:
         return found, [str(m) for m in written.get("machines", [])], str(written["sweep"])
     except FileNotFoundError:
         raise DataError(f"{path}: --against: no such file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: --against: cannot be read ({exc.strerror or type(exc).__name__})") from None
     except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{path}: --against: not a report.agreement JSON ({type(exc).__name__}: {exc})") from None
+
+
+def _not_json(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON (this command writes null where it has no number)")
 
 
 def _number(x: object) -> float:

@@ -55,7 +55,14 @@ def test_missing_store_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "text",
-    ["not json", '{"claims": [{"claim": "a"}]}', "[1, 2]", '{"claims": [{"claim": "a", "yours": {"effect": "x"}}]}'],
+    [
+        "not json",
+        '{"claims": [{"claim": "a"}]}',
+        "[1, 2]",
+        '{"claims": [{"claim": "a", "yours": {"effect": "x"}}]}',
+        '{"sweep": "dr_grpo_bias", "claims": [{"claim": "a", "yours": {"effect": NaN, "low": NaN, "high": NaN, '
+        '"se": NaN, "df": NaN}}]}',  # Python's json reads a bare NaN; no JSON has one
+    ],
 )
 def test_bad_reference_is_one_line_before_any_store(tmp_path, capsys, text):
     bad = tmp_path / "ref.json"
@@ -96,7 +103,7 @@ def test_the_published_reference_has_every_claim_of_the_main_job():
 
 def test_a_sweep_file_that_is_not_there_is_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main([str(tmp_path / "none.yaml"), "--against", str(tmp_path / "x.db")])
+        main([str(tmp_path / "none.yaml"), "--against", f"sqlite:///{tmp_path / 'x.db'}"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"report.agreement: config error: {tmp_path / 'none.yaml'}: no such sweep file"], err
@@ -146,3 +153,23 @@ def test_a_reference_of_another_sweep_or_other_claims_is_refused_in_one_line(its
         _check_reference(Path("ref.json"), its_sweep, its_claims, "dr_grpo_bias", ["a", "b"])
     assert str(refused.value) == f"ref.json: --against: {message}"
     _check_reference(Path("ref.json"), "dr_grpo_bias", {"a"}, "dr_grpo_bias", ["a", "b"])  # b: not compared
+
+
+@pytest.mark.parametrize("against", ["huge.json", "notes.txt", "results"])
+def test_a_huge_reference_or_a_path_that_is_no_store_is_one_line_before_any_store(tmp_path, capsys, against):
+    from report.agreement import REFERENCE_MAX_BYTES
+
+    (tmp_path / "huge.json").write_text("[" + " " * REFERENCE_MAX_BYTES + "]")
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "results").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        main(["ablations/dr_grpo_bias.yaml", "--tracking-uri", f"sqlite:///{tmp_path}/none.db", "--against",
+              str(tmp_path / against)])  # fmt: skip
+    assert exit_.value.code == 3
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        "a reference holds a record a claim" in err
+        if against == "huge.json"
+        else "neither a report.agreement JSON" in err
+    ), err
+    assert not (tmp_path / "none.db").exists()
