@@ -4,13 +4,15 @@ path or store: the published ones, say).
     python -m report.agreement ablations/dr_grpo_bias.yaml \
         --tracking-uri sqlite:///results/mlflow.db --against docs/reference/dr_grpo_bias.json
 
-For each claim of the sweep file: its effect and interval on each store, their difference with its t interval,
-and a two-sided test of a zero difference, Holm-adjusted across the claims (`harness.analysis.agreement`).
+For each claim of the sweep file: its effect and interval on each store, their difference with its 95 % and 90 % t
+intervals, a two-sided test of a zero difference (Holm-adjusted across the claims), the minimum detectable
+difference, and an equivalence test (TOST) against the claim's `equivalence_margin` (default its `min_effect`):
+equivalent, different or undetermined (`harness.analysis.agreement`).
 `--against` takes another store, or the JSON this command wrote (its "yours" side is read: docs/reference/ holds
 the published main job's; a reference of another sweep, or with claims the sweep file lacks, is refused). Writes
 results/reports/agreement.json (valid JSON: null where a number could not be had). A claim that cannot be compared
 (missing from a side, or a side with no spread) is printed as "not compared" with why. Exit code 1 when a
-difference is significant after Holm or a claim was not compared.
+difference is significant after Holm, lies beyond its margin, or a claim was not compared.
 """
 
 from __future__ import annotations
@@ -74,21 +76,30 @@ def _main(args: argparse.Namespace) -> int:
         other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
         other_data = read_sweep(reader_for(other_uri), other)
         theirs, their_machines = gather(other_data, claims, alpha=args.alpha), _machines(other_data)
-    found = compare_all([(c.id, a, b) for c, a, b in zip(claims, yours, theirs)])
+    margins = [c.equivalence_margin or c.min_effect or math.nan for c in claims]
+    found = compare_all([(c.id, a, b, m) for c, a, b, m in zip(claims, yours, theirs, margins)])
     print(f"{sweep.name}: {len(found)} claims' effects, yours ({uri}) against theirs ({other_uri})")
     print(f"  yours:  {'; '.join(machines) or 'machine not recorded'}")
     print(f"  theirs: {'; '.join(their_machines) or 'machine not recorded'}")
-    print(f"{'claim':34} {'yours':>28} {'theirs':>28} {'difference':>28} {'p (Holm)':>9}  each in other's CI")
+    print(
+        f"{'claim':34} {'yours':>28} {'theirs':>28} {'difference [95 % CI]':>28} {'p (Holm)':>9} "
+        f"{'90 % CI':>20} {'MDD':>8}  equivalence (TOST p)"
+    )
     for g in found:
         if g.not_compared:
             print(f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28}  not compared: {g.not_compared}")
             continue
         print(
             f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28} {_interval(g.difference, g.low, g.high):>28} "
-            f"{g.p_holm:9.3g}  {'yes' if g.each_inside else 'no'}"
+            f"{g.p_holm:9.3g} {f'[{g.low90:+.3g}, {g.high90:+.3g}]':>20} {g.mdd:8.3g}  {_equivalence(g)}"
         )
     differ = [g.claim for g in found if g.p_holm < args.alpha]
     missing = [g.claim for g in found if g.not_compared]
+    by = {kind: [g.claim for g in found if g.equivalence == kind] for kind in ("equivalent", "different")}
+    print(
+        f"within their margins (TOST, α 0.05, no correction needed for all of them): {len(by['equivalent'])} of "
+        f"{len(found)}" + (f"; beyond their margins: {', '.join(by['different'])}" if by["different"] else "")
+    )
     if missing:
         print(f"not compared: {', '.join(missing)}")
     print(
@@ -111,7 +122,7 @@ def _main(args: argparse.Namespace) -> int:
             allow_nan=False,
         )
     )
-    return 1 if differ or missing else 0
+    return 1 if differ or missing or by["different"] else 0
 
 
 def _machines(data: SweepData) -> list[str]:
@@ -163,6 +174,12 @@ def _check_reference(path: Path, its_sweep: str, its_claims: set[str], sweep: st
         raise DataError(f"{path}: --against: claims the sweep file does not declare: {', '.join(extra)}")
 
 
+def _equivalence(g: Agreement) -> str:
+    if not g.equivalence:
+        return "no margin: set the claim's equivalence_margin or min_effect"
+    return f"{g.equivalence} (margin ±{g.margin:.3g}, TOST p {g.p_tost:.3g})"
+
+
 def _side(e: Evidence) -> str:
     return _interval(e.effect, e.low, e.high) if math.isfinite(e.effect) else "—"
 
@@ -187,6 +204,12 @@ def _record(g: Agreement) -> dict:
         "high": number(g.high),
         "p": number(g.p),
         "p_holm": number(g.p_holm),
+        "low90": number(g.low90),
+        "high90": number(g.high90),
+        "mdd": number(g.mdd),
+        "margin": number(g.margin),
+        "p_tost": number(g.p_tost),
+        "equivalence": g.equivalence or None,
         "each_inside": bool(g.each_inside),
         "overlap": bool(g.overlap),
         "not_compared": g.not_compared or None,

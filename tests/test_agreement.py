@@ -39,7 +39,7 @@ def test_holm_across_claims_skips_untested():
         ("b", _ev(1.0, 1.0, 30.0, 2.0), _ev(0.0, 1.0, 30.0, 2.0)),  # t = 0.707: p = 0.485
         ("c", _ev(1.0, math.nan, math.nan, 1.0), _ev(0.0, 1.0, 30.0, 2.0)),
     ]
-    a, b, c = compare_all(pairs)
+    a, b, c = compare_all([(*pair, 5.0) for pair in pairs])
     assert a.p_holm == pytest.approx(2 * a.p)
     assert b.p_holm == pytest.approx(b.p)  # the larger of two: times 1
     assert math.isnan(c.p_holm)
@@ -115,7 +115,9 @@ def test_a_side_without_an_estimate_or_a_spread_is_not_compared_and_left_out_of_
     missing = Evidence(pd.DataFrame(), note="not in the reference")
     flat = _ev(0.30, 0.0, 4.0, 0.0)  # every run the same
     cases = [("m", good, missing), ("f", flat, good), ("one", good, _ev(0.0, math.nan, math.nan, 0.0))]
-    found = compare_all([*cases, ("ok", _ev(10.0, 1.0, 30.0, 2.0), _ev(0.0, 1.0, 30.0, 2.0))])
+    found = compare_all(
+        [(*case, 1.0) for case in [*cases, ("ok", _ev(10.0, 1.0, 30.0, 2.0), _ev(0.0, 1.0, 30.0, 2.0))]]
+    )
     assert [g.not_compared for g in found] == [
         "no estimate on theirs (not in the reference)",
         "no spread on yours (one seed, or every run the same)",
@@ -173,3 +175,20 @@ def test_a_huge_reference_or_a_path_that_is_no_store_is_one_line_before_any_stor
         else "neither a report.agreement JSON" in err
     ), err
     assert not (tmp_path / "none.db").exists()
+
+
+def test_equivalence_by_hand():
+    """TOST against ±m: d = 2, se = 1 (each side 1/√2), df = 10 (each side 5, equal halves: Welch gives 10).
+    Upper test: P(t₁₀ > (m − d)/se); lower: P(t₁₀ > (d + m)/se)."""
+    h = 1 / math.sqrt(2)
+    a, b = _ev(2.0, h, 5.0, 1.0), _ev(0.0, h, 5.0, 1.0)
+    inside = compare("c", a, b, margin=5.0)
+    assert inside.p_tost == pytest.approx(0.0066718, abs=1e-6)  # t.sf(3, 10)
+    assert inside.equivalence == "equivalent"
+    assert (inside.low90, inside.high90) == pytest.approx((2 - 1.81246, 2 + 1.81246), abs=1e-4)  # t.ppf(0.95, 10)
+    assert inside.mdd == pytest.approx(3.10720, abs=1e-4)  # t.ppf(0.975, 10) + t.ppf(0.8, 10)
+    assert compare("c", a, b, margin=3.0).p_tost == pytest.approx(0.170447, abs=1e-5)  # t.sf(1, 10)
+    assert compare("c", a, b, margin=3.0).equivalence == "undetermined"  # 95 % CI [-0.23, 4.23] reaches past 3
+    far = compare("c", _ev(9.0, h, 5.0, 1.0), b, margin=3.0)  # 95 % CI [6.8, 11.2]: wholly beyond 3
+    assert far.equivalence == "different"
+    assert compare("c", a, b).equivalence == "" and math.isnan(compare("c", a, b).p_tost)  # no margin stated

@@ -6,6 +6,13 @@ sets are independent, so their difference has standard error sqrt(se_a² + se_b�
 again, df = se⁴ / (se_a⁴/df_a + se_b⁴/df_b); a two-sided t test of a zero difference, Holm-adjusted across the
 claims compared, says whether the sides differ by more than their seeds explain. That the sides' intervals
 overlap, or contain each other's estimates, is reported too, but it is not the test.
+
+A test that finds no difference does not show sameness (few seeds find nothing). Sameness is an equivalence test
+(TOST, two one-sided t tests) against a margin m, the largest difference that counts as the same: equivalent when
+both one-sided tests reject at α, i.e. the difference's 1 − 2α interval lies inside (−m, m); different when its
+1 − α interval lies wholly outside [−m, m]; undetermined otherwise. "Every claim is equivalent" is an
+intersection of per-claim tests, each at α: by the intersection–union principle it needs no multiplicity
+correction (Berger 1982), so TOST p values are not Holm-adjusted.
 """
 
 from __future__ import annotations
@@ -17,6 +24,11 @@ from scipy import stats
 
 from harness.analysis.evidence import Evidence
 from harness.analysis.stats import CONFIDENCE, holm
+
+ALPHA = 1 - CONFIDENCE
+"""The level of the equivalence test: TOST reads the 1 − 2α interval."""
+POWER = 0.8
+"""The power the minimum detectable difference is quoted at."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,24 @@ class Agreement:
     """`p` Holm-adjusted across the claims compared together (`compare_all`)."""
     not_compared: str = ""
     """Why no test could be had (a side without an estimate, or without a spread); "" when it was."""
+    margin: float = math.nan
+    """The equivalence margin m: the largest difference that counts as the same (NaN: none stated)."""
+    p_tost: float = math.nan
+    """TOST's p: the larger of the one-sided tests of difference ≤ −m and difference ≥ m."""
+    low90: float = math.nan
+    high90: float = math.nan
+    """The difference's 90 % t interval (1 − 2α at α 0.05: the interval TOST reads)."""
+    mdd: float = math.nan
+    """The smallest true difference the two-sided test at α 0.05 finds with 80 % power: (t₀.₉₇₅ + t₀.₈)·se."""
+
+    @property
+    def equivalence(self) -> str:
+        """equivalent / different / undetermined against `margin` at α 0.05 (the module docstring); "" untested."""
+        if not math.isfinite(self.p_tost):
+            return ""
+        if self.p_tost < ALPHA:
+            return "equivalent"
+        return "different" if self.low > self.margin or self.high < -self.margin else "undetermined"
 
     @property
     def each_inside(self) -> bool:
@@ -49,21 +79,30 @@ class Agreement:
         return max(self.a.low, self.b.low) <= min(self.a.high, self.b.high)
 
 
-def compare(claim: str, a: Evidence, b: Evidence, names: tuple[str, str] = ("yours", "theirs")) -> Agreement:
-    """The difference of `a`'s and `b`'s effects with its t interval and test; NaN, with `not_compared` saying why,
-    where either side has no estimate or no spread (`names` name the sides in that reason)."""
+def compare(
+    claim: str, a: Evidence, b: Evidence, margin: float = math.nan, names: tuple[str, str] = ("yours", "theirs")
+) -> Agreement:
+    """The difference of `a`'s and `b`'s effects with its t intervals, its test and, given a `margin`, its
+    equivalence test; NaN, with `not_compared` saying why, where either side has no estimate or no spread (`names`
+    name the sides in that reason)."""
     difference = a.effect - b.effect
     se = math.hypot(a.se, b.se)
     if why := _untestable(a, names[0]) or _untestable(b, names[1]):
-        return Agreement(claim, a, b, difference, math.nan, math.nan, math.nan, not_compared=why)
+        return Agreement(claim, a, b, difference, math.nan, math.nan, math.nan, not_compared=why, margin=margin)
     df = se**4 / (a.se**4 / a.df + b.se**4 / b.df)
     half = stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se
+    half90 = stats.t.ppf(1 - ALPHA, df) * se
     p = 2 * stats.t.sf(abs(difference) / se, df)
-    return Agreement(claim, a, b, difference, difference - half, difference + half, float(p))
+    p_tost = max(stats.t.sf((difference + margin) / se, df), stats.t.sf((margin - difference) / se, df))
+    return Agreement(
+        claim, a, b, difference, difference - half, difference + half, float(p),
+        margin=margin, p_tost=float(p_tost), low90=difference - half90, high90=difference + half90,
+        mdd=float((stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se),
+    )  # fmt: skip
 
 
-def compare_all(pairs: list[tuple[str, Evidence, Evidence]]) -> list[Agreement]:
-    """`compare` for each (claim, a, b), with Holm across those whose test could be had."""
+def compare_all(pairs: list[tuple[str, Evidence, Evidence, float]]) -> list[Agreement]:
+    """`compare` for each (claim, a, b, margin), with Holm across those whose test could be had."""
     found = [compare(*pair) for pair in pairs]
     return [replace(g, p_holm=float(p)) for g, p in zip(found, holm([g.p for g in found]))]
 

@@ -199,6 +199,9 @@ class Claim(BaseModel):
     min_effect: float | None = Field(None, gt=0)
     """The smallest effect of interest: an inconclusive claim whose CI lies within threshold ± this is "a small
     effect" rather than "underpowered"; it also sets the seeds a decisive sweep needs."""
+    equivalence_margin: float | None = Field(None, gt=0)
+    """The largest difference in this claim's effect between two sets of runs (two machines, CPU paths or stores)
+    that counts as the same: `python -m report.agreement` tests equivalence against it. Unset: `min_effect`."""
     failed: Literal["worst", "exclude"] | None = None
     """How a failed (or diverged) run of an arm the claim reads counts: `worst` gives it the worst value among the
     claim's finished runs (the lowest for an increase claim, the highest for a decrease one), `exclude` leaves it
