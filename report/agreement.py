@@ -3,6 +3,9 @@ path or store: the published ones, say).
 
     python -m report.agreement ablations/dr_grpo_bias.yaml \
         --tracking-uri sqlite:///results/mlflow.db --against docs/reference/dr_grpo_bias.json
+    python -m report.agreement ablations/dr_grpo_bias.yaml --rejudge docs/reference/dr_grpo_bias.json
+
+The second judges again the two sides a JSON of this command holds (a published comparison), with no store.
 
 For each claim of the sweep file: its effect and interval on each store, their difference with its 95 % and 90 % t
 intervals, a two-sided test of a zero difference (Holm-adjusted across the claims), the minimum detectable
@@ -42,11 +45,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep", help="the sweep file (its claims are compared) or a sweep's name or id")
     ap.add_argument("--tracking-uri", default=None, help="your runs' store (default: as `harness claims`)")
-    ap.add_argument(
+    given = ap.add_mutually_exclusive_group(required=True)
+    given.add_argument(
         "--against",
-        required=True,
         metavar="URI|JSON",
         help="the other runs' store, or the JSON this command wrote for them (the published effects: docs/reference/)",
+    )
+    given.add_argument(
+        "--rejudge",
+        metavar="JSON",
+        help="judge again the two sides a JSON of this command holds (a published comparison), with no store",
     )
     ap.add_argument("--profile", default=None, help="the sweep file's profile both sweeps ran with")
     ap.add_argument("--alpha", type=float, default=0.05)
@@ -56,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.rejudge is not None:
+        return _rejudge(args)
     reference = _reference(Path(args.against)) if args.against.endswith(".json") else None
     if reference is None and not urlsplit(args.against).scheme and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
         raise DataError(
@@ -76,9 +86,32 @@ def _main(args: argparse.Namespace) -> int:
         other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
         other_data = read_sweep(reader_for(other_uri), other)
         theirs, their_machines = gather(other_data, claims, alpha=args.alpha), _machines(other_data)
+    return _judge(args, sweep.name, claims, yours, theirs, ((uri, machines), (other_uri, their_machines)))
+
+
+def _rejudge(args: argparse.Namespace) -> int:
+    """Both sides from a JSON this command wrote, the claims (and their margins) from the sweep file."""
+    from harness.config.plan import plan_sweep
+
+    path, written = Path(args.sweep), Path(args.rejudge)
+    if not path.is_file():
+        raise ConfigError(f"{args.sweep}: no such sweep file")
+    yours, machines, name = _reference(written, "yours")
+    theirs = _reference(written, "theirs")[0]
+    plan = plan_sweep(path, profile=args.profile)
+    claims = list(plan.settings.claims)
+    _check_reference(written, name, set(yours), plan.name, [c.id for c in claims])
+    missing = Evidence(pd.DataFrame(), note="not in the JSON")
+    sides = [[side.get(c.id, missing) for c in claims] for side in (yours, theirs)]
+    return _judge(args, plan.name, claims, *sides, ((f"{written}: yours", machines), (f"{written}: theirs", [])))
+
+
+def _judge(args, name: str, claims: list, yours: list[Evidence], theirs: list[Evidence], sides: tuple) -> int:
+    """Compare, print and write; the exit code."""
+    (uri, machines), (other_uri, their_machines) = sides
     margins = [c.equivalence_margin or c.min_effect or math.nan for c in claims]
     found = compare_all([(c.id, a, b, m) for c, a, b, m in zip(claims, yours, theirs, margins)])
-    print(f"{sweep.name}: {len(found)} claims' effects, yours ({uri}) against theirs ({other_uri})")
+    print(f"{name}: {len(found)} claims' effects, yours ({uri}) against theirs ({other_uri})")
     print(f"  yours:  {'; '.join(machines) or 'machine not recorded'}")
     print(f"  theirs: {'; '.join(their_machines) or 'machine not recorded'}")
     print(
@@ -112,7 +145,7 @@ def _main(args: argparse.Namespace) -> int:
     out.write_text(
         json.dumps(
             {
-                "sweep": sweep.name,
+                "sweep": name,
                 "yours": uri,
                 "machines": machines,
                 "theirs": other_uri,
@@ -129,9 +162,9 @@ def _machines(data: SweepData) -> list[str]:
     return [f"{m.runs} runs on {m.machine.text()}" for m in machine_runs(data.runs["machine"])]
 
 
-def _reference(path: Path) -> tuple[dict[str, Evidence], list[str], str]:
-    """Each claim's effect as an earlier run of this command wrote it (its "yours" side: a published reference),
-    the machines it ran on, and its sweep's name."""
+def _reference(path: Path, side: str = "yours") -> tuple[dict[str, Evidence], list[str], str]:
+    """Each claim's effect as an earlier run of this command wrote it (its "yours" side, a published reference, or
+    its "theirs"), the machines its "yours" side ran on, and its sweep's name."""
     fields = ("effect", "low", "high", "se", "df")
     try:
         if (size := path.stat().st_size) > REFERENCE_MAX_BYTES:
@@ -142,8 +175,8 @@ def _reference(path: Path) -> tuple[dict[str, Evidence], list[str], str]:
         found = {
             str(r["claim"]): Evidence(
                 pd.DataFrame(),
-                **{k: _number(r["yours"][k]) for k in fields},
-                seeds=int(r["yours"].get("seeds") or 0),
+                **{k: _number(r[side][k]) for k in fields},
+                seeds=int(r[side].get("seeds") or 0),
             )
             for r in written["claims"]
         }

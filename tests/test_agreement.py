@@ -192,3 +192,27 @@ def test_equivalence_by_hand():
     far = compare("c", _ev(9.0, h, 5.0, 1.0), b, margin=3.0)  # 95 % CI [6.8, 11.2]: wholly beyond 3
     assert far.equivalence == "different"
     assert compare("c", a, b).equivalence == "" and math.isnan(compare("c", a, b).p_tost)  # no margin stated
+
+
+def test_the_published_comparison_is_rejudged_from_the_repository_alone(tmp_path, capsys):
+    """The two CPU paths' effects the reference JSON holds (AVX2 as yours, AVX512 as theirs), judged again with the
+    sweep file's margins and no store: the 90 % interval of incorrect_length's difference reaches −6.1 tokens, so
+    it is not shown within the claim's ±5; accuracy_maintained is within its ±0.05."""
+    ROOT = Path(__file__).resolve().parents[1]
+    out = tmp_path / "rejudged.json"
+    with pytest.raises(SystemExit) as exit_:
+        main([str(ROOT / "ablations" / "dr_grpo_bias.yaml"), "--rejudge",
+              str(ROOT / "docs" / "reference" / "dr_grpo_bias.json"), "--out", str(out)])  # fmt: skip
+    assert exit_.value.code == 0, capsys.readouterr()
+    claims = {c["claim"]: c for c in json.loads(out.read_text())["claims"]}
+    length = claims["incorrect_length"]
+    assert (length["difference"], length["low90"], length["margin"]) == pytest.approx((-2.42, -6.12, 5.0), abs=0.01)
+    assert length["equivalence"] == "undetermined" and length["p_tost"] == pytest.approx(0.122, abs=1e-3)
+    assert claims["accuracy_maintained"]["equivalence"] == "equivalent"
+    assert not list(tmp_path.glob("*.db"))
+
+
+def test_against_and_rejudge_are_one_or_the_other(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["ablations/dr_grpo_bias.yaml", "--against", "sqlite:///x.db", "--rejudge", "x.json"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
