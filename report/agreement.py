@@ -25,17 +25,18 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pandas as pd
 
-from harness.analysis.agreement import Agreement, compare_all
-from harness.analysis.claims import gather
 from harness.analysis.evidence import Evidence
 from harness.config.errors import ConfigError, DataError
-from harness.runs.reader import reader_for
-from harness.runs.sweep_data import SweepData, machine_runs, read_sweep
 from report.select import resolve, run_tool
+
+if TYPE_CHECKING:
+    from harness.analysis.agreement import Agreement
+    from harness.runs.sweep_data import SweepData
 
 REFERENCE_MAX_BYTES = 1 << 20
 """A reference is one record of ~1 KB a claim: a larger file is refused before it is read."""
@@ -77,6 +78,12 @@ def _main(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none")
     if reference is not None:
         _check_reference(Path(args.against), reference[2], set(reference[0]), sweep.name, [c.id for c in claims])
+    # the stores' readers and the statistics are imported here, after every check a bad flag or file fails: a
+    # refusal takes a fraction of a second, not the ~2 s they take to import
+    from harness.analysis.claims import gather
+    from harness.runs.reader import reader_for
+    from harness.runs.sweep_data import read_sweep
+
     data = read_sweep(reader_for(uri), sweep)
     yours, machines = gather(data, claims, alpha=args.alpha), _machines(data)
     if reference is not None:
@@ -109,6 +116,8 @@ def _rejudge(args: argparse.Namespace) -> int:
 def _judge(args, name: str, claims: list, yours: list[Evidence], theirs: list[Evidence], sides: tuple) -> int:
     """Compare, print and write; the exit code."""
     (uri, machines), (other_uri, their_machines) = sides
+    from harness.analysis.agreement import compare_all
+
     margins = [c.equivalence_margin or c.min_effect or math.nan for c in claims]
     found = compare_all([(c.id, a, b, m) for c, a, b, m in zip(claims, yours, theirs, margins)])
     print(f"{name}: {len(found)} claims' effects, yours ({uri}) against theirs ({other_uri})")
@@ -159,6 +168,8 @@ def _judge(args, name: str, claims: list, yours: list[Evidence], theirs: list[Ev
 
 
 def _machines(data: SweepData) -> list[str]:
+    from harness.runs.sweep_data import machine_runs
+
     return [f"{m.runs} runs on {m.machine.text()}" for m in machine_runs(data.runs["machine"])]
 
 
