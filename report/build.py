@@ -26,7 +26,6 @@ TESTS = {
     "mannwhitney": ("mwu_p", "Mann–Whitney U"),
     "permutation": ("perm_p", "exact permutation test of the mean difference"),
 }
-POWER = 0.8
 PER_ARM_COLUMNS = ["metric", "arm", "failed", "n", "mean", "sd", "median", "iqm", "ci_low", "ci_high", "values"]
 
 
@@ -174,7 +173,16 @@ def build(
 
 def _settings(data: SweepData, metrics: list[str], at: At, base, test: str, alpha: float, seed: int) -> Settings:
     return Settings(
-        metrics, at.describe(), base, test, alpha, seed, POWER, stats.N_RESAMPLES, data.cumulative, list(data.varying)
+        metrics,
+        at.describe(),
+        base,
+        test,
+        alpha,
+        seed,
+        stats.POWER,
+        stats.N_RESAMPLES,
+        data.cumulative,
+        list(data.varying),
     )
 
 
@@ -327,7 +335,7 @@ def _comparisons(
                     "baseline": base,
                     "p": c[TESTS[test][0]],
                     "min_p": stats.min_p_value(test, len(a), len(b)),
-                    "mde": stats.min_detectable_effect(len(a), len(b), sd, alpha=alpha, power=POWER, test=test),
+                    "mde": stats.min_detectable_effect(len(a), len(b), sd, alpha=alpha, power=stats.POWER, test=test),
                 }
             )
             rows.append(c)

@@ -23,12 +23,10 @@ from dataclasses import dataclass, replace
 from scipy import stats
 
 from harness.analysis.evidence import Evidence
-from harness.analysis.stats import CONFIDENCE, holm
+from harness.analysis.stats import CONFIDENCE, POWER, holm
 
 ALPHA = 1 - CONFIDENCE
 """The level of the equivalence test: TOST reads the 1 − 2α interval."""
-POWER = 0.8
-"""The power the minimum detectable difference is quoted at."""
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,6 @@ from harness.config.yaml_io import load_yaml_text
 from harness.runs.reader import Sweep, sweep_file_text
 from harness.runs.sweep_data import SweepData
 
-POWER = 0.8
-
 
 @dataclass
 class Verdict:
@@ -325,7 +323,9 @@ _CARRIED = (
 """What a verdict takes over from its evidence as it is."""
 
 
-def decide(claims: list[Claim], found: list[Evidence], *, alpha: float = 0.05, power: float = POWER) -> list[Verdict]:
+def decide(
+    claims: list[Claim], found: list[Evidence], *, alpha: float = 0.05, power: float = stats.POWER
+) -> list[Verdict]:
     """Verdicts from each claim's evidence, with Holm across the claims (see the module docstring)."""
     p_holm = stats.holm([e.p for e in found])
     m = max(1, int(np.sum(~np.isnan(p_holm))))
@@ -361,7 +361,7 @@ def decide(claims: list[Claim], found: list[Evidence], *, alpha: float = 0.05, p
     return out
 
 
-def judge(data: SweepData, claims: list[Claim], *, alpha: float = 0.05, power: float = POWER) -> list[Verdict]:
+def judge(data: SweepData, claims: list[Claim], *, alpha: float = 0.05, power: float = stats.POWER) -> list[Verdict]:
     """Every claim of the sweep judged on its finished runs."""
     return decide(claims, gather(data, claims, alpha=alpha), alpha=alpha, power=power)
 

@@ -15,6 +15,8 @@ from statsmodels.stats.power import TTestIndPower
 
 N_RESAMPLES = 2000
 CONFIDENCE = 0.95
+POWER = 0.8
+"""The power a minimum detectable effect, and the seeds a decisive sweep needs, are quoted at."""
 
 
 class StatsWarning(UserWarning):
