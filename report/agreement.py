@@ -103,11 +103,11 @@ def _rejudge(args: argparse.Namespace) -> int:
     path, written = Path(args.sweep), Path(args.rejudge)
     if not path.is_file():
         raise ConfigError(f"{args.sweep}: no such sweep file")
-    yours, machines, name = _reference(written, "yours")
-    theirs = _reference(written, "theirs")[0]
+    yours, machines, name = _reference(written, "yours", "--rejudge")
+    theirs = _reference(written, "theirs", "--rejudge")[0]
     plan = plan_sweep(path, profile=args.profile)
     claims = list(plan.settings.claims)
-    _check_reference(written, name, set(yours), plan.name, [c.id for c in claims])
+    _check_reference(written, name, set(yours), plan.name, [c.id for c in claims], "--rejudge")
     missing = Evidence(pd.DataFrame(), note="not in the JSON")
     sides = [[side.get(c.id, missing) for c in claims] for side in (yours, theirs)]
     return _judge(args, plan.name, claims, *sides, ((f"{written}: yours", machines), (f"{written}: theirs", [])))
@@ -173,14 +173,14 @@ def _machines(data: SweepData) -> list[str]:
     return [f"{m.runs} runs on {m.machine.text()}" for m in machine_runs(data.runs["machine"])]
 
 
-def _reference(path: Path, side: str = "yours") -> tuple[dict[str, Evidence], list[str], str]:
+def _reference(path: Path, side: str = "yours", flag: str = "--against") -> tuple[dict[str, Evidence], list[str], str]:
     """Each claim's effect as an earlier run of this command wrote it (its "yours" side, a published reference, or
     its "theirs"), the machines its "yours" side ran on, and its sweep's name."""
     fields = ("effect", "low", "high", "se", "df")
     try:
         if (size := path.stat().st_size) > REFERENCE_MAX_BYTES:
             raise DataError(
-                f"{path}: --against: {size} bytes; a reference holds a record a claim (at most {REFERENCE_MAX_BYTES})"
+                f"{path}: {flag}: {size} bytes; a reference holds a record a claim (at most {REFERENCE_MAX_BYTES})"
             )
         written = json.loads(path.read_text(), parse_constant=_not_json)
         found = {
@@ -193,11 +193,11 @@ def _reference(path: Path, side: str = "yours") -> tuple[dict[str, Evidence], li
         }
         return found, [str(m) for m in written.get("machines", [])], str(written["sweep"])
     except FileNotFoundError:
-        raise DataError(f"{path}: --against: no such file") from None
+        raise DataError(f"{path}: {flag}: no such file") from None
     except OSError as exc:
-        raise DataError(f"{path}: --against: cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise DataError(f"{path}: {flag}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise DataError(f"{path}: --against: not a report.agreement JSON ({type(exc).__name__}: {exc})") from None
+        raise DataError(f"{path}: {flag}: not a report.agreement JSON ({type(exc).__name__}: {exc})") from None
 
 
 def _not_json(constant: str) -> float:
@@ -209,13 +209,15 @@ def _number(x: object) -> float:
     return math.nan if x is None else float(x)  # type: ignore[arg-type]
 
 
-def _check_reference(path: Path, its_sweep: str, its_claims: set[str], sweep: str, claims: list[str]) -> None:
+def _check_reference(
+    path: Path, its_sweep: str, its_claims: set[str], sweep: str, claims: list[str], flag: str = "--against"
+) -> None:
     """Refuse, in one line, a reference written for another sweep or holding claims the sweep file lacks (a claim
     the reference lacks is "not compared" instead)."""
     if its_sweep != sweep:
-        raise DataError(f"{path}: --against: a reference of sweep '{its_sweep}', not of '{sweep}'")
+        raise DataError(f"{path}: {flag}: a reference of sweep '{its_sweep}', not of '{sweep}'")
     if extra := sorted(its_claims - set(claims)):
-        raise DataError(f"{path}: --against: claims the sweep file does not declare: {', '.join(extra)}")
+        raise DataError(f"{path}: {flag}: claims the sweep file does not declare: {', '.join(extra)}")
 
 
 def _equivalence(g: Agreement) -> str:

@@ -216,3 +216,15 @@ def test_against_and_rejudge_are_one_or_the_other(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["ablations/dr_grpo_bias.yaml", "--against", "sqlite:///x.db", "--rejudge", "x.json"])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_bad_rejudge_file_is_one_line_naming_its_flag(tmp_path, capsys):
+    other = json.loads((Path(__file__).resolve().parents[1] / "docs" / "reference" / "dr_grpo_bias.json").read_text())
+    other["sweep"] = "gspo_length"
+    for text, message in [("not json", "not a report.agreement JSON"), (json.dumps(other), "a reference of sweep")]:
+        (tmp_path / "x.json").write_text(text)
+        with pytest.raises(SystemExit) as exit_:
+            main(["ablations/dr_grpo_bias.yaml", "--rejudge", str(tmp_path / "x.json"), "--out", str(tmp_path / "o")])
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 3 and f"x.json: --rejudge: {message}" in err, err
+        assert not (tmp_path / "o").exists()
