@@ -88,7 +88,13 @@ def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> int:
         sweep = find_sweep(uri, plan.sweep_id, plan.experiment)
         if sweep is None:
             raise LookupError(f"sweep {plan.sweep_id} is not in {uri} after its jobs ran")
-        _print_claims(uri, sweep, list(plan.settings.claims), ALPHA, unfinished=False)  # the jobs listed failures
+        from harness.analysis.sequential import stored_record
+        from harness.runs.reader import reader_for
+        from harness.runs.sweep_data import read_sweep
+
+        data = read_sweep(reader_for(uri), sweep)
+        claims = list(plan.settings.claims)
+        _print_claims(data, claims, ALPHA, stored_record(sweep), unfinished=False)  # the jobs listed failures
     except HarnessError as exc:
         print(exc.line("sweep"), file=sys.stderr)
         code = exc.exit_code
@@ -238,22 +244,17 @@ def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.config.at import DEFAULT_AT, At
-    from report.select import resolve
 
     at = At.parse(args.at or DEFAULT_AT)  # argument errors before anything is read
     if args.out:
         check_writable(args.out, "--out")  # before the store is read
-    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)  # probes the store first
-    from harness.analysis.sequential import stored_record
-    from harness.runs.reader import reader_for
-    from harness.runs.sweep_data import read_sweep
+    data, claims, record = _judged(args)
     from report.build import build
     from report.render import safe_name, write
 
-    out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(sweep.name)
+    out = Path(args.out) if args.out else Path("results") / "reports" / safe_name(data.sweep.name)
     if not args.out:
         check_writable(str(out), "--out")
-    data = read_sweep(reader_for(uri), sweep)
     report = build(
         data,
         metrics=args.metric or None,
@@ -263,9 +264,8 @@ def _report(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         seed=args.seed,
         claims=claims,
-        sequential=stored_record(sweep),
+        sequential=record,
     )
-    report.warnings += notes
     for v in report.verdicts:
         print(v.summary())
     written = write(report, out, args.format)
@@ -280,44 +280,85 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from report.select import resolve
-
-    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
-    for line in notes:
-        print(f"warning: {line}", file=sys.stderr)
+    data, claims, record = _judged(args)
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none (add a `claims:` list to its file)")
-    return 1 if "contradicted" in _print_claims(uri, sweep, claims, args.alpha) else 0
+    return 1 if "contradicted" in _print_claims(data, claims, args.alpha, record) else 0
 
 
-def _print_claims(uri: str, sweep, claims: list, alpha: float, *, unfinished: bool = True) -> list[str]:
-    """`claims` judged on the finished runs of `sweep` (a `harness.runs.reader.Sweep` in the store at `uri`) and
-    printed: the sequential verdicts of an `--until-decided` sweep, then the fixed-design table. Returns the
-    verdicts of record (none when no run has finished; `unfinished` then lists each failed or missing job)."""
-    from harness.analysis.claims import judge
+def _judged(args: argparse.Namespace):
+    """What `harness claims` and `harness report` judge: (SweepData, claims, sequential record or None), from an
+    evidence file (`harness evidence`) or from the store (warnings printed)."""
+    from pathlib import Path
+
+    from harness.analysis.sequential import Record
+    from harness.runs.evidence_file import is_evidence_file, read_evidence
+
+    if is_evidence_file(args.sweep):
+        kept = read_evidence(Path(args.sweep))
+        return kept.data, kept.claims, Record.from_json(kept.record) if kept.record else None
+    from report.select import resolve
+
+    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)  # probes the store first
+    for line in notes:
+        print(f"warning: {line}", file=sys.stderr)
     from harness.analysis.sequential import stored_record
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
 
+    return read_sweep(reader_for(uri), sweep), claims, stored_record(sweep)
+
+
+def _evidence(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from report.select import resolve
+
+    check_writable(args.out, "--out")
+    uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)
+    for line in notes:
+        print(f"warning: {line}", file=sys.stderr)
+    if not claims:
+        raise ConfigError(f"{args.sweep}: claims: the sweep declares none, so there is no evidence to keep")
+    from harness.runs.evidence_file import write_evidence
+    from harness.runs.reader import reader_for, sequential_record, sweep_file_text
+    from harness.runs.sweep_data import read_sweep
+
+    path = Path(args.sweep)
+    text = path.read_text() if path.is_file() else sweep_file_text(sweep)
     data = read_sweep(reader_for(uri), sweep)
+    size = write_evidence(data, claims, text, Path(args.out), sequential_record(sweep))
+    print(
+        f"harness evidence: {args.out}: {len(data.runs)} runs, {len(claims)} claims, {size / 1024:.1f} KiB "
+        f"(`harness claims {args.out}` judges it)"
+    )
+    return 0
+
+
+def _print_claims(data, claims: list, alpha: float, record=None, *, unfinished: bool = True) -> list[str]:
+    """`claims` judged on the finished runs of `data` (a `harness.runs.sweep_data.SweepData`) and printed: the
+    sequential verdicts of an `--until-decided` sweep (`record`), then the fixed-design table. Returns the verdicts
+    of record (none when no run has finished; `unfinished` then lists each failed or missing job)."""
+    from harness.analysis.claims import judge
+
+    name = data.sweep.name
     jobs = data.jobs
     if not jobs.finished:
         n = len(claims)
         print(
-            f"{sweep.name}: no run of this sweep has finished ({jobs.line()}), so none of its {n} "
+            f"{name}: no run of this sweep has finished ({jobs.line()}), so none of its {n} "
             f"claim{'s' if n != 1 else ''} can be judged"
         )
         if unfinished:
             _print_unfinished(jobs)
         return []
     if jobs.finished < jobs.total:
-        print(f"{sweep.name}: {jobs.line()}; the claims are judged on the finished runs")
+        print(f"{name}: {jobs.line()}; the claims are judged on the finished runs")
     verdicts = judge(data, claims, alpha=alpha)
-    record = stored_record(sweep)
     if record:
-        _print_sequential(sweep.name, record)
+        _print_sequential(name, record)
         print("fixed-design analysis of all the runs (ignores the looks; for reference):")
-    _print_verdicts(sweep.name, verdicts, alpha)
+    _print_verdicts(name, verdicts, alpha)
     for line in data.warnings:
         print(f"warning: {line}", file=sys.stderr)
     return [t.verdict for t in record.tracks] if record else [v.verdict for v in verdicts]
@@ -737,7 +778,11 @@ def build_parser() -> argparse.ArgumentParser:
         "baseline, main effects and interactions of a grid, power; Markdown, HTML, "
         "JSON and LaTeX.",
     )
-    rep.add_argument("sweep", help="the sweep file (e.g. ablations/dr_grpo_bias.yaml) or a sweep's name or id")
+    rep.add_argument(
+        "sweep",
+        help="the sweep file (e.g. ablations/dr_grpo_bias.yaml), a sweep's name or id, or an evidence file "
+        "(`harness evidence`: its claims' metrics only)",
+    )
     rep.add_argument(
         "--metric",
         action="append",
@@ -774,12 +819,27 @@ def build_parser() -> argparse.ArgumentParser:
         "with Holm across the claims. Exit code 1 when a claim is contradicted.",
     )
     cl.add_argument(
-        "sweep", help="the sweep file (its claims are judged) or a sweep's name or id (the claims it last ran with)"
+        "sweep",
+        help="the sweep file (its claims are judged), a sweep's name or id (the claims it last ran with), or an "
+        "evidence file (`harness evidence`: its claims, judged with no store)",
     )
     _alpha_option(cl)
     _profile_option(cl)
     _tracking_uri_option(cl)
     cl.set_defaults(func=_claims, failure=None)
+
+    ek = sub.add_parser(
+        "evidence",
+        help="keep a sweep's evidence: a small JSON its claims can be judged from with no store",
+        description="Write the values a sweep's claims are judged on (per run: job id, arm, seed, machine, base "
+        "model, each claim's metrics at its windows) with the sweep file and its claims: kilobytes that "
+        "`harness claims FILE`, `harness report FILE` and `python -m report.agreement` read in place of a store.",
+    )
+    ek.add_argument("sweep", help="the sweep file (its claims are kept) or a sweep's name or id")
+    ek.add_argument("--out", "-o", required=True, help="the JSON to write, e.g. docs/evidence/dr_grpo_bias.json")
+    _profile_option(ek)
+    _tracking_uri_option(ek)
+    ek.set_defaults(func=_evidence, failure=None)
 
     ev = sub.add_parser(
         "eval",
