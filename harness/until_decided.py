@@ -133,7 +133,7 @@ def look_table(name: str, claims: list[Claim], tracks: list[seq.Track], look: in
         title=f"{name}: look {look} (α = {design.alpha}, O'Brien–Fleming spending, Holm across {len(claims)})",
         title_justify="left",
     )
-    for col in ("claim", "claimed", "seeds", "effect [repeated 95% CI]", "|z|", "boundary", "state"):
+    for col in ("claim", "claimed", "seeds", "effect [repeated CI] (level)", "|z|", "boundary", "state"):
         table.add_column(col, overflow="fold")
     for claim, track in zip(claims, tracks):
         lk = next((x for x in reversed(track.looks) if x.look == look), None)
@@ -141,7 +141,7 @@ def look_table(name: str, claims: list[Claim], tracks: list[seq.Track], look: in
         if lk is None:
             row += ["", "", "", "", state(track)]
         else:
-            ci = f" [{lk.low:+.4g}, {lk.high:+.4g}]" if np.isfinite(lk.low) else ""
+            ci = f" [{lk.low:+.4g}, {lk.high:+.4g}] ({100 * (1 - lk.level):.3g} %)" if np.isfinite(lk.low) else ""
             row += [
                 str(lk.seeds),
                 f"{lk.effect:+.4g}{ci}",

@@ -287,6 +287,36 @@ def _evidence(p: float) -> Evidence:
     )  # fmt: skip
 
 
+def _interval(effect: float, low: float, high: float, df: float = 8.0) -> Evidence:
+    """An effect with its 95 % t interval (df `df`), the p against 0 that interval implies."""
+    se = (high - low) / 2 / sps.t.ppf(0.975, df)
+    p = 2 * sps.t.sf(abs(effect) / se, df)
+    return Evidence(pd.DataFrame({"run_id": []}), effect=effect, low=low, high=high, p=p, se=se, df=df, seeds=5)
+
+
+@pytest.mark.parametrize(
+    ("direction", "effect", "low", "high", "min_effect", "verdict", "reason"),
+    [
+        ("increase", 2.0, 1.0, 3.0, 5.0, "inconclusive", "small effect"),  # significant, but inside ±5
+        ("increase", -0.5, -0.8, -0.2, 1.0, "inconclusive", "small effect"),  # significant the other way, inside ±1
+        ("increase", -1.0, -1.5, -0.5, 1.0, "inconclusive", "underpowered"),  # the other way, not by min_effect
+        ("increase", -2.0, -2.5, -1.5, 1.0, "contradicted", ""),  # clears −1
+        ("decrease", 2.0, 1.5, 2.5, 1.0, "contradicted", ""),  # clears +1 the other way
+        ("decrease", 0.9, 0.6, 1.2, 1.0, "inconclusive", "underpowered"),
+        ("increase", 4.0, 2.0, 6.0, 5.0, "reproduced", ""),  # reaches past the band: the claim's side
+        ("increase", 2.0, 1.0, 3.0, None, "reproduced", ""),  # no band: significance alone
+    ],
+)
+def test_min_effect_bounds_both_verdicts(direction, effect, low, high, min_effect, verdict, reason):
+    """A significant effect shown smaller than min_effect is a small effect, not reproduced; a contradiction must
+    clear the threshold by min_effect."""
+    claim = _claim(direction=direction, min_effect=min_effect)
+    e = _interval(effect, low, high)
+    assert e.p < 0.05
+    [v] = decide([claim], [e])
+    assert (v.verdict, v.reason) == (verdict, reason), v.summary()
+
+
 def test_holm_is_applied_across_the_claims():
     one = [_claim(id="a")]
     assert decide(one, [_evidence(0.03)])[0].verdict == "reproduced"  # alone, p = 0.03 decides
@@ -486,6 +516,11 @@ def test_since_is_tested_in_every_arm_and_rests_on_the_weakest():
     falls = {**changes, "C": [-0.20, -0.18, -0.25, -0.22]}  # C falls clearly: contradicted, on C's evidence
     [v] = decide([claim], [evidence(claim, frame(falls), [], settings)])
     assert v.verdict == "contradicted" and v.per_arm[0].arm == "C" and v.effect == pytest.approx(-0.2125)
+    assert v.p == pytest.approx(3 * sps.ttest_1samp(falls["C"], 0.0).pvalue)  # any of 3 arms may fall: × 3
+    assert v.per_arm[0].p == pytest.approx(sps.ttest_1samp(falls["C"], 0.0).pvalue)  # the arm's own p, as is
+    barely = {**changes, "C": [-0.02, -0.05, -0.01, -0.04]}  # p 0.04 alone: not below 0.05 after × 3
+    [v] = decide([claim], [evidence(claim, frame(barely), [], settings)])
+    assert sps.ttest_1samp(barely["C"], 0.0).pvalue < 0.05 and v.verdict == "inconclusive", v.summary()
 
     lone = {**changes, "D": [0.3]}  # an arm with one run has no test: nothing can be said of every arm
     [v] = decide([claim], [evidence(claim, frame(lone), [], {**settings, "D": {}})])

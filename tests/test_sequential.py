@@ -231,3 +231,23 @@ def test_only_the_arms_an_open_claim_reads_get_more_seeds():
     given = dict.fromkeys(arms, 5)
     assert more_seeds(given, 7, [{"std mean", "std const"}]) == {**given, "std mean": 7, "std const": 7}
     assert more_seeds(given, 7, []) == given
+
+
+def test_the_interval_beside_a_verdict_is_at_the_level_its_test_used():
+    """Two claims open at the first look: each is tested at α/2, so its repeated CI is at α/2 too. A z between the
+    α-level and the α/2-level boundaries leaves the claim open, and its interval then holds the threshold (at α it
+    would not: the findings printed −0.009 [−0.018, −0.001] beside "inconclusive")."""
+    design = seq.Design(first=3, batch=2, max_seeds=7)
+    claims = [_claim("a", min_effect=None), _claim("b", min_effect=None)]
+    tracks = [seq.Track("a"), seq.Track("b")]
+    c_alpha = seq.boundaries((3 / 7,), 0.05)[0]
+    c_half = seq.boundaries((3 / 7,), 0.025)[0]
+    z = (c_alpha + c_half) / 2
+    for track in tracks:
+        seq.observe(track, 1, _ev(z * 0.1, 0.1, 1e6, 3), design, 0.0)  # df huge: t and z agree
+    seq.decide(claims, tracks, design, final=False)
+    for track in tracks:
+        [lk] = track.looks
+        assert track.open and lk.level == pytest.approx(0.025) and lk.boundary == pytest.approx(c_half)
+        assert lk.low < 0.0 < lk.high
+        assert lk.high - lk.effect == pytest.approx(c_half * 0.1, rel=1e-5)

@@ -3,15 +3,18 @@
 Each claim says its effect lies above (increase) or below (decrease) a threshold. The effect is a switch's
 main effect in the factorial cell-means model, or mean(arm) − fold·mean(vs) by Welch's test, or (`since`) each
 arm's mean change over its runs by a one-sample t-test, the claim resting on its weakest arm (an
-intersection-union test: the largest p while every arm is on the claimed side, else the arm that is most clearly
-on the other); its p tests effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's claims.
+intersection-union test: the largest p while every arm is on the claimed side; else the arm that is most clearly
+on the other, its p multiplied by the number of arms, since any arm may be the one to fall); its p tests effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's claims.
 Then:
 
-- reproduced: Holm p < α and the effect is on the claimed side of the threshold;
-- contradicted: Holm p < α on the other side;
-- inconclusive: neither, because
-  - "small effect": the CI lies within threshold ± the claim's smallest effect of interest, or
-  - "underpowered": it does not; the minimum detectable effect at this many seeds and the seeds a
+- inconclusive, "small effect": the CI lies within threshold ± the claim's smallest effect of interest
+  (`min_effect`), significant or not: an effect shown to be smaller than the claim cares about is not evidence
+  for it, nor against it;
+- reproduced: otherwise, Holm p < α and the effect is on the claimed side of the threshold;
+- contradicted: Holm p < α on the other side, and the whole CI beyond threshold ∓ `min_effect` (a contradiction
+  clears the threshold by the smallest effect of interest);
+- inconclusive otherwise, because
+  - "underpowered": not significant, or a contradiction short of `min_effect`; the minimum detectable effect at this many seeds and the seeds a
     decisive sweep needs (for the smallest effect of interest, else the observed one) are given, planned
     at α/m (m claims: the level Holm's first step asks for), or
   - "no test": too few runs, no variance, empty cells, or a `fold` against a reference that is not positive
@@ -264,6 +267,10 @@ def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: flo
     else:
         deciding = max(arms, key=lambda arm: tests[arm]["p"])
     res = dict(tests[deciding])
+    if wrong:  # "some arm falls" is a union of k tests: Bonferroni keeps its error at α/2 a side however many arms
+        k = len(arms) - len(untested)
+        res["p"] = min(1.0, k * res["p"])
+        res["note"] = f"arm {deciding}'s p × {k} arms (Bonferroni: any arm on the other side)"
     if untested and not wrong:
         res["note"] = f"arm {deciding}: {tests[deciding]['note'] or 'no test'}; every arm needs a test"
     counts = values["arm"].value_counts()
@@ -339,19 +346,19 @@ def decide(
             note=e.note,
             runs=e.run_labels(),
         )
-        side = np.sign(v.effect - claim.threshold) * (1 if claim.direction == "increase" else -1)
+        sign = 1 if claim.direction == "increase" else -1
+        side = np.sign(v.effect - claim.threshold) * sign
+        band = claim.min_effect
+        inside = band is not None and claim.threshold - band <= v.low and v.high <= claim.threshold + band
+        clears = band is None or (v.high < claim.threshold - band if sign > 0 else v.low > claim.threshold + band)
         if np.isnan(v.p):
             v.reason = "no test"
+        elif inside:  # significant or not, an effect shown to be smaller than min_effect is neither verdict
+            v.reason = "small effect"
         elif ph < alpha and side > 0:
             v.verdict = "reproduced"
-        elif ph < alpha and side < 0:
+        elif ph < alpha and side < 0 and clears:
             v.verdict = "contradicted"
-        elif (
-            claim.min_effect is not None
-            and claim.threshold - claim.min_effect <= v.low
-            and v.high <= claim.threshold + claim.min_effect
-        ):
-            v.reason = "small effect"
         else:
             v.reason = "underpowered"
             v.mde = stats.t_mde(e.se, e.df, alpha=alpha / m, power=power)

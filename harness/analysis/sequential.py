@@ -16,7 +16,8 @@ The procedure (one home for it; the sweep loop and the report only call it):
 - **Decisions.** Efficacy: |z| crosses the boundary → reproduced (on the claimed side) or contradicted.
   Small effect: the repeated confidence interval (effect ± t-quantile at the look's nominal level × SE; its
   coverage holds at every look at once, Jennison & Turnbull ch. 9) lies within threshold ± the claim's smallest
-  effect of interest. Budget: `max_seeds` reached with neither → inconclusive.
+  effect of interest. The interval is at the level the claim's boundary is at (α / claims still open), so the
+  interval printed beside a verdict is the one its test used: it excludes the threshold exactly when |z| crosses. Budget: `max_seeds` reached with neither → inconclusive.
 - **Across claims.** Holm's procedure as a graph in the group-sequential setting (Maurer & Bretz 2013,
   Stat. Biopharm. Res. 5:311–320): each claim still open is tested at α / (claims not yet reproduced or
   contradicted); when one is, the others' boundaries are recomputed at the larger level and checked at every
@@ -124,8 +125,11 @@ class Look:
     boundary: float = math.nan
     """Critical |z| at this look, at the level the claim was tested at (α / claims still undecided)."""
     low: float = math.nan
-    """Repeated confidence interval at level α (holds over all looks at once)."""
+    """Repeated confidence interval (holds over all looks at once) at `level`: the one the verdict used."""
     high: float = math.nan
+    level: float = math.nan
+    """The error rate the boundary and the interval are at: α / claims still undecided (sequential Holm); the
+    interval's coverage is 1 − level."""
 
 
 @dataclass
@@ -183,10 +187,14 @@ def observe(track: Track, look: int, evidence: Evidence, design: Design, thresho
         lk.z = math.nan  # no new information since the last tested look (e.g. every new job failed)
     track.looks.append(lk)
     if np.isfinite(lk.z):
-        c = boundaries(track.fractions(), design.alpha)[-1]  # the claim's own repeated CI, at α
-        half = t_of_z(c, df) * se
-        lk.low, lk.high = effect - half, effect + half
+        _at_level(lk, boundaries(track.fractions(), design.alpha)[-1], design.alpha)  # until `decide` sets its own
     return lk
+
+
+def _at_level(lk: Look, c: float, level: float) -> None:
+    """The look's boundary and its repeated CI at that boundary (`level`)."""
+    half = t_of_z(c, lk.df) * lk.se
+    lk.boundary, lk.low, lk.high, lk.level = c, lk.effect - half, lk.effect + half, level
 
 
 def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: bool) -> None:
@@ -207,7 +215,7 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
                 continue
             bounds = boundaries(track.fractions(), level)
             for lk, c in zip(tested, bounds):
-                lk.boundary = c
+                _at_level(lk, c, level)
             hit = next((lk for lk, c in zip(tested, bounds) if abs(lk.z) >= c), None)
             if hit is not None:
                 side = math.copysign(1, hit.z) * (1 if claim.direction == "increase" else -1)
@@ -345,14 +353,13 @@ def operating(
     P(either verdict): the false-positive rate)."""
     n = np.array(design.schedule(), float)
     c = np.array(boundaries(tuple(design.fraction(int(k)) for k in n), level))
-    c_alpha = np.array(boundaries(tuple(design.fraction(int(k)) for k in n), design.alpha))
     rng = np.random.default_rng(seed)
     w = np.cumsum(rng.standard_normal((draws, n.size)) * np.sqrt(np.diff(n, prepend=0.0)), axis=1)
     se = sd1 / np.sqrt(n)
     est = delta + sd1 * w / n
     z = est / se
     reject = np.abs(z) >= c
-    small = np.abs(est) + c_alpha * se <= (sesoi if sesoi is not None else -np.inf)
+    small = np.abs(est) + c * se <= (sesoi if sesoi is not None else -np.inf)
     stop = reject | small
     stop[:, -1] = True
     first = stop.argmax(axis=1)

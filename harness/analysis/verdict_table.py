@@ -116,9 +116,16 @@ SEQUENTIAL_NOTE = (
     "Lan–DeMets O'Brien–Fleming-type α-spending function (Lan & DeMets 1983; Jennison & Turnbull 2000), at "
     "α / (claims not yet decided): sequential Holm (Maurer & Bretz 2013), so the familywise error stays at α "
     "across looks and claims. A claim stops for efficacy (reproduced or contradicted), for a small effect (its "
-    "repeated 95% CI, valid at every look at once, within threshold ± min_effect), or when the seed budget is "
+    "repeated CI, valid at every look at once and at the level of the claim's boundary, within threshold ± "
+    "min_effect), or when the seed budget is "
     "spent. The fixed-design table below treats the final runs as one look and is for reference only."
 )
+
+
+def repeated_ci(low: float, high: float, level: float) -> str:
+    """A repeated CI with its coverage: '[+0.01, +0.03] (98.3 %)'; no coverage for a record that predates it."""
+    cover = "" if level is None or math.isnan(level) else f" ({100 * (1 - level):.3g} %)"
+    return ci(low, high, True) + cover
 
 
 def sequential_rows(record: Record) -> list[dict[str, str]]:
@@ -134,7 +141,7 @@ def sequential_rows(record: Record) -> list[dict[str, str]]:
                     "look": str(lk.look),
                     "seeds/arm": str(lk.seeds),
                     "effect": num(lk.effect, True),
-                    "repeated 95% CI": ci(lk.low, lk.high, True),
+                    "repeated CI (level)": repeated_ci(lk.low, lk.high, lk.level),
                     "|z|": num(abs(lk.z)),
                     "boundary": num(lk.boundary),
                     "state": f"{track.verdict} ({track.stop})" if last and track.stop else "open",
