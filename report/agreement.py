@@ -1,21 +1,25 @@
 """Whether a sweep's effects on your runs agree with the same sweep's effects on other runs (another machine, CPU
 path or store: the published ones, say).
 
+    python -m report.agreement ablations/dr_grpo_bias.yaml --against docs/evidence/dr_grpo_bias.json
     python -m report.agreement ablations/dr_grpo_bias.yaml \
-        --tracking-uri sqlite:///results/mlflow.db --against docs/reference/dr_grpo_bias.json
-    python -m report.agreement ablations/dr_grpo_bias.yaml --rejudge docs/reference/dr_grpo_bias.json
+        --yours docs/evidence/dr_grpo_bias.json --against docs/evidence/dr_grpo_bias-avx512.json
 
-The second judges again the two sides a JSON of this command holds (a published comparison), with no store.
+Your runs are a store (`--tracking-uri`, default as `harness claims`) or an evidence file (`--yours`, written by
+`harness evidence`); theirs (`--against`) another store, an evidence file, or a JSON this command wrote (its "yours"
+side; `--rejudge` judges both sides of such a JSON again). First, run by run: the runs are matched by job id and
+seed and every value the claims read is compared to the last bit ("bit-identical: k of n runs", and where each
+run that differs first does). Then, for each claim of the sweep file: its effect and interval on each side, their
+difference with its 95 % and 90 % t intervals, a two-sided test of a zero difference (Holm-adjusted across the
+claims), the minimum detectable difference, and an equivalence test (TOST) against the claim's
+`equivalence_margin` (default its `min_effect`): equivalent, different or undetermined
+(`harness.analysis.agreement`). An every-arm claim (`since`: the health claim) is compared arm by arm.
 
-For each claim of the sweep file: its effect and interval on each store, their difference with its 95 % and 90 % t
-intervals, a two-sided test of a zero difference (Holm-adjusted across the claims), the minimum detectable
-difference, and an equivalence test (TOST) against the claim's `equivalence_margin` (default its `min_effect`):
-equivalent, different or undetermined (`harness.analysis.agreement`).
-`--against` takes another store, or the JSON this command wrote (its "yours" side is read: docs/reference/ holds
-the published main job's; a reference of another sweep, or with claims the sweep file lacks, is refused). Writes
-results/reports/agreement.json (valid JSON: null where a number could not be had). A claim that cannot be compared
-(missing from a side, or a side with no spread) is printed as "not compared" with why. Exit code 1 when a
-difference is significant after Holm, lies beyond its margin, or a claim was not compared.
+Refused in one line (exit 3): a side of another sweep, with claims the sweep file lacks, or on other seeds; a file
+that is neither. A claim that cannot be compared (missing from a side, a side with no spread, an arm one side
+lacks) is printed as "not compared" with why. Writes results/reports/agreement.json (valid JSON: null where a
+number could not be had). Exit code 1 when a difference is significant after Holm, lies beyond its margin, or a
+claim was not compared.
 """
 
 from __future__ import annotations
@@ -46,11 +50,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep", help="the sweep file (its claims are compared) or a sweep's name or id")
     ap.add_argument("--tracking-uri", default=None, help="your runs' store (default: as `harness claims`)")
+    ap.add_argument("--yours", metavar="JSON", default=None, help="your runs as an evidence file instead of a store")
     given = ap.add_mutually_exclusive_group(required=True)
     given.add_argument(
         "--against",
         metavar="URI|JSON",
-        help="the other runs' store, or the JSON this command wrote for them (the published effects: docs/reference/)",
+        help="the other runs: a store, an evidence file (docs/evidence/), or a JSON this command wrote",
     )
     given.add_argument(
         "--rejudge",
@@ -67,72 +72,176 @@ def main(argv: list[str] | None = None) -> None:
 def _main(args: argparse.Namespace) -> int:
     if args.rejudge is not None:
         return _rejudge(args)
-    reference = _reference(Path(args.against)) if args.against.endswith(".json") else None
-    if reference is None and not urlsplit(args.against).scheme and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
-        raise DataError(
-            f"{args.against}: --against: neither a report.agreement JSON (.json) nor a store's URI "
-            "(sqlite:///PATH for a SQLite file, http(s)://HOST:PORT for a tracking server)"
-        )
-    uri, sweep, claims, _ = resolve(args.sweep, args.tracking_uri, args.profile)
+    against = Path(args.against)
+    evidence_against = args.against.endswith(".json") and _is_evidence(against, "--against")
+    reference = _reference(against) if args.against.endswith(".json") and not evidence_against else None
+    if not args.against.endswith(".json") and not urlsplit(args.against).scheme:
+        if not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+            raise DataError(
+                f"{args.against}: --against: neither an evidence file or report.agreement JSON (.json) nor a store's "
+                "URI (sqlite:///PATH for a SQLite file, http(s)://HOST:PORT for a tracking server)"
+            )
+    if args.yours is not None:
+        if args.tracking_uri is not None:
+            raise ConfigError("--yours: give your runs as a store (--tracking-uri) or as an evidence file, not both")
+        if Path(args.sweep).is_file():
+            name, claims = _file_claims(args)
+            yours_kept = _kept(Path(args.yours), "--yours", name, claims)
+        else:  # a sweep's name: the claims are those the evidence file keeps
+            from harness.runs.evidence_file import read_evidence
+
+            yours_kept = read_evidence(Path(args.yours), "--yours")
+            name, claims = yours_kept.data.sweep.name, yours_kept.claims
+            if args.sweep != name:
+                raise DataError(f"{args.yours}: --yours: evidence of sweep '{name}', not of '{args.sweep}'")
+        mine, uri = yours_kept.data, args.yours
+    else:
+        uri, sweep, claims, _ = resolve(args.sweep, args.tracking_uri, args.profile)
+        name, mine = sweep.name, None
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none")
     if reference is not None:
-        _check_reference(Path(args.against), reference[2], set(reference[0]), sweep.name, [c.id for c in claims])
+        _check_reference(against, reference[2], set(reference[0]), name, [c.id for c in claims])
+    theirs_kept = _kept(against, "--against", name, claims) if evidence_against else None
     # the stores' readers and the statistics are imported here, after every check a bad flag or file fails: a
     # refusal takes a fraction of a second, not the ~2 s they take to import
-    from harness.analysis.claims import gather
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
 
-    data = read_sweep(reader_for(uri), sweep)
-    yours, machines = gather(data, claims, alpha=args.alpha), _machines(data)
+    if mine is None:
+        mine = read_sweep(reader_for(uri), sweep)
     if reference is not None:
-        other_uri, their_machines = args.against, reference[1]
         theirs = [reference[0].get(c.id, Evidence(pd.DataFrame(), note="not in the reference")) for c in claims]
+        return _judge(args, name, claims, _side(mine, claims, args.alpha), (theirs, reference[1], None), (uri, args.against))
+    if theirs_kept is not None:
+        other = theirs_kept.data
     else:
-        other_uri, other, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
-        other_data = read_sweep(reader_for(other_uri), other)
-        theirs, their_machines = gather(other_data, claims, alpha=args.alpha), _machines(other_data)
-    return _judge(args, sweep.name, claims, yours, theirs, ((uri, machines), (other_uri, their_machines)))
+        other_uri, found, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
+        other = read_sweep(reader_for(other_uri), found)
+    _check_seeds(mine, other, args.against)
+    return _judge(
+        args, name, claims, _side(mine, claims, args.alpha), _side(other, claims, args.alpha), (uri, args.against)
+    )
+
+
+def _file_claims(args: argparse.Namespace) -> tuple[str, list]:
+    """The sweep file's name and claims (with their margins): what both sides are judged by."""
+    from harness.config.plan import plan_sweep
+
+    path = Path(args.sweep)
+    if not path.is_file():
+        raise ConfigError(f"{args.sweep}: no such sweep file")
+    plan = plan_sweep(path, profile=args.profile)
+    return plan.name, list(plan.settings.claims)
+
+
+def _is_evidence(path: Path, flag: str) -> bool:
+    """Whether the .json at `path` is an evidence file (`harness evidence`) rather than a JSON of this command."""
+    from harness.runs.evidence_file import FORMAT
+
+    try:
+        with path.open("rb") as f:
+            return FORMAT.encode() in f.read(256)
+    except OSError:
+        return False  # `_reference` says why in one line
+
+
+def _kept(path: Path, flag: str, name: str, claims: list):
+    """An evidence file for this comparison: of this sweep, with no claim the sweep file lacks."""
+    from harness.runs.evidence_file import read_evidence
+
+    kept = read_evidence(path, flag)
+    _check_reference(path, kept.data.sweep.name, {c.id for c in kept.claims}, name, [c.id for c in claims], flag)
+    return kept
+
+
+def _check_seeds(a: SweepData, b: SweepData, flag: str) -> None:
+    """Refuse, in one line, two sets of runs on different seeds: agreement compares machines, not seed draws."""
+    seeds = [sorted(set(d.runs.loc[d.runs["state"] == "done", "seed"].astype(int))) for d in (a, b)]
+    if seeds[0] != seeds[1]:
+        raise DataError(
+            f"{flag}: other seeds ({_seed_range(seeds[1])} against yours {_seed_range(seeds[0])}): agreement "
+            "compares the same jobs on two machines; a replication on fresh seeds is judged by `harness claims`"
+        )
+
+
+def _seed_range(seeds: list[int]) -> str:
+    if not seeds:
+        return "none finished"
+    return f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+
+
+def _side(data: SweepData, claims: list, alpha: float) -> tuple[list[Evidence], list[str], pd.DataFrame]:
+    """One side: each claim's evidence, the machines its runs computed on, and each run's values."""
+    from harness.analysis.claims import gather
+    from harness.runs.evidence_file import per_run_values
+
+    return gather(data, claims, alpha=alpha), _machines(data), per_run_values(data, claims)
 
 
 def _rejudge(args: argparse.Namespace) -> int:
     """Both sides from a JSON this command wrote, the claims (and their margins) from the sweep file."""
-    from harness.config.plan import plan_sweep
-
-    path, written = Path(args.sweep), Path(args.rejudge)
-    if not path.is_file():
-        raise ConfigError(f"{args.sweep}: no such sweep file")
-    yours, machines, name = _reference(written, "yours", "--rejudge")
+    written = Path(args.rejudge)
+    name, claims = _file_claims(args)
+    yours, machines, its_name = _reference(written, "yours", "--rejudge")
     theirs = _reference(written, "theirs", "--rejudge")[0]
-    plan = plan_sweep(path, profile=args.profile)
-    claims = list(plan.settings.claims)
-    _check_reference(written, name, set(yours), plan.name, [c.id for c in claims], "--rejudge")
+    _check_reference(written, its_name, set(yours), name, [c.id for c in claims], "--rejudge")
     missing = Evidence(pd.DataFrame(), note="not in the JSON")
     sides = [[side.get(c.id, missing) for c in claims] for side in (yours, theirs)]
-    return _judge(args, plan.name, claims, *sides, ((f"{written}: yours", machines), (f"{written}: theirs", [])))
+    return _judge(
+        args, name, claims, (sides[0], machines, None), (sides[1], [], None),
+        (f"{written}: yours", f"{written}: theirs"),
+    )  # fmt: skip
 
 
-def _judge(args, name: str, claims: list, yours: list[Evidence], theirs: list[Evidence], sides: tuple) -> int:
-    """Compare, print and write; the exit code."""
-    (uri, machines), (other_uri, their_machines) = sides
-    from harness.analysis.agreement import compare_all
+def _pairs(claims: list, yours: list[Evidence], theirs: list[Evidence]) -> list[tuple[str, Evidence, Evidence, float]]:
+    """What is compared: each claim's effect, and an every-arm (`since`) claim arm by arm, since its effect is its
+    weakest arm's and the two sides' weakest arms need not be the same arm."""
+    out = []
+    for c, a, b in zip(claims, yours, theirs):
+        margin = c.equivalence_margin or c.min_effect or math.nan
+        if c.contrast.since is None:
+            out.append((c.id, a, b, margin))
+            continue
+        arms = {side: {x.arm: x.as_evidence() for x in e.per_arm} for side, e in (("a", a), ("b", b))}
+        if not arms["a"] or not arms["b"]:
+            why = "no per-arm values (a report.agreement JSON keeps the weakest arm only: compare evidence files)"
+            out.append((c.id, a, Evidence(pd.DataFrame(), note=why), margin))
+            continue
+        for arm in dict.fromkeys([*arms["a"], *arms["b"]]):
+            none = Evidence(pd.DataFrame(), note=f"no arm {arm}")
+            out.append((f"{c.id} · {arm}", arms["a"].get(arm, none), arms["b"].get(arm, none), margin))
+    return out
 
-    margins = [c.equivalence_margin or c.min_effect or math.nan for c in claims]
-    found = compare_all([(c.id, a, b, m) for c, a, b, m in zip(claims, yours, theirs, margins)])
-    print(f"{name}: {len(found)} claims' effects, yours ({uri}) against theirs ({other_uri})")
+
+def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tuple[str, str]) -> int:
+    """Compare run by run (where both sides have runs) and claim by claim, print, write; the exit code."""
+    (uri, other_uri), (mine, machines, my_runs), (other, their_machines, their_runs) = where, yours, theirs
+    from harness.analysis.agreement import compare_all, identity
+
+    found = compare_all(_pairs(claims, mine, other))
+    print(f"{name}: {len(claims)} claims' effects, yours ({uri}) against theirs ({other_uri})")
     print(f"  yours:  {'; '.join(machines) or 'machine not recorded'}")
     print(f"  theirs: {'; '.join(their_machines) or 'machine not recorded'}")
+    same = identity(my_runs, their_runs) if my_runs is not None and their_runs is not None else None
+    if same is not None:
+        print(same.line())
+        for line in same.differences[:5]:
+            print(f"  first difference: {line}")
+        if len(same.differences) > 5:
+            print(f"  ... and {len(same.differences) - 5} more runs differ")
+    else:
+        print("bit-identical: not checked (a report.agreement JSON keeps no per-run values)")
     print(
-        f"{'claim':34} {'yours':>28} {'theirs':>28} {'difference [95 % CI]':>28} {'p (Holm)':>9} "
+        f"{'claim':40} {'yours':>26} {'theirs':>26} {'difference [95 % CI]':>28} {'p (Holm)':>9} "
         f"{'90 % CI':>20} {'MDD':>8}  equivalence (TOST p)"
     )
     for g in found:
         if g.not_compared:
-            print(f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28}  not compared: {g.not_compared}")
+            print(f"{g.claim[:40]:40} {_effect(g.a):>26} {_effect(g.b):>26}  not compared: {g.not_compared}")
             continue
         print(
-            f"{g.claim[:34]:34} {_side(g.a):>28} {_side(g.b):>28} {_interval(g.difference, g.low, g.high):>28} "
+            f"{g.claim[:40]:40} {_effect(g.a):>26} {_effect(g.b):>26} {_interval(g.difference, g.low, g.high):>28} "
             f"{g.p_holm:9.3g} {f'[{g.low90:+.3g}, {g.high90:+.3g}]':>20} {g.mdd:8.3g}  {_equivalence(g)}"
         )
     differ = [g.claim for g in found if g.p_holm < args.alpha]
@@ -158,6 +267,11 @@ def _judge(args, name: str, claims: list, yours: list[Evidence], theirs: list[Ev
                 "yours": uri,
                 "machines": machines,
                 "theirs": other_uri,
+                "their_machines": their_machines,
+                "identity": None if same is None else {
+                    "matched": same.matched, "identical": same.identical, "only_yours": same.only_a,
+                    "only_theirs": same.only_b, "differences": list(same.differences),
+                },
                 "claims": [_record(g) for g in found],
             },
             indent=2,
@@ -226,7 +340,7 @@ def _equivalence(g: Agreement) -> str:
     return f"{g.equivalence} (margin ±{g.margin:.3g}, TOST p {g.p_tost:.3g})"
 
 
-def _side(e: Evidence) -> str:
+def _effect(e: Evidence) -> str:
     return _interval(e.effect, e.low, e.high) if math.isfinite(e.effect) else "—"
 
 

@@ -172,7 +172,7 @@ def test_a_huge_reference_or_a_path_that_is_no_store_is_one_line_before_any_stor
     assert (
         "a reference holds a record a claim" in err
         if against == "huge.json"
-        else "neither a report.agreement JSON" in err
+        else "neither an evidence file or report.agreement JSON" in err
     ), err
     assert not (tmp_path / "none.db").exists()
 
@@ -203,8 +203,9 @@ def test_the_published_comparison_is_rejudged_from_the_repository_alone(tmp_path
     with pytest.raises(SystemExit) as exit_:
         main([str(ROOT / "ablations" / "dr_grpo_bias.yaml"), "--rejudge",
               str(ROOT / "docs" / "reference" / "dr_grpo_bias.json"), "--out", str(out)])  # fmt: skip
-    assert exit_.value.code == 0, capsys.readouterr()
+    assert exit_.value.code == 1, capsys.readouterr()  # the health claim: the JSON keeps its weakest arm only
     claims = {c["claim"]: c for c in json.loads(out.read_text())["claims"]}
+    assert "keeps the weakest arm only" in claims["training_improves_accuracy"]["not_compared"]
     length = claims["incorrect_length"]
     assert (length["difference"], length["low90"], length["margin"]) == pytest.approx((-2.42, -6.12, 5.0), abs=0.01)
     assert length["equivalence"] == "undetermined" and length["p_tost"] == pytest.approx(0.122, abs=1e-3)
@@ -228,3 +229,102 @@ def test_a_bad_rejudge_file_is_one_line_naming_its_flag(tmp_path, capsys):
         (err,) = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 3 and f"x.json: --rejudge: {message}" in err, err
         assert not (tmp_path / "o").exists()
+
+
+# ---- evidence files: run by run, then claim by claim -----------------------------------------------------------
+
+HEALTH = {
+    "id": "health",
+    "statement": "Accuracy rises in every arm.",
+    "metric": "train/accuracy",
+    "contrast": {"since": "first-1"},
+    "direction": "increase",
+    "min_effect": 0.5,
+    "at": "final",
+}
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory) -> Path:
+    """The planted sweep of test_claims, with an every-arm claim, as an evidence file."""
+    from harness.cli import main as harness
+    from test_claims import PLANTED, _planted
+
+    where = tmp_path_factory.mktemp("kept")
+    uri = f"sqlite:///{where}/m.db"
+    _planted(uri, [*PLANTED, HEALTH])
+    assert harness(["evidence", "planted", "--tracking-uri", uri, "--out", str(where / "yours.json")]) == 0
+    written = json.loads((where / "yours.json").read_text())
+    rises = {"A": [0.9, 1.1, 1.0, 0.8, 1.2], "B": [0.5, 0.7, 0.6, 0.4, 0.8]}  # each run's change since its start
+    for run in written["runs"]:
+        run["values"]["train/accuracy @ final"] = run["values"]["train/accuracy @ first-1"] + rises[run["arm"]][
+            run["seed"]]
+    (where / "yours.json").write_text(json.dumps(written))
+    return where / "yours.json"
+
+
+def _compare(yours: Path, theirs: dict, tmp_path: Path, capsys) -> tuple[int, str, dict]:
+    (tmp_path / "theirs.json").write_text(json.dumps(theirs))
+    out = tmp_path / "agreement.json"
+    with pytest.raises(SystemExit) as exit_:
+        main(["planted", "--yours", str(yours), "--against", str(tmp_path / "theirs.json"), "--out", str(out)])
+    written = json.loads(out.read_text()) if out.exists() else {}
+    printed = capsys.readouterr()
+    return exit_.value.code, printed.out + printed.err, written
+
+
+def test_the_same_runs_are_bit_identical_and_equivalent(kept, tmp_path, capsys):
+    code, out, written = _compare(kept, json.loads(kept.read_text()), tmp_path, capsys)
+    assert "bit-identical: 10 of 10 runs (matched by job id and seed)" in out
+    assert written["identity"]["identical"] == 10 and code == 0, out
+    claims = {c["claim"]: c for c in written["claims"]}
+    assert set(claims) >= {"health · A", "health · B"}  # the every-arm claim, arm by arm
+    assert claims["health · A"]["difference"] == 0 and claims["health · A"]["equivalence"] == "equivalent"
+
+
+def test_a_run_that_differs_is_named_at_its_first_differing_value(kept, tmp_path, capsys):
+    theirs = json.loads(kept.read_text())
+    run = next(r for r in theirs["runs"] if r["arm"] == "B" and r["seed"] == 3)
+    run["values"]["policy/entropy @ auc"] += 1e-12
+    code, out, written = _compare(kept, theirs, tmp_path, capsys)
+    assert "bit-identical: 9 of 10 runs" in out
+    assert "first difference: B · seed 3 (job B-3): policy/entropy @ auc" in out
+    assert len(written["identity"]["differences"]) == 1
+
+
+def test_another_weakest_arm_is_compared_arm_by_arm(kept, tmp_path, capsys):
+    """Their arm A rises 0.5 less, their B as ours: the weakest arm is B on both sides (the claim's effect is
+    unchanged), but arm A's difference is there to see."""
+    theirs = json.loads(kept.read_text())
+    for run in theirs["runs"]:
+        if run["arm"] == "A":
+            run["values"]["train/accuracy @ final"] -= 0.45
+    code, out, written = _compare(kept, theirs, tmp_path, capsys)
+    claims = {c["claim"]: c for c in written["claims"]}
+    assert claims["health · A"]["difference"] == pytest.approx(0.45) and claims["health · A"]["p"] < 0.01
+    assert claims["health · B"]["difference"] == 0 and code == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.update(sweep="other"), "a reference of sweep 'other', not of 'planted'"),
+        (lambda t: [r.update(seed=r["seed"] + 100) for r in t["runs"]], "other seeds (100–104 against yours 0–4)"),
+        (lambda t: t["claims"].append({**HEALTH, "id": "extra"}), "claims the sweep file does not declare: extra"),
+    ],
+)
+def test_other_sweeps_seeds_or_claims_are_refused_in_one_line(kept, tmp_path, capsys, edit, message):
+    theirs = json.loads(kept.read_text())
+    edit(theirs)
+    code, out, _ = _compare(kept, theirs, tmp_path, capsys)
+    assert code == 3 and message in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_a_claim_their_file_has_no_values_for_is_not_compared(kept, tmp_path, capsys):
+    theirs = json.loads(kept.read_text())
+    for run in theirs["runs"]:
+        run["values"].pop("train/accuracy @ final", None)
+    code, out, written = _compare(kept, theirs, tmp_path, capsys)
+    claims = {c["claim"]: c for c in written["claims"]}
+    assert claims["accuracy"]["not_compared"].startswith("no estimate on theirs") and code == 1
+    assert "not compared: accuracy" in out

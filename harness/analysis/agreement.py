@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import pandas as pd
 from scipy import stats
 
 from harness.analysis.evidence import Evidence
@@ -111,3 +112,47 @@ def _untestable(e: Evidence, name: str) -> str:
     if not (math.isfinite(e.se) and e.se > 0 and math.isfinite(e.df) and e.df > 0):
         return f"no spread on {name} (one seed, or every run the same)"
     return ""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Two sets of runs matched run by run (by job id and seed) on every value their claims read."""
+
+    matched: int
+    identical: int
+    """Matched runs whose every value is equal to the last bit (a value neither side has counts as equal)."""
+    only_a: int
+    only_b: int
+    differences: tuple[str, ...] = ()
+    """For each matched run that differs, where first (in the claims' order of values): 'job … · seed 3: metric @
+    at +1.2345678901 vs +1.2345678912'."""
+
+    def line(self, names: tuple[str, str] = ("yours", "theirs")) -> str:
+        """'bit-identical: 20 of 20 runs (matched by job id and seed)', with the runs only one side has."""
+        only = [f"{n} on {name} only" for n, name in ((self.only_a, names[0]), (self.only_b, names[1])) if n]
+        return (
+            f"bit-identical: {self.identical} of {self.matched} runs (matched by job id and seed)"
+            + (f"; {', '.join(only)}" if only else "")
+        )
+
+
+def identity(a: pd.DataFrame, b: pd.DataFrame) -> Identity:
+    """Runs of `a` and `b` (frames of job_id, seed and one column per value, `per_run_values`) matched by job id
+    and seed, their values compared bit for bit (`float.hex`), over the value columns both have."""
+    keys = ["job_id", "seed"]
+    columns = [c for c in a.columns if c in b.columns and c not in (*keys, "run_id", "arm")]
+    both = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    differences = []
+    for row in both.to_dict("records"):
+        for col in columns:
+            x, y = row[f"{col}_a"], row[f"{col}_b"]
+            if _bits(x) != _bits(y):
+                differences.append(f"{row['arm_a']} · seed {row['seed']} (job {row['job_id']}): {col} {x!r} vs {y!r}")
+                break
+    return Identity(
+        len(both), len(both) - len(differences), len(a) - len(both), len(b) - len(both), tuple(differences)
+    )
+
+
+def _bits(x: float) -> str:
+    return "none" if x is None or math.isnan(x) else float(x).hex()

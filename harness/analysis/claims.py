@@ -276,8 +276,9 @@ def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: flo
     counts = values["arm"].value_counts()
     changes = [
         ArmChange(
-            arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], int(counts.get(arm, 0))
-        )
+            arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], int(counts.get(arm, 0)),
+            tests[arm]["se"], tests[arm]["df"],
+        )  # fmt: skip
         for arm in [deciding, *(a for a in arms if a != deciding)]
     ]
     res.update(per_arm=changes, mean1=res["effect"], mean2=np.nan, n1=int(counts.get(deciding, 0)), n2=0)

@@ -25,6 +25,16 @@ class ArmChange:
     high: float
     p: float
     n: int
+    se: float = NAN
+    df: float = NAN
+    """Welch–Satterthwaite degrees of freedom of `se` (n − 1 for one arm)."""
+
+    def as_evidence(self) -> Evidence:
+        """This arm's change as a claim's `Evidence` (its effect, interval, se and df; no rows)."""
+        return Evidence(
+            pd.DataFrame(), effect=self.effect, low=self.low, high=self.high, p=self.p, se=self.se, df=self.df,
+            n1=self.n, seeds=self.n,
+        )  # fmt: skip
 
     def text(self) -> str:
         if np.isnan(self.effect):

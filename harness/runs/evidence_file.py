@@ -148,6 +148,17 @@ def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: 
     return len(text.encode())
 
 
+def per_run_values(data: SweepData, claims: list[Claim]) -> pd.DataFrame:
+    """Each finished run's values at every point `claims` read: run_id, job_id, arm, seed, then one column per
+    `value_key` (NaN where the run has none): what two sets of runs are matched and compared on run by run."""
+    runs = data.runs[data.runs["state"] == "done"]
+    out = runs.reindex(columns=["run_id", JOB_ID_TAG, "arm", "seed"]).rename(columns={JOB_ID_TAG: "job_id"})
+    for metric, at in read_points(claims):
+        found = data.values(metric, at).frame.set_index("run_id")["value"]
+        out[value_key(metric, at)] = out["run_id"].map(found).astype(float)
+    return out.reset_index(drop=True)
+
+
 def is_evidence_file(ref: str) -> bool:
     """Whether `ref` names an evidence file (a .json path) rather than a sweep file, name or store."""
     return ref.endswith(".json")
@@ -165,13 +176,6 @@ class EvidenceFile:
     sweep_file_sha256: str
     record: dict | None = None
     points: list[str] = field(default_factory=list)
-
-    @property
-    def run_values(self) -> pd.DataFrame:
-        """One row per run: job_id, seed, arm, state, and one column per `value_key` (NaN where none)."""
-        rows = self.data.runs
-        kept = self.data.kept  # type: ignore[attr-defined]
-        return rows[["run_id", JOB_ID_TAG, "arm", "seed", "state"]].join(kept, on="run_id")
 
 
 def read_evidence(path: Path, flag: str = "SWEEP") -> EvidenceFile:
