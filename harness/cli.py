@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from harness.config.errors import ConfigError, HarnessError, Terminated
+from harness.config.errors import ConfigError, DataError, HarnessError, Terminated
 from harness.config.evaluation import EvalSettings
 from harness.engine.preflight import check_host, check_store, check_writable
 from harness.runs.layout import default_tracking_uri, tracking_uri_key
@@ -332,6 +332,37 @@ def _evidence(args: argparse.Namespace) -> int:
         f"harness evidence: {args.out}: {len(data.runs)} runs, {len(claims)} claims, {size / 1024:.1f} KiB "
         f"(`harness claims {args.out}` judges it)"
     )
+    return 0
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.runs.evidence_file import read_evidence
+
+    root, folder = Path(args.root), Path(args.evidence)
+    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not paths:
+        raise DataError(f"{folder}: --evidence: no evidence file (*.json) there (`harness evidence` writes them)")
+    files = [read_evidence(p, "--evidence") for p in paths]
+    from harness.analysis.ledger import build
+    from report import ledger as docs
+
+    ledger = build(files)
+    texts = {p: p.read_text() for p in docs.documents(root) if p.is_file()}
+    not_kept = docs.count_not_kept(*texts.values())
+    wanted = {p: docs.fill(t, ledger, not_kept) for p, t in texts.items()}
+    wanted[root / "docs" / "ledger.md"] = docs.markdown(ledger, not_kept)
+    wanted[root / "docs" / "ledger.json"] = docs.to_json(ledger, not_kept)
+    stale = [p for p, t in wanted.items() if not p.is_file() or p.read_text() != t]
+    print(docs.totals_text(ledger, not_kept).strip())
+    if args.check:
+        for p in stale:
+            print(f"harness ledger: {p} differs from what the evidence gives (run `harness ledger`)", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(wanted[p])
+        print(f"harness ledger: wrote {p}", file=sys.stderr)
     return 0
 
 
@@ -840,6 +871,18 @@ def build_parser() -> argparse.ArgumentParser:
     _profile_option(ek)
     _tracking_uri_option(ek)
     ek.set_defaults(func=_evidence, failure=None)
+
+    led = sub.add_parser(
+        "ledger",
+        help="every published verdict judged again from the evidence files: docs/ledger.md and the docs' tables",
+        description="Judge every evidence file, count each claim on each seed set once, give Benjamini-Hochberg "
+        "q-values across them all and each claim's replication, and write docs/ledger.md, docs/ledger.json and "
+        "the verdict tables of README.md and docs/findings.md (their `<!-- ledger: ... -->` blocks).",
+    )
+    led.add_argument("--evidence", default="docs/evidence", help="the evidence files' folder (default docs/evidence)")
+    led.add_argument("--root", default=".", help="the repository whose documents are written (default .)")
+    led.add_argument("--check", action="store_true", help="write nothing; exit 1 when a document differs")
+    led.set_defaults(func=_ledger, failure=None)
 
     ev = sub.add_parser(
         "eval",

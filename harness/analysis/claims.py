@@ -57,6 +57,9 @@ class Verdict:
     high: float = np.nan
     p: float = np.nan
     p_holm: float = np.nan
+    se: float = np.nan
+    """The effect's standard error, with its Welch–Satterthwaite `df`."""
+    df: float = np.nan
     n1: int = 0
     """Runs on the claimed side (arm, or the switch's `to` level)."""
     n2: int = 0
@@ -325,7 +328,7 @@ def _level(column: pd.Series, wanted) -> str | None:
 
 
 _CARRIED = (
-    "effect", "low", "high", "p", "n1", "n2", "mean1", "mean2", "seeds",
+    "effect", "low", "high", "p", "se", "df", "n1", "n2", "mean1", "mean2", "seeds",
     "failed1", "failed2", "diverged1", "diverged2", "failed_value", "per_arm", "mixed",
 )  # fmt: skip
 """What a verdict takes over from its evidence as it is."""

@@ -682,6 +682,21 @@ def holm(pvalues) -> np.ndarray:
     return out
 
 
+def benjamini_hochberg(pvalues) -> np.ndarray:
+    """Benjamini–Hochberg q-values (false-discovery rate): sorted p₍ᵢ₎ × m / i, made monotone from the largest
+    down by a running min, capped at 1; NaNs stay NaN and are not counted in m (as `holm`, checked against
+    statsmodels' multipletests(method="fdr_bh") in the tests)."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        q = p[ok]
+        order = np.argsort(q, kind="stable")
+        ranked = q[order] * q.size / np.arange(1, q.size + 1)
+        out[np.flatnonzero(ok)[order]] = np.minimum(1.0, np.minimum.accumulate(ranked[::-1])[::-1])
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Two-way interactions of a factorial sweep
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""The ledger: every evidence file judged once per seed set, BH across all primary tests, replication and a pooled
+estimate, and the documents' tables regenerated from it (and the committed ones checked against it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.analysis.stats import benjamini_hochberg
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benjamini_hochberg_is_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.random.default_rng(0).uniform(size=40) ** 3
+    p[[3, 7]] = np.nan
+    ok = ~np.isnan(p)
+    assert np.allclose(benjamini_hochberg(p)[ok], multipletests(p[ok], method="fdr_bh")[1])
+    assert np.isnan(benjamini_hochberg(p)[3])
+
+
+@pytest.fixture(scope="module")
+def evidence(tmp_path_factory) -> Path:
+    """The planted sweep's evidence on seeds 0–4 (first), the same seeds again later (a re-analysis), and seeds
+    100–104 (a second seed set, its values those of the first shifted by run)."""
+    from test_claims import PLANTED, _planted
+
+    where = tmp_path_factory.mktemp("ledger")
+    uri = f"sqlite:///{where}/m.db"
+    _planted(uri, PLANTED)
+    folder = where / "evidence"
+    assert main(["evidence", "planted", "--tracking-uri", uri, "--out", str(folder / "planted.json")]) == 0
+    first = json.loads((folder / "planted.json").read_text())
+    again = json.loads(json.dumps(first))
+    for run in again["runs"]:
+        run["start_time"] += 86_400_000
+    (folder / "planted-again.json").write_text(json.dumps(again))
+    fresh = json.loads(json.dumps(first))
+    for run in fresh["runs"]:
+        run["seed"] += 100
+        run["start_time"] += 2 * 86_400_000
+        run["values"] = {k: v * 1.1 for k, v in run["values"].items()}
+    (folder / "planted-fresh.json").write_text(json.dumps(fresh))
+    return folder
+
+
+def test_the_ledger_counts_each_seed_set_once_and_pools_them(evidence):
+    from harness.analysis.ledger import build
+    from harness.runs.evidence_file import read_evidence
+
+    ledger = build([read_evidence(p) for p in sorted(evidence.glob("*.json"))])
+    assert ledger.totals["tests"] == 8 and ledger.totals["re-analyses"] == 4  # 4 claims × 2 seed sets
+    again = [e for e in ledger.entries if e.file == "planted-again.json"]
+    assert not any(e.primary for e in again) and all(math.isnan(e.q) for e in again)
+    primary = [e for e in ledger.entries if e.primary]
+    assert [e.q for e in primary] == pytest.approx(list(benjamini_hochberg([e.verdict.p for e in primary])))
+    longer = next(ln for ln in ledger.lines if ln.claim == "longer")
+    assert longer.replicated == "both" and [e.file for e in longer.entries] == ["planted.json", "planted-fresh.json"]
+    a, b = (e.verdict for e in longer.entries)
+    w = np.array([1 / a.se**2, 1 / b.se**2])
+    assert longer.effect == pytest.approx((w[0] * a.effect + w[1] * b.effect) / w.sum())
+    accuracy = next(ln for ln in ledger.lines if ln.claim == "accuracy")
+    assert accuracy.replicated == "neither"
+
+
+def test_the_documents_are_regenerated_byte_for_byte_and_checked(evidence, tmp_path, capsys):
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text("# x\n\n<!-- ledger: lines planted -->\nstale\n<!-- /ledger -->\n")
+    (root / "docs" / "findings.md").write_text(
+        "## planted\n\n<!-- ledger: table planted -->\n<!-- /ledger -->\n\n## gone\n\n| a |\n|---|\n| 1 |\n\n"
+        "*evidence not kept*\n\n<!-- ledger: totals -->\n<!-- /ledger -->\n"
+    )
+    args = ["ledger", "--evidence", str(evidence), "--root", str(root)]
+    assert main([*args, "--check"]) == 1
+    assert "README.md differs from what the evidence gives" in capsys.readouterr().err
+    assert main(args) == 0
+    findings = (root / "docs" / "findings.md").read_text()
+    assert "| longer | **reproduced**: +10 [+8.847, +11.15]" in findings
+    assert "1 published verdict tables whose store is gone" in findings
+    assert "| planted | longer | 0–4: reproduced; 100–104: reproduced | both |" in (root / "README.md").read_text()
+    assert json.loads((root / "docs" / "ledger.json").read_text())["totals"]["tests"] == 8
+    written = {p: p.read_bytes() for p in [*root.rglob("*.md"), *root.rglob("*.json")]}
+    assert main([*args, "--check"]) == 0
+    assert main(args) == 0 and {p: p.read_bytes() for p in written} == written
+
+
+@pytest.mark.slow
+def test_the_committed_documents_are_what_the_shipped_evidence_gives(tmp_path):
+    """With no store at all (no results/), the README's and docs/findings.md's ledger tables, docs/ledger.md and
+    docs/ledger.json are regenerated from docs/evidence/ byte for byte."""
+    repo = tmp_path / "repo"
+    for part in ("README.md", "docs/findings.md", "docs/ledger.md", "docs/ledger.json"):
+        (repo / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / part, repo / part)
+    assert not (repo / "results").exists()
+    assert main(["ledger", "--evidence", str(ROOT / "docs" / "evidence"), "--root", str(repo), "--check"]) == 0
