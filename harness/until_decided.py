@@ -10,7 +10,7 @@ they used (each look reads only its own seeds), so a sweep killed at any point c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,9 +72,17 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
     from harness.runs.writer import log_sequential
 
     out = Console(stderr=True, markup=False, emoji=False)  # names and labels are text, never Rich markup
-    plan, design = s.plan, s.design
+    plan = s.plan
     arms = list(dict.fromkeys(j.arm for j in plan.jobs))
-    given = dict.fromkeys(arms, design.first)  # seeds per arm so far
+    given = dict.fromkeys(arms, s.design.first)  # seeds per arm so far
+    design = replace(s.design, fixed_first=fixed_look(s, given, tracking_uri))
+    if design.fixed_first and console:
+        out.print(
+            f"sweep {plan.name}: the first look's seeds were run and judged at α {design.alpha:g} by a fixed-seed "
+            "sweep already: that look counts as this design's first, with its α spent (no efficacy verdict is left "
+            "to the later looks; fresh seeds, `--seeds`, start a design of their own)",
+            soft_wrap=True,
+        )
     outcome = Outcome([seq.Track(c.id) for c in s.claims])
     schedule = design.schedule()
     for look, target in enumerate(schedule, 1):
@@ -105,6 +113,22 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         if not still_open:
             break
     return outcome
+
+
+def fixed_look(s: Sequential, given: dict[str, int], tracking_uri: str) -> float:
+    """The share of α already spent on the first look's seeds (`Design.fixed_first`): a design that logged its
+    record keeps its own; else 1 when every job of the first look has finished before this design's first round
+    (a fixed-seed `harness sweep`, which ends by judging the claims at α), 0 otherwise."""
+    from harness.engine.resume import finished_job_ids
+    from harness.runs.reader import find_sweep
+
+    found = find_sweep(tracking_uri, s.plan.sweep_id, s.plan.experiment)
+    record = seq.stored_record(found) if found is not None else None
+    if record is not None:
+        return record.design.fixed_first
+    first = [j for j in s.plan.jobs if j.seed in set(s.seeds[: given[j.arm]])]
+    done = finished_job_ids(tracking_uri, s.plan.experiment, s.plan.sweep_id) if found is not None else set()
+    return 1.0 if first and all(j.job_id in done for j in first) else 0.0
 
 
 def more_seeds(given: dict[str, int], target: int, open_needs: list[set[str]]) -> dict[str, int]:

@@ -251,3 +251,35 @@ def test_the_interval_beside_a_verdict_is_at_the_level_its_test_used():
         assert track.open and lk.level == pytest.approx(0.025) and lk.boundary == pytest.approx(c_half)
         assert lk.low < 0.0 < lk.high
         assert lk.high - lk.effect == pytest.approx(c_half * 0.1, rel=1e-5)
+
+
+def test_a_fixed_look_counted_first_spends_its_alpha_there():
+    """A fixed test at α of the first look's seeds (`fixed_first` 1) is that look's boundary, z₀.₉₇₅, and leaves no
+    α to the later looks; a fixed test at a fifth of α leaves the rest, spent as O'Brien–Fleming would."""
+    looks = (3 / 7, 5 / 7, 1.0)
+    c = seq.boundaries(looks, 0.05, 1.0)
+    assert c[0] == pytest.approx(sp.norm.isf(0.025)) and c[1:] == (math.inf, math.inf)
+    part = seq.boundaries(looks, 0.05, 0.2)
+    assert part[0] == pytest.approx(sp.norm.isf(0.005)) and all(math.isfinite(x) for x in part)
+    assert seq.spent(1.0, 0.05, 0.2, 3 / 7) == pytest.approx(0.05)
+    plan = seq.operating(seq.Design(3, 2, 7, fixed_first=1.0), 0.0, 1.0, 0.05, draws=20000)
+    assert plan.power == pytest.approx(0.05, abs=0.006)  # the null decision rate: the fixed test's, no more
+
+
+def test_the_first_look_counts_as_fixed_only_when_a_fixed_sweep_ran_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from harness import until_decided as ud
+
+    jobs = [SimpleNamespace(arm=a, seed=s, job_id=f"{a}{s}") for a in "AB" for s in range(5)]
+    s = SimpleNamespace(plan=SimpleNamespace(jobs=jobs, sweep_id="x", experiment="e"), seeds=(0, 1, 2, 3, 4))
+    given = {"A": 3, "B": 3}
+    state = {"record": None, "done": {f"{a}{i}" for a in "AB" for i in range(3)}}
+    monkeypatch.setattr("harness.runs.reader.find_sweep", lambda *a: object())
+    monkeypatch.setattr(seq, "stored_record", lambda found: state["record"])
+    monkeypatch.setattr("harness.engine.resume.finished_job_ids", lambda *a: state["done"])
+    assert ud.fixed_look(s, given, "sqlite:///x.db") == 1.0  # seeds 0-2 of both arms were run: judged already
+    state["done"] = state["done"] - {"B2"}
+    assert ud.fixed_look(s, given, "sqlite:///x.db") == 0.0
+    state["record"] = SimpleNamespace(design=seq.Design(3, 2, 5, fixed_first=1.0))  # a resumed design keeps its own
+    assert ud.fixed_look(s, given, "sqlite:///x.db") == 1.0

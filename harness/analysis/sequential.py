@@ -52,10 +52,24 @@ GRID = 801
 """Points of the Simpson grid the crossing probabilities are integrated on (odd)."""
 
 
+def spent(t: float, alpha: float, first: float = 0.0, t1: float = 0.0) -> float:
+    """Two-sided α spent by information fraction t. By default O'Brien–Fleming type (`obf_spent`). A design whose
+    first look (at t1) was a fixed test at `first` · α (a fixed-seed sweep judged before `--until-decided` went on
+    with the same seeds: `first` 1, the whole α) spends that at t1, and the rest of α from there to t = 1 in the
+    proportions O'Brien–Fleming's function would: first·α + (1 − first)·α·(f(t) − f(t1))/(α − f(t1))."""
+    if not first:
+        return obf_spent(t, alpha)
+    if t <= t1:
+        return first * alpha if t >= t1 else 0.0
+    f1 = obf_spent(t1, alpha)
+    return first * alpha + (1 - first) * alpha * (obf_spent(t, alpha) - f1) / (alpha - f1)
+
+
 @functools.lru_cache(maxsize=4096)
-def boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+def boundaries(fractions: tuple[float, ...], alpha: float, first: float = 0.0) -> tuple[float, ...]:
     """Two-sided critical |Z| at looks with these (increasing) information fractions: look k rejects with
-    probability α(t_k) − α(t_{k−1}) under the null, given no rejection before.
+    probability α(t_k) − α(t_{k−1}) under the null, given no rejection before (α(t): `spent`, whose `first` says
+    what a fixed test at the first look spent; no α left gives ∞).
 
     The null law of the looks is that of a Brownian motion S observed at t_1 < t_2 < ...(Z_k = S(t_k)/√t_k); the
     density of S on the continuation region is carried from look to look on a grid (Armitage, McPherson & Rowe
@@ -63,14 +77,15 @@ def boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     t = np.asarray(fractions, float)
     if t.size == 0 or np.any(np.diff(t) <= 0) or t[0] <= 0:
         raise ValueError(f"information fractions must increase from above 0, got {list(fractions)}")
-    out = [float(stats.norm.isf(obf_spent(t[0], alpha) / 2))]
+    t1 = float(t[0])
+    out = [float(stats.norm.isf(spent(t1, alpha, first, t1) / 2))]
     grid, dens = _region(out[0], t[0])
     dens *= stats.norm.pdf(grid / math.sqrt(t[0])) / math.sqrt(t[0])
     for k in range(1, t.size):
-        spend = obf_spent(t[k], alpha) - obf_spent(t[k - 1], alpha)
+        spend = spent(t[k], alpha, first, t1) - spent(t[k - 1], alpha, first, t1)
         sd, root_t = math.sqrt(t[k] - t[k - 1]), math.sqrt(t[k])
         carried = (grid, dens, sd, root_t)
-        if spend <= 0 or _crossing(40.0, *carried) >= spend:
+        if spend <= 1e-15 or _crossing(40.0, *carried) >= spend:
             c = math.inf
         else:
             c = float(optimize.brentq(lambda x, a=carried, s=spend: _crossing(x, *a) - s, 0.0, 40.0, xtol=1e-9))
@@ -162,9 +177,15 @@ class Design:
     batch: int
     max_seeds: int
     alpha: float = 0.05
+    fixed_first: float = 0.0
+    """The share of α a fixed-design test of the first look's seeds spent before this design went on with them
+    (1: `harness sweep` judged them at α already); that look's boundary is the fixed test's, and only the rest of
+    α is left for the looks after it (`spent`)."""
 
     def __post_init__(self):
-        if not (1 <= self.first <= self.max_seeds and self.batch >= 1 and 0 < self.alpha < 1):
+        if not (1 <= self.first <= self.max_seeds and self.batch >= 1 and 0 < self.alpha < 1) or not (
+            0 <= self.fixed_first <= 1
+        ):
             raise ValueError(f"invalid design: {self}")
 
     def schedule(self) -> list[int]:
@@ -187,7 +208,7 @@ def observe(track: Track, look: int, evidence: Evidence, design: Design, thresho
         lk.z = math.nan  # no new information since the last tested look (e.g. every new job failed)
     track.looks.append(lk)
     if np.isfinite(lk.z):
-        _at_level(lk, boundaries(track.fractions(), design.alpha)[-1], design.alpha)  # until `decide` sets its own
+        _at_level(lk, boundaries(track.fractions(), design.alpha, design.fixed_first)[-1], design.alpha)
     return lk
 
 
@@ -213,7 +234,7 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
             tested = [lk for lk in track.looks if np.isfinite(lk.z)]
             if not tested:
                 continue
-            bounds = boundaries(track.fractions(), level)
+            bounds = boundaries(track.fractions(), level, design.fixed_first)
             for lk, c in zip(tested, bounds):
                 _at_level(lk, c, level)
             hit = next((lk for lk, c in zip(tested, bounds) if abs(lk.z) >= c), None)
@@ -352,7 +373,7 @@ def operating(
     and the small-effect stop at `sesoi` (none if None). Power: P(reproduced) on delta's side (with delta 0,
     P(either verdict): the false-positive rate)."""
     n = np.array(design.schedule(), float)
-    c = np.array(boundaries(tuple(design.fraction(int(k)) for k in n), level))
+    c = np.array(boundaries(tuple(design.fraction(int(k)) for k in n), level, design.fixed_first))
     rng = np.random.default_rng(seed)
     w = np.cumsum(rng.standard_normal((draws, n.size)) * np.sqrt(np.diff(n, prepend=0.0)), axis=1)
     se = sd1 / np.sqrt(n)
