@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 import pandas as pd
+from _report import write_json
 from scipy import stats as sps
 
-from _report import write_json
 from harness.analysis import sequential as seq
 from harness.analysis.claims import decide, evidence
 from harness.config.claims import Claim
@@ -87,7 +87,8 @@ def main() -> None:
     print(f"{'case':72} {'harness now':>12} {'before':>8}  (±1 SE at 5 %)")
     for r in rows:
         print(f"{r['case']:72} {r['harness now']:12.4f} {r['before']:8.4f}  ±{se[r['case']]:.4f}")
-    print(f"goal: at most 0.025 for the health claim's one-sided error, 0.05 for a design; {time.perf_counter() - start:.0f} s")
+    took = time.perf_counter() - start
+    print(f"goal: at most 0.025 for the health claim's one-sided error, 0.05 for a design; {took:.0f} s")
     write_json("verdict_error_rates", {"draws": args.draws, "sequential_draws": seq_draws, "seeds": args.seeds,
                                        "rows": rows})  # fmt: skip
 

@@ -112,7 +112,9 @@ def _main(args: argparse.Namespace) -> int:
         mine = read_sweep(reader_for(uri), sweep)
     if reference is not None:
         theirs = [reference[0].get(c.id, Evidence(pd.DataFrame(), note="not in the reference")) for c in claims]
-        return _judge(args, name, claims, _side(mine, claims, args.alpha), (theirs, reference[1], None), (uri, args.against))
+        return _judge(
+            args, name, claims, _side(mine, claims, args.alpha), (theirs, reference[1], None), (uri, args.against)
+        )
     if theirs_kept is not None:
         other = theirs_kept.data
     else:
@@ -268,9 +270,14 @@ def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tu
                 "machines": machines,
                 "theirs": other_uri,
                 "their_machines": their_machines,
-                "identity": None if same is None else {
-                    "matched": same.matched, "identical": same.identical, "only_yours": same.only_a,
-                    "only_theirs": same.only_b, "differences": list(same.differences),
+                "identity": None
+                if same is None
+                else {
+                    "matched": same.matched,
+                    "identical": same.identical,
+                    "only_yours": same.only_a,
+                    "only_theirs": same.only_b,
+                    "differences": list(same.differences),
                 },
                 "claims": [_record(g) for g in found],
             },

@@ -60,7 +60,7 @@ def totals_text(ledger: Ledger, not_kept: int) -> str:
         f"({t['re-analyses']} re-analyses of the same seeds listed, not counted): {t['reproduced']} reproduced, "
         f"{t['contradicted']} contradicted, {t['inconclusive']} inconclusive; {t['q < 0.05']} with a "
         f"Benjamini–Hochberg q below 0.05 across all of them. {not_kept} published verdict tables whose store is "
-        f"gone are marked \"{NOT_KEPT}\" in docs/findings.md and counted apart.\n"
+        f'gone are marked "{NOT_KEPT}" in docs/findings.md and counted apart.\n'
     )
 
 
@@ -84,9 +84,7 @@ def markdown(ledger: Ledger, not_kept: int) -> str:
     for e in ledger.entries:
         design = e.design + (", continued after a look" if e.continued else "")
         role = "" if e.primary else " (re-analysis)"
-        out.append(
-            f"| {e.sweep} | {e.file}{role} | {_seeds(e.seeds)} | {design} | {e.claim} | {cell(e)} | {_p(e.q)} |"
-        )
+        out.append(f"| {e.sweep} | {e.file}{role} | {_seeds(e.seeds)} | {design} | {e.claim} | {cell(e)} | {_p(e.q)} |")
     return "\n".join(out) + "\n"
 
 
@@ -96,17 +94,36 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
 
     entries = [
         {
-            "sweep": e.sweep, "file": e.file, "seeds": list(e.seeds), "primary": e.primary, "design": e.design,
-            "continued": e.continued, "claim": e.claim, "verdict": e.of_record, "fixed_verdict": e.verdict.verdict,
-            "reason": e.verdict.reason, "stop": e.stop, "effect": number(e.verdict.effect),
-            "low": number(e.verdict.low), "high": number(e.verdict.high), "se": number(e.verdict.se),
-            "p": number(e.verdict.p), "p_holm": number(e.verdict.p_holm), "q": number(e.q),
+            "sweep": e.sweep,
+            "file": e.file,
+            "seeds": list(e.seeds),
+            "primary": e.primary,
+            "design": e.design,
+            "continued": e.continued,
+            "claim": e.claim,
+            "verdict": e.of_record,
+            "fixed_verdict": e.verdict.verdict,
+            "reason": e.verdict.reason,
+            "stop": e.stop,
+            "effect": number(e.verdict.effect),
+            "low": number(e.verdict.low),
+            "high": number(e.verdict.high),
+            "se": number(e.verdict.se),
+            "p": number(e.verdict.p),
+            "p_holm": number(e.verdict.p_holm),
+            "q": number(e.q),
         }  # fmt: skip
         for e in ledger.entries
     ]
     lines = [
-        {"sweep": ln.sweep, "claim": ln.claim, "replicated": ln.replicated, "pooled": number(ln.effect),
-         "low": number(ln.low), "high": number(ln.high)}  # fmt: skip
+        {
+            "sweep": ln.sweep,
+            "claim": ln.claim,
+            "replicated": ln.replicated,
+            "pooled": number(ln.effect),
+            "low": number(ln.low),
+            "high": number(ln.high),
+        }  # fmt: skip
         for ln in ledger.lines
     ]
     body = {"totals": {**ledger.totals, "evidence not kept": not_kept}, "lines": lines, "entries": entries}

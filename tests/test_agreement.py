@@ -247,8 +247,9 @@ HEALTH = {
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory) -> Path:
     """The planted sweep of test_claims, with an every-arm claim, as an evidence file."""
-    from harness.cli import main as harness
     from test_claims import PLANTED, _planted
+
+    from harness.cli import main as harness
 
     where = tmp_path_factory.mktemp("kept")
     uri = f"sqlite:///{where}/m.db"
@@ -257,8 +258,9 @@ def kept(tmp_path_factory) -> Path:
     written = json.loads((where / "yours.json").read_text())
     rises = {"A": [0.9, 1.1, 1.0, 0.8, 1.2], "B": [0.5, 0.7, 0.6, 0.4, 0.8]}  # each run's change since its start
     for run in written["runs"]:
-        run["values"]["train/accuracy @ final"] = run["values"]["train/accuracy @ first-1"] + rises[run["arm"]][
-            run["seed"]]
+        run["values"]["train/accuracy @ final"] = (
+            run["values"]["train/accuracy @ first-1"] + rises[run["arm"]][run["seed"]]
+        )
     (where / "yours.json").write_text(json.dumps(written))
     return where / "yours.json"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_claims import PLANTED, _planted
 
 from harness.cli import main
-from test_claims import PLANTED, _planted
 
 
 def _verdict_lines(out: str) -> list[str]:

@@ -130,9 +130,8 @@ class Identity:
     def line(self, names: tuple[str, str] = ("yours", "theirs")) -> str:
         """'bit-identical: 20 of 20 runs (matched by job id and seed)', with the runs only one side has."""
         only = [f"{n} on {name} only" for n, name in ((self.only_a, names[0]), (self.only_b, names[1])) if n]
-        return (
-            f"bit-identical: {self.identical} of {self.matched} runs (matched by job id and seed)"
-            + (f"; {', '.join(only)}" if only else "")
+        return f"bit-identical: {self.identical} of {self.matched} runs (matched by job id and seed)" + (
+            f"; {', '.join(only)}" if only else ""
         )
 
 
@@ -149,9 +148,7 @@ def identity(a: pd.DataFrame, b: pd.DataFrame) -> Identity:
             if _bits(x) != _bits(y):
                 differences.append(f"{row['arm_a']} · seed {row['seed']} (job {row['job_id']}): {col} {x!r} vs {y!r}")
                 break
-    return Identity(
-        len(both), len(both) - len(differences), len(a) - len(both), len(b) - len(both), tuple(differences)
-    )
+    return Identity(len(both), len(both) - len(differences), len(a) - len(both), len(b) - len(both), tuple(differences))
 
 
 def _bits(x: float) -> str:

@@ -4,7 +4,8 @@ Each claim says its effect lies above (increase) or below (decrease) a threshold
 main effect in the factorial cell-means model, or mean(arm) − fold·mean(vs) by Welch's test, or (`since`) each
 arm's mean change over its runs by a one-sample t-test, the claim resting on its weakest arm (an
 intersection-union test: the largest p while every arm is on the claimed side; else the arm that is most clearly
-on the other, its p multiplied by the number of arms, since any arm may be the one to fall); its p tests effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's claims.
+on the other, its p multiplied by the number of arms, since any arm may be the one to fall); its p tests
+effect = threshold (two-sided), and Holm adjusts the p-values across the sweep's claims.
 Then:
 
 - inconclusive, "small effect": the CI lies within threshold ± the claim's smallest effect of interest
@@ -14,9 +15,9 @@ Then:
 - contradicted: Holm p < α on the other side, and the whole CI beyond threshold ∓ `min_effect` (a contradiction
   clears the threshold by the smallest effect of interest);
 - inconclusive otherwise, because
-  - "underpowered": not significant, or a contradiction short of `min_effect`; the minimum detectable effect at this many seeds and the seeds a
-    decisive sweep needs (for the smallest effect of interest, else the observed one) are given, planned
-    at α/m (m claims: the level Holm's first step asks for), or
+  - "underpowered": not significant, or a contradiction short of `min_effect`; the minimum detectable effect
+    at this many seeds and the seeds a decisive sweep needs (for the smallest effect of interest, else the
+    observed one) are given, planned at α/m (m claims: the level Holm's first step asks for), or
   - "no test": too few runs, no variance, empty cells, or a `fold` against a reference that is not positive
     (the note says which).
 
@@ -279,8 +280,14 @@ def _weakest_arm(claim: Claim, values: pd.DataFrame, arms: list[str], alpha: flo
     counts = values["arm"].value_counts()
     changes = [
         ArmChange(
-            arm, tests[arm]["effect"], tests[arm]["low"], tests[arm]["high"], tests[arm]["p"], int(counts.get(arm, 0)),
-            tests[arm]["se"], tests[arm]["df"],
+            arm,
+            tests[arm]["effect"],
+            tests[arm]["low"],
+            tests[arm]["high"],
+            tests[arm]["p"],
+            int(counts.get(arm, 0)),
+            tests[arm]["se"],
+            tests[arm]["df"],
         )  # fmt: skip
         for arm in [deciding, *(a for a in arms if a != deciding)]
     ]

@@ -114,8 +114,15 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
             track = record.track(v.claim.id) if record else None
             raw.append(
                 Entry(
-                    name, f.path.name, own, primary, "sequential" if record else "fixed", continued, v,
-                    track.verdict if track else "", track.stop if track else "",
+                    name,
+                    f.path.name,
+                    own,
+                    primary,
+                    "sequential" if record else "fixed",
+                    continued,
+                    v,
+                    track.verdict if track else "",
+                    track.stop if track else "",
                 )  # fmt: skip
             )
     prim = [i for i, e in enumerate(raw) if e.primary]

@@ -17,7 +17,8 @@ The procedure (one home for it; the sweep loop and the report only call it):
   Small effect: the repeated confidence interval (effect ± t-quantile at the look's nominal level × SE; its
   coverage holds at every look at once, Jennison & Turnbull ch. 9) lies within threshold ± the claim's smallest
   effect of interest. The interval is at the level the claim's boundary is at (α / claims still open), so the
-  interval printed beside a verdict is the one its test used: it excludes the threshold exactly when |z| crosses. Budget: `max_seeds` reached with neither → inconclusive.
+  interval printed beside a verdict is the one its test used: it excludes the threshold exactly when |z|
+  crosses. Budget: `max_seeds` reached with neither → inconclusive.
 - **Across claims.** Holm's procedure as a graph in the group-sequential setting (Maurer & Bretz 2013,
   Stat. Biopharm. Res. 5:311–320): each claim still open is tested at α / (claims not yet reproduced or
   contradicted); when one is, the others' boundaries are recomputed at the larger level and checked at every

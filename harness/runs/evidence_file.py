@@ -98,9 +98,7 @@ def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: 
     sweep's record as logged); returns the bytes written."""
     points = read_points(claims)
     runs = data.runs
-    values = {
-        value_key(m, at): data.values(m, at).frame.set_index("run_id")["value"].to_dict() for m, at in points
-    }
+    values = {value_key(m, at): data.values(m, at).frame.set_index("run_id")["value"].to_dict() for m, at in points}
     params = data.params
     first = runs.drop_duplicates("arm").set_index("arm")["run_id"]
     out = _File(
@@ -226,7 +224,8 @@ def _data(f: _File) -> SweepData:
             for r in f.runs
         ],
         columns=["run_id", "run_name", JOB_ID_TAG, "arm", "arm_id", "seed", "status", "state", "failure_reason",
-                 "steps", "last_step", "last_logged", "start_time", "end_time", GIT_COMMIT_TAG, "artifact_uri", "machine", *f.varying],
+                 "steps", "last_step", "last_logged", "start_time", "end_time", GIT_COMMIT_TAG, "artifact_uri",
+                 "machine", *f.varying],
     )  # fmt: skip
     kept = pd.DataFrame(
         [{k: math.nan if v is None else v for k, v in r.values.items()} for r in f.runs],
