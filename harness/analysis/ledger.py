@@ -7,7 +7,8 @@
   claims); an `--until-decided` sweep's verdict of record is its sequential record's, and its fixed-design p is
   what enters the false-discovery rate.
 - **Replication.** Over a claim's seed sets: reproduced on all, some or none, and a pooled estimate
-  (inverse-variance weighted, fixed effect: Σ wᵢeᵢ / Σ wᵢ with wᵢ = 1/seᵢ², normal 95 % CI).
+  (inverse-variance weighted, fixed effect: Σ wᵢeᵢ / Σ wᵢ with wᵢ = 1/seᵢ², normal 95 % CI; none for an every-arm
+  claim, whose sets' weakest arms may differ).
 - **False-discovery rate.** Benjamini–Hochberg q-values across every primary test in the ledger (each claim on
   each seed set once), from each test's raw p against its threshold.
 - **Flags.** A design continued after looking: a sequential sweep whose first look's seeds had been judged by a
@@ -133,6 +134,7 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
     for key in dict.fromkeys((e.sweep, e.claim) for e in raw if e.primary):
         mine = [e for e in raw if e.primary and (e.sweep, e.claim) == key]
         lines.append(Line(*key, mine, *_pooled([e.verdict for e in mine])))
+
     counted = Counter(e.of_record for e in raw if e.primary)
     totals = {k: counted.get(k, 0) for k in ("reproduced", "contradicted", "inconclusive")}
     totals["tests"] = len(prim)
@@ -148,7 +150,13 @@ def _with_q(e: Entry, q: float) -> Entry:
 
 
 def _pooled(verdicts: list[Verdict]) -> tuple[float, float, float]:
-    """Inverse-variance weighted effect and its normal 95 % CI; NaN without a standard error."""
+    """Inverse-variance weighted effect and its normal 95 % CI; NaN without a standard error, and for an every-arm
+    (`since`) claim, whose effect is its weakest arm's, which need not be the same arm in each set. One set: its own
+    effect and t interval."""
+    if any(v.claim.contrast.since is not None for v in verdicts):
+        return math.nan, math.nan, math.nan
+    if len(verdicts) == 1:
+        return verdicts[0].effect, verdicts[0].low, verdicts[0].high
     pairs = [(v.effect, v.se) for v in verdicts]
     pairs = [(e, s) for e, s in pairs if math.isfinite(e) and math.isfinite(s) and s > 0]
     if not pairs:
