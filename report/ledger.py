@@ -48,7 +48,7 @@ def lines_table(ledger: Ledger, sweep: str | None = None) -> str:
             qs = ", ".join(_p(e.q) for e in line.entries)
             rows.append(
                 f"| {line.sweep} | {line.claim} | {sets} | {line.replicated} | "
-                f"{num(line.effect, True)} {ci(line.low, line.high, True)} | {qs} |"
+                f"{_interval(line.effect, line.low, line.high)} | {qs} |"
             )
     return "\n".join(rows) + "\n"
 
@@ -60,7 +60,7 @@ def totals_text(ledger: Ledger, not_kept: int) -> str:
         f"({t['re-analyses']} re-analyses of the same seeds listed, not counted): {t['reproduced']} reproduced, "
         f"{t['contradicted']} contradicted, {t['inconclusive']} inconclusive; {t['q < 0.05']} with a "
         f"Benjamini–Hochberg q below 0.05 across all of them. {not_kept} published verdict tables whose store is "
-        f'gone are marked "{NOT_KEPT}" in docs/findings.md and counted apart.\n'
+        f'gone are marked "{NOT_KEPT}" in README.md and docs/findings.md and counted apart.\n'
     )
 
 
@@ -150,8 +150,12 @@ def fill(text: str, ledger: Ledger, not_kept: int) -> str:
 
 
 def count_not_kept(*texts: str) -> int:
-    """Verdict tables marked as having no evidence file."""
-    return sum(t.count(f"*{NOT_KEPT}*") for t in texts)
+    """Verdict tables marked as having no evidence file: each says "*evidence not kept*:" once, under it."""
+    return sum(t.count(f"*{NOT_KEPT}*:") for t in texts)
+
+
+def _interval(effect: float, low: float, high: float) -> str:
+    return "—" if math.isnan(effect) else f"{num(effect, True)} {ci(low, high, True)}"
 
 
 def _seeds(seeds: tuple[int, ...]) -> str:
