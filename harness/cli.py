@@ -94,7 +94,9 @@ def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> int:
 
         data = read_sweep(reader_for(uri), sweep)
         claims = list(plan.settings.claims)
-        _print_claims(data, claims, ALPHA, stored_record(sweep), unfinished=False)  # the jobs listed failures
+        _print_claims(
+            data, claims, ALPHA, _replayed(data, claims, stored_record(sweep)), unfinished=False
+        )  # the jobs listed failures
     except HarnessError as exc:
         print(exc.line("sweep"), file=sys.stderr)
         code = exc.exit_code
@@ -296,7 +298,11 @@ def _judged(args: argparse.Namespace):
 
     if is_evidence_file(args.sweep):
         kept = read_evidence(Path(args.sweep))
-        return kept.data, kept.claims, Record.from_json(kept.record) if kept.record else None
+        return (
+            kept.data,
+            kept.claims,
+            _replayed(kept.data, kept.claims, Record.from_json(kept.record) if kept.record else None),
+        )
     from report.select import resolve
 
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)  # probes the store first
@@ -306,7 +312,17 @@ def _judged(args: argparse.Namespace):
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
 
-    return read_sweep(reader_for(uri), sweep), claims, stored_record(sweep)
+    data = read_sweep(reader_for(uri), sweep)
+    return data, claims, _replayed(data, claims, stored_record(sweep))
+
+
+def _replayed(data, claims: list, record):
+    """An `--until-decided` sweep's looks taken again by today's rules on the same rounds (None stays None)."""
+    if record is None:
+        return None
+    from harness.analysis.replay import replay
+
+    return replay(data, claims, record)
 
 
 def _evidence(args: argparse.Namespace) -> int:

@@ -66,6 +66,7 @@ def prepare(plan: SweepPlan, first: int, *, batch: int, alpha: float = 0.05) -> 
 def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool = True) -> Outcome:
     """Run the rounds until every claim is decided or the seed budget is spent."""
     from harness.analysis.claims import gather  # MLflow: imported only once jobs are about to run
+    from harness.analysis.replay import seeds_of
     from harness.engine.sweep import run_sweep
     from harness.runs.reader import find_sweep, reader_for
     from harness.runs.sweep_data import read_sweep
@@ -98,7 +99,7 @@ def run(s: Sequential, *, executor: Executor, tracking_uri: str, console: bool =
         assert found is not None, "run_sweep logs the sweep's parent run before any job"
         data = read_sweep(reader_for(tracking_uri), found)
         open_ = [(c, t) for c, t in zip(s.claims, outcome.tracks) if t.open]
-        keep = _keeper(allowed)
+        keep = seeds_of(allowed)
         for (claim, track), ev in zip(open_, gather(data, [c for c, _ in open_], alpha=design.alpha, keep=keep)):
             seq.observe(track, look, ev, design, claim.threshold)
         final = target >= design.max_seeds or look == len(schedule)
@@ -135,13 +136,6 @@ def more_seeds(given: dict[str, int], target: int, open_needs: list[set[str]]) -
     """Seeds per arm for the next round: `target` for every arm an open claim reads, the rest unchanged."""
     wanted = set().union(*open_needs) if open_needs else set()
     return {arm: max(n, target) if arm in wanted else n for arm, n in given.items()}
-
-
-def _keeper(allowed: dict[str, set[int]]):
-    def keep(values):
-        return np.array([seed in allowed.get(arm, ()) for arm, seed in zip(values["arm"], values["seed"])], bool)
-
-    return keep
 
 
 def _seed_text(given: dict[str, int]) -> str:
@@ -245,6 +239,7 @@ def _spread_seen(s: Sequential, tracking_uri: str) -> dict[str, tuple[float, str
     if not store_exists(tracking_uri):
         return {}
     from harness.analysis.claims import gather
+    from harness.analysis.replay import seeds_of
     from harness.runs.reader import find_sweep, reader_for
     from harness.runs.sweep_data import read_sweep
 
@@ -253,7 +248,7 @@ def _spread_seen(s: Sequential, tracking_uri: str) -> dict[str, tuple[float, str
         return {}
     data = read_sweep(reader_for(tracking_uri), found)
     first = set(s.seeds[: s.design.first])
-    keep = _keeper({arm: first for arm in data.runs["arm"].unique()})
+    keep = seeds_of({arm: first for arm in data.runs["arm"].unique()})
     out = {}
     for claim, ev in zip(s.claims, gather(data, s.claims, alpha=s.design.alpha, keep=keep)):
         se, n = ev.se, ev.seeds

@@ -140,6 +140,12 @@ def test_until_decided_runs_rounds_decides_and_resumes_after_a_kill_between_roun
     assert main(["claims", str(sweep_file), "--tracking-uri", uri]) == rerun.returncode
     out = capsys.readouterr().out
     assert "claims decided sequentially" in out and "each claim's path" in out
+    kept = tmp_path / "evidence.json"  # the record and the runs' values as a file: the same paths, with no store
+    assert main(["evidence", str(sweep_file), "--tracking-uri", uri, "--out", str(kept)]) == 0
+    capsys.readouterr()
+    assert main(["claims", str(kept)]) == rerun.returncode
+    judged = out[out.index("seq_toy: claims decided sequentially") :]  # what `harness claims` printed above
+    assert capsys.readouterr().out == judged
     folder = tmp_path / "report"
     args_report = ["report", str(sweep_file), "--tracking-uri", uri, "--format", "md,json", "--out", str(folder)]
     assert main(args_report) == 0

@@ -4,8 +4,8 @@
   first is its primary test, the others (the same seeds on another CPU path, say) are re-analyses: listed, not
   counted again.
 - **Verdicts.** A fixed design is judged as `harness claims` judges it (`claims.judge`, Holm across the file's
-  claims); an `--until-decided` sweep's verdict of record is its sequential record's, and its fixed-design p is
-  what enters the false-discovery rate.
+  claims); an `--until-decided` sweep's verdict of record is its looks replayed by today's rules on the rounds it
+  ran (`replay`), and its fixed-design p is what enters the false-discovery rate.
 - **Replication.** Over a claim's seed sets: reproduced on all, some or none, and a pooled estimate
   (inverse-variance weighted, fixed effect: Σ wᵢeᵢ / Σ wᵢ with wᵢ = 1/seᵢ², normal 95 % CI; none for an every-arm
   claim, whose sets' weakest arms may differ).
@@ -26,6 +26,7 @@ from scipy import stats as sps
 
 from harness.analysis import stats
 from harness.analysis.claims import Verdict, judge
+from harness.analysis.replay import replay
 from harness.analysis.sequential import Record
 from harness.runs.evidence_file import EvidenceFile
 
@@ -105,7 +106,7 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
         name, own = f.data.sweep.name, seeds[id(f)]
         primary = (name, own) not in taken
         taken.add((name, own))
-        record = Record.from_json(f.record) if f.record else None
+        record = replay(f.data, f.claims, Record.from_json(f.record)) if f.record else None
         continued = bool(record) and any(
             set(s) <= set(own) and len(s) >= record.design.first for s in fixed_seeds.get(name, [])
         )
