@@ -7,7 +7,7 @@ path or store: the published ones, say).
 
 Your runs are a store (`--tracking-uri`, default as `harness claims`) or an evidence file (`--yours`, written by
 `harness evidence`); theirs (`--against`) another store, an evidence file, or a JSON this command wrote (its "yours"
-side; `--rejudge` judges both sides of such a JSON again). First, run by run: the runs are matched by job id and
+side). First, run by run: the runs are matched by job id and
 seed and every value the claims read is compared to the last bit ("bit-identical: k of n runs", and where each
 run that differs first does). Then, for each claim of the sweep file: its effect and interval on each side, their
 difference with its 95 % and 90 % t intervals, a two-sided test of a zero difference (Holm-adjusted across the
@@ -51,16 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("sweep", help="the sweep file (its claims are compared) or a sweep's name or id")
     ap.add_argument("--tracking-uri", default=None, help="your runs' store (default: as `harness claims`)")
     ap.add_argument("--yours", metavar="JSON", default=None, help="your runs as an evidence file instead of a store")
-    given = ap.add_mutually_exclusive_group(required=True)
-    given.add_argument(
+    ap.add_argument(
         "--against",
         metavar="URI|JSON",
+        required=True,
         help="the other runs: a store, an evidence file (docs/evidence/), or a JSON this command wrote",
-    )
-    given.add_argument(
-        "--rejudge",
-        metavar="JSON",
-        help="judge again the two sides a JSON of this command holds (a published comparison), with no store",
     )
     ap.add_argument("--profile", default=None, help="the sweep file's profile both sweeps ran with")
     ap.add_argument("--alpha", type=float, default=0.05)
@@ -70,57 +65,62 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.rejudge is not None:
-        return _rejudge(args)
+    from harness.runs.evidence_file import check_evidence
+
     against = Path(args.against)
-    evidence_against = args.against.endswith(".json") and _is_evidence(against, "--against")
-    reference = _reference(against) if args.against.endswith(".json") and not evidence_against else None
-    if not args.against.endswith(".json") and not urlsplit(args.against).scheme:
-        if not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
-            raise DataError(
-                f"{args.against}: --against: neither an evidence file or report.agreement JSON (.json) nor a store's "
-                "URI (sqlite:///PATH for a SQLite file, http(s)://HOST:PORT for a tracking server)"
-            )
+    theirs_kept = reference = None
+    if args.against.endswith(".json"):
+        if _is_evidence(against):
+            theirs_kept = check_evidence(against, "--against")
+        else:
+            reference = _reference(against)
+    elif not urlsplit(args.against).scheme and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+        raise DataError(
+            f"{args.against}: --against: neither an evidence file or report.agreement JSON (.json) nor a store's "
+            "URI (sqlite:///PATH for a SQLite file, http(s)://HOST:PORT for a tracking server)"
+        )
+    yours_kept = None
     if args.yours is not None:
         if args.tracking_uri is not None:
             raise ConfigError("--yours: give your runs as a store (--tracking-uri) or as an evidence file, not both")
+        yours_kept = check_evidence(Path(args.yours), "--yours")
         if Path(args.sweep).is_file():
             name, claims = _file_claims(args)
-            yours_kept = _kept(Path(args.yours), "--yours", name, claims)
         else:  # a sweep's name: the claims are those the evidence file keeps
-            from harness.runs.evidence_file import read_evidence
-
-            yours_kept = read_evidence(Path(args.yours), "--yours")
-            name, claims = yours_kept.data.sweep.name, yours_kept.claims
+            name, claims = yours_kept.sweep, yours_kept.claims
             if args.sweep != name:
                 raise DataError(f"{args.yours}: --yours: evidence of sweep '{name}', not of '{args.sweep}'")
-        mine, uri = yours_kept.data, args.yours
+        _check_reference(Path(args.yours), yours_kept.sweep, {c.id for c in yours_kept.claims}, name,
+                         [c.id for c in claims], "--yours")  # fmt: skip
+        uri = args.yours
     else:
         uri, sweep, claims, _ = resolve(args.sweep, args.tracking_uri, args.profile)
-        name, mine = sweep.name, None
+        name = sweep.name
     if not claims:
         raise ConfigError(f"{args.sweep}: claims: the sweep declares none")
     if reference is not None:
         _check_reference(against, reference[2], set(reference[0]), name, [c.id for c in claims])
-    theirs_kept = _kept(against, "--against", name, claims) if evidence_against else None
+    if theirs_kept is not None:
+        _check_reference(against, theirs_kept.sweep, {c.id for c in theirs_kept.claims}, name, [c.id for c in claims])
+        if yours_kept is not None:
+            _check_seeds(yours_kept.seeds, theirs_kept.seeds, "--against")
     # the stores' readers and the statistics are imported here, after every check a bad flag or file fails: a
     # refusal takes a fraction of a second, not the ~2 s they take to import
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep
 
-    if mine is None:
-        mine = read_sweep(reader_for(uri), sweep)
+    mine = yours_kept.read().data if yours_kept is not None else read_sweep(reader_for(uri), sweep)
     if reference is not None:
         theirs = [reference[0].get(c.id, Evidence(pd.DataFrame(), note="not in the reference")) for c in claims]
         return _judge(
             args, name, claims, _side(mine, claims, args.alpha), (theirs, reference[1], None), (uri, args.against)
         )
     if theirs_kept is not None:
-        other = theirs_kept.data
+        other = theirs_kept.read().data
     else:
         other_uri, found, _, _ = resolve(args.sweep, args.against, args.profile, "--against")
         other = read_sweep(reader_for(other_uri), found)
-    _check_seeds(mine, other, args.against)
+    _check_seeds(_finished_seeds(mine), _finished_seeds(other), args.against)
     return _judge(
         args, name, claims, _side(mine, claims, args.alpha), _side(other, claims, args.alpha), (uri, args.against)
     )
@@ -137,7 +137,7 @@ def _file_claims(args: argparse.Namespace) -> tuple[str, list]:
     return plan.name, list(plan.settings.claims)
 
 
-def _is_evidence(path: Path, flag: str) -> bool:
+def _is_evidence(path: Path) -> bool:
     """Whether the .json at `path` is an evidence file (`harness evidence`) rather than a JSON of this command."""
     from harness.runs.evidence_file import FORMAT
 
@@ -148,21 +148,15 @@ def _is_evidence(path: Path, flag: str) -> bool:
         return False  # `_reference` says why in one line
 
 
-def _kept(path: Path, flag: str, name: str, claims: list):
-    """An evidence file for this comparison: of this sweep, with no claim the sweep file lacks."""
-    from harness.runs.evidence_file import read_evidence
-
-    kept = read_evidence(path, flag)
-    _check_reference(path, kept.data.sweep.name, {c.id for c in kept.claims}, name, [c.id for c in claims], flag)
-    return kept
+def _finished_seeds(data: SweepData) -> list[int]:
+    return sorted({int(s) for s in data.runs.loc[data.runs["state"] == "done", "seed"]})
 
 
-def _check_seeds(a: SweepData, b: SweepData, flag: str) -> None:
+def _check_seeds(yours: list[int], theirs: list[int], flag: str) -> None:
     """Refuse, in one line, two sets of runs on different seeds: agreement compares machines, not seed draws."""
-    seeds = [sorted(set(d.runs.loc[d.runs["state"] == "done", "seed"].astype(int))) for d in (a, b)]
-    if seeds[0] != seeds[1]:
+    if yours != theirs:
         raise DataError(
-            f"{flag}: other seeds ({_seed_range(seeds[1])} against yours {_seed_range(seeds[0])}): agreement "
+            f"{flag}: other seeds ({_seed_range(theirs)} against yours {_seed_range(yours)}): agreement "
             "compares the same jobs on two machines; a replication on fresh seeds is judged by `harness claims`"
         )
 
@@ -179,21 +173,6 @@ def _side(data: SweepData, claims: list, alpha: float) -> tuple[list[Evidence], 
     from harness.runs.evidence_file import per_run_values
 
     return gather(data, claims, alpha=alpha), _machines(data), per_run_values(data, claims)
-
-
-def _rejudge(args: argparse.Namespace) -> int:
-    """Both sides from a JSON this command wrote, the claims (and their margins) from the sweep file."""
-    written = Path(args.rejudge)
-    name, claims = _file_claims(args)
-    yours, machines, its_name = _reference(written, "yours", "--rejudge")
-    theirs = _reference(written, "theirs", "--rejudge")[0]
-    _check_reference(written, its_name, set(yours), name, [c.id for c in claims], "--rejudge")
-    missing = Evidence(pd.DataFrame(), note="not in the JSON")
-    sides = [[side.get(c.id, missing) for c in claims] for side in (yours, theirs)]
-    return _judge(
-        args, name, claims, (sides[0], machines, None), (sides[1], [], None),
-        (f"{written}: yours", f"{written}: theirs"),
-    )  # fmt: skip
 
 
 def _pairs(claims: list, yours: list[Evidence], theirs: list[Evidence]) -> list[tuple[str, Evidence, Evidence, float]]:

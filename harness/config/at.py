@@ -19,6 +19,11 @@ DEFAULT_AT = "last-10"
 """A run's value unless asked otherwise (a claim's `at`, `harness report --at`, a study's objective)."""
 
 
+def value_key(metric: str, at: At) -> str:
+    """One run's value of `metric` read at `at`, named: 'accuracy @ last-10' (an evidence file's keys)."""
+    return f"{metric} @ {at}"
+
+
 @dataclass(frozen=True)
 class At:
     """Which point of each run's curve is its value."""

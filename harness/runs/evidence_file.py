@@ -15,25 +15,23 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from harness.config.at import At
+from harness.config.at import At, value_key
 from harness.config.claims import Claim, check_unique
 from harness.config.errors import DataError
 from harness.runs.layout import GIT_COMMIT_TAG, JOB_ID_TAG
-from harness.runs.reader import Sweep
-from harness.runs.sweep_data import RunMachine, RunValues, SweepData
+
+if TYPE_CHECKING:  # the store's reader imports MLflow: not before a file is checked, so that a refusal is fast
+    import pandas as pd
+
+    from harness.runs.sweep_data import SweepData
 
 FORMAT = "harness evidence 1"
 MAX_BYTES = 8 << 20
 """An evidence file is kilobytes; a larger one is refused before it is read."""
-
-
-def value_key(metric: str, at: At) -> str:
-    """How a run's value of `metric` read at `at` is keyed in the file: 'accuracy @ last-10'."""
-    return f"{metric} @ {at}"
 
 
 def read_points(claims: list[Claim]) -> list[tuple[str, At]]:
@@ -96,6 +94,9 @@ class _File(BaseModel):
 def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: Path, record: dict | None) -> int:
     """Write `data`'s evidence for `claims` (`sweep_file`: the sweep file's text; `record`: an `--until-decided`
     sweep's record as logged); returns the bytes written."""
+
+    from harness.runs.sweep_data import RunMachine
+
     points = read_points(claims)
     runs = data.runs
     values = {value_key(m, at): data.values(m, at).frame.set_index("run_id")["value"].to_dict() for m, at in points}
@@ -128,7 +129,7 @@ def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: 
                 seed=int(r["seed"]),
                 state=str(r["state"]),
                 failure_reason=_text(r.get("failure_reason")) or "",
-                steps=None if pd.isna(r.get("steps")) else float(r["steps"]),
+                steps=_number(r.get("steps")),
                 last_step=int(r.get("last_step") or 0),
                 start_time=_number(r.get("start_time")),
                 end_time=_number(r.get("end_time")),
@@ -176,8 +177,32 @@ class EvidenceFile:
     points: list[str] = field(default_factory=list)
 
 
-def read_evidence(path: Path, flag: str = "SWEEP") -> EvidenceFile:
-    """An evidence file, checked; a DataError naming the file and `flag` when it is not one."""
+@dataclass(frozen=True)
+class Checked:
+    """An evidence file checked but not yet turned into data: what a command can refuse it by, in a fraction of a
+    second (its sweep, claims and seeds)."""
+
+    path: Path
+    file: _File
+    claims: list[Claim]
+
+    @property
+    def sweep(self) -> str:
+        return self.file.sweep
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds of its finished runs, ascending."""
+        return sorted({r.seed for r in self.file.runs if r.state == "done"})
+
+    def read(self) -> EvidenceFile:
+        f = self.file
+        return EvidenceFile(self.path, _data(f), self.claims, f.sweep_file, f.sweep_file_sha256, f.sequential, f.points)
+
+
+def check_evidence(path: Path, flag: str = "SWEEP") -> Checked:
+    """An evidence file, checked (size before reading, JSON with no bare NaN, its fields, its claims, its sweep
+    file's sha256); a DataError naming the file and `flag` when it is not one."""
     try:
         if (size := path.stat().st_size) > MAX_BYTES:
             raise DataError(f"{path}: {flag}: {size} bytes; an evidence file is kilobytes (at most {MAX_BYTES})")
@@ -195,10 +220,20 @@ def read_evidence(path: Path, flag: str = "SWEEP") -> EvidenceFile:
         raise DataError(f"{path}: {flag}: not a harness evidence file ({why})") from None
     if hashlib.sha256(f.sweep_file.encode()).hexdigest() != f.sweep_file_sha256:
         raise DataError(f"{path}: {flag}: its sweep file does not match its sha256 (edited by hand?)")
-    return EvidenceFile(path, _data(f), claims, f.sweep_file, f.sweep_file_sha256, f.sequential, f.points)
+    return Checked(path, f, claims)
+
+
+def read_evidence(path: Path, flag: str = "SWEEP") -> EvidenceFile:
+    """An evidence file, checked (`check_evidence`) and read back as data."""
+    return check_evidence(path, flag).read()
 
 
 def _data(f: _File) -> SweepData:
+    import pandas as pd
+
+    from harness.runs.reader import Sweep
+    from harness.runs.sweep_data import KeptSweepData, RunMachine
+
     runs = pd.DataFrame(
         [
             {
@@ -244,29 +279,13 @@ def _data(f: _File) -> SweepData:
 _STATUS = {"done": "FINISHED", "failed": "FAILED", "pruned": "KILLED", "duplicate": "FINISHED", "retried": "FAILED"}
 
 
-@dataclass
-class KeptSweepData(SweepData):
-    """A `SweepData` read from an evidence file: no metric curves, only each run's kept values."""
-
-    kept: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """Index run_id, one column per `value_key`."""
-
-    @property
-    def keys(self) -> list[str]:
-        return sorted({k.split(" @ ")[0] for k in self.kept.columns})
-
-    def values(self, key: str, at: At, *, finished_only: bool = True) -> RunValues:
-        """The kept values of `key` at `at` (an empty frame where the file keeps none there)."""
-        runs = self.runs[self.runs["state"] == "done"] if finished_only else self.current
-        cols = ["run_id", "arm", "seed", *self.varying]
-        name = value_key(key, at)
-        column = self.kept[name] if name in self.kept else pd.Series(dtype=float)
-        out = runs[cols].join(column.rename("value"), on="run_id").dropna(subset=["value"])
-        return RunValues(out.reset_index(drop=True), "")
-
-
 def _number(x) -> float | None:
-    return None if x is None or pd.isna(x) or not math.isfinite(float(x)) else float(x)
+    """A finite number, else None (NaN, ±inf, None, a missing value of pandas)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
 
 
 def _text(x) -> str | None:

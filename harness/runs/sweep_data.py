@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness.config.at import At
+from harness.config.at import At, value_key
 from harness.config.run_config import defines_arm
 from harness.runs.layout import (
     ARM_LABEL_TAG,
@@ -442,3 +442,24 @@ def _state(run) -> str:
     if logged and time.time() * 1000 - float(logged) > STALE_S * 1000:
         return "stalled"
     return "running"
+
+
+@dataclass
+class KeptSweepData(SweepData):
+    """A `SweepData` read from an evidence file: no metric curves, only each run's kept values."""
+
+    kept: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Index run_id, one column per `value_key`."""
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted({k.split(" @ ")[0] for k in self.kept.columns})
+
+    def values(self, key: str, at: At, *, finished_only: bool = True) -> RunValues:
+        """The kept values of `key` at `at` (an empty frame where the file keeps none there)."""
+        runs = self.runs[self.runs["state"] == "done"] if finished_only else self.current
+        cols = ["run_id", "arm", "seed", *self.varying]
+        name = value_key(key, at)
+        column = self.kept[name] if name in self.kept else pd.Series(dtype=float)
+        out = runs[cols].join(column.rename("value"), on="run_id").dropna(subset=["value"])
+        return RunValues(out.reset_index(drop=True), "")
