@@ -213,16 +213,17 @@ def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tu
             print(f"  ... and {len(same.differences) - 5} more runs differ")
     else:
         print("bit-identical: not checked (a report.agreement JSON keeps no per-run values)")
+    w = max([len("claim"), *(len(g.claim) for g in found)])  # an every-arm claim's rows name their arm in full
     print(
-        f"{'claim':40} {'yours':>26} {'theirs':>26} {'difference [95 % CI]':>28} {'p (Holm)':>9} "
+        f"{'claim':{w}} {'yours':>26} {'theirs':>26} {'difference [95 % CI]':>28} {'p (Holm)':>9} "
         f"{'90 % CI':>20} {'MDD':>8}  equivalence (TOST p)"
     )
     for g in found:
         if g.not_compared:
-            print(f"{g.claim[:40]:40} {_effect(g.a):>26} {_effect(g.b):>26}  not compared: {g.not_compared}")
+            print(f"{g.claim:{w}} {_effect(g.a):>26} {_effect(g.b):>26}  not compared: {g.not_compared}")
             continue
         print(
-            f"{g.claim[:40]:40} {_effect(g.a):>26} {_effect(g.b):>26} {_interval(g.difference, g.low, g.high):>28} "
+            f"{g.claim:{w}} {_effect(g.a):>26} {_effect(g.b):>26} {_interval(g.difference, g.low, g.high):>28} "
             f"{g.p_holm:9.3g} {f'[{g.low90:+.3g}, {g.high90:+.3g}]':>20} {g.mdd:8.3g}  {_equivalence(g)}"
         )
     differ = [g.claim for g in found if g.p_holm < args.alpha]

@@ -180,6 +180,27 @@ def test_equivalence_by_hand():
     assert compare("c", a, b).equivalence == "" and math.isnan(compare("c", a, b).p_tost)  # no margin stated
 
 
+def test_the_published_pair_is_judged_from_its_evidence_files(tmp_path, capsys):
+    """The main job on the pinned AVX2 path against torch's own AVX512 path, both kept in docs/evidence/: matched run
+    by run and claim by claim with no store (the README's sentence on the two paths is this output)."""
+    ROOT = Path(__file__).resolve().parents[1]
+    out = tmp_path / "agreement.json"
+    with pytest.raises(SystemExit) as exit_:
+        main([str(ROOT / "ablations" / "dr_grpo_bias.yaml"), "--yours", str(ROOT / "docs/evidence/dr_grpo_bias.json"),
+              "--against", str(ROOT / "docs/evidence/dr_grpo_bias-avx512.json"), "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    written = json.loads(out.read_text())
+    assert written["identity"]["matched"] == 20 and "bit-identical:" in printed
+    claims = {c["claim"]: c for c in written["claims"]}
+    assert written["identity"]["identical"] == 0  # two CPU paths: every run's numbers part at some step
+    arms = [c for c in claims if c.startswith("training_improves_accuracy · ")]
+    assert len(arms) == 4  # the health claim, arm by arm
+    length = claims["incorrect_length"]
+    assert (length["difference"], length["low90"], length["high90"]) == pytest.approx((-2.42, -6.12, 1.28), abs=0.01)
+    assert length["equivalence"] == "undetermined" and claims["accuracy_maintained"]["equivalence"] == "equivalent"
+    assert exit_.value.code == 0 and not list(tmp_path.glob("*.db"))
+
+
 # ---- evidence files: run by run, then claim by claim -----------------------------------------------------------
 
 HEALTH = {
