@@ -3,9 +3,11 @@ across the nodes of a cluster, tests/test_cluster.py.)"""
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -38,6 +40,22 @@ def _tune_file(
 
 def _stores(tmp_path: Path) -> tuple[str, str]:
     return f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+
+
+def _trial_states(db: Path) -> list[str]:
+    """The study's trial states, read from its SQLite file without writing to it: Optuna's own load_study would
+    create the file's tables if the tune under test had not yet, racing its migration (the tune then exits 3)."""
+    if not db.exists():
+        return []
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            rows = con.execute(
+                "SELECT t.state FROM trials t JOIN studies s ON t.study_id = s.study_id "
+                "WHERE s.study_name = 'tiny_tune' ORDER BY t.number"
+            ).fetchall()
+    except sqlite3.OperationalError:  # not created yet, or locked by a write: look again
+        return []
+    return [str(state) for (state,) in rows]
 
 
 def _trial_runs(uri: str) -> list:
@@ -185,15 +203,12 @@ def test_killed_study_resumes_without_repeating_finished_trials(tmp_path, tiny_r
         deadline = time.monotonic() + 300
         while True:  # kill it while its second trial runs
             time.sleep(0.2)
-            try:
-                trials = optuna.load_study(study_name="tiny_tune", storage=url).trials
-            except KeyError:
-                trials = []
-            if [t.state for t in trials][:2] == [TrialState.COMPLETE, TrialState.RUNNING] and any(
+            states = _trial_states(tmp_path / "optuna.db")
+            if states[:2] == ["COMPLETE", "RUNNING"] and any(
                 r.data.tags["trial"] == "1" and r.info.status == "RUNNING" for r in _trial_runs(uri)
             ):
                 break  # the second trial's run exists: killing now leaves it for the resume to close
-            assert proc.poll() is None and time.monotonic() < deadline, [t.state for t in trials]
+            assert proc.poll() is None and time.monotonic() < deadline, states
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
