@@ -88,15 +88,8 @@ def _sweep_claims(args: argparse.Namespace, plan, uri: str) -> int:
         sweep = find_sweep(uri, plan.sweep_id, plan.experiment)
         if sweep is None:
             raise LookupError(f"sweep {plan.sweep_id} is not in {uri} after its jobs ran")
-        from harness.analysis.sequential import stored_record
-        from harness.runs.reader import reader_for
-        from harness.runs.sweep_data import read_sweep
-
-        data = read_sweep(reader_for(uri), sweep)
-        claims = list(plan.settings.claims)
-        _print_claims(
-            data, claims, ALPHA, _replayed(data, claims, stored_record(sweep)), unfinished=False
-        )  # the jobs listed failures
+        data, claims, record = _from_store(uri, sweep, list(plan.settings.claims))
+        _print_claims(data, claims, ALPHA, record, unfinished=False)  # the jobs listed failures
     except HarnessError as exc:
         print(exc.line("sweep"), file=sys.stderr)
         code = exc.exit_code
@@ -308,6 +301,11 @@ def _judged(args: argparse.Namespace):
     uri, sweep, claims, notes = resolve(args.sweep, args.tracking_uri, args.profile)  # probes the store first
     for line in notes:
         print(f"warning: {line}", file=sys.stderr)
+    return _from_store(uri, sweep, claims)
+
+
+def _from_store(uri: str, sweep, claims: list):
+    """(SweepData, claims, its `--until-decided` record replayed or None) of `sweep` in the store at `uri`."""
     from harness.analysis.sequential import stored_record
     from harness.runs.reader import reader_for
     from harness.runs.sweep_data import read_sweep

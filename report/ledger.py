@@ -31,7 +31,8 @@ def sweep_table(ledger: Ledger, sweep: str) -> str:
     """A sweep's claims (rows) on each of its evidence files (columns), as docs/findings.md prints them."""
     mine = [e for e in ledger.entries if e.sweep == sweep]
     files = list(dict.fromkeys(e.file for e in mine))
-    heads = [f"{f} (seeds {_seeds(next(e.seeds for e in mine if e.file == f))})" for f in files]
+    first = {f: next(e for e in mine if e.file == f) for f in files}
+    heads = [f"{f} (seeds {_seeds(first[f].seeds)}, {first[f].machine})" for f in files]
     rows = ["| claim | " + " | ".join(heads) + " |", "|---|" + "---|" * len(files)]
     for claim in dict.fromkeys(e.claim for e in mine):
         cells = {e.file: cell(e) for e in mine if e.claim == claim}
@@ -44,7 +45,7 @@ def lines_table(ledger: Ledger, sweep: str | None = None) -> str:
     rows = ["| sweep | claim | seed sets | replicated | pooled [95 % CI] | q (BH) |", "|---|---|---|---|---|---|"]
     for line in ledger.lines:
         if sweep is None or line.sweep == sweep:
-            sets = "; ".join(f"{_seeds(e.seeds)}: {e.of_record}" for e in line.entries)
+            sets = "; ".join(f"{_seeds(e.seeds)} ({e.machine}): {e.of_record}" for e in line.entries)
             qs = ", ".join(_p(e.q) for e in line.entries)
             rows.append(
                 f"| {line.sweep} | {line.claim} | {sets} | {line.replicated} | "
@@ -78,13 +79,16 @@ def markdown(ledger: Ledger, not_kept: int) -> str:
         lines_table(ledger),
         "## Each test",
         "",
-        "| sweep | evidence file | seeds | design | claim | verdict | q (BH) |",
-        "|---|---|---|---|---|---|---|",
+        "| sweep | evidence file | seeds | machine | design | claim | verdict | q (BH) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for e in ledger.entries:
         design = e.design + (", continued after a look" if e.continued else "")
         role = "" if e.primary else " (re-analysis)"
-        out.append(f"| {e.sweep} | {e.file}{role} | {_seeds(e.seeds)} | {design} | {e.claim} | {cell(e)} | {_p(e.q)} |")
+        out.append(
+            f"| {e.sweep} | {e.file}{role} | {_seeds(e.seeds)} | {e.machine} | {design} | {e.claim} | {cell(e)} | "
+            f"{_p(e.q)} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -97,6 +101,7 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
             "sweep": e.sweep,
             "file": e.file,
             "seeds": list(e.seeds),
+            "machine": e.machine,
             "primary": e.primary,
             "design": e.design,
             "continued": e.continued,

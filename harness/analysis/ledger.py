@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -39,6 +39,8 @@ class Entry:
     file: str
     """The evidence file's name (docs/evidence/NAME)."""
     seeds: tuple[int, ...]
+    machine: str
+    """Where its runs computed: CPU and torch's CPU path ('AMD EPYC AVX2'; several joined by ' + ')."""
     primary: bool
     """The seed set's primary test (False: a re-analysis of seeds another file holds)."""
     design: str
@@ -119,6 +121,7 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
                     name,
                     f.path.name,
                     own,
+                    _machine(f),
                     primary,
                     "sequential" if record else "fixed",
                     continued,
@@ -130,7 +133,7 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
     prim = [i for i, e in enumerate(raw) if e.primary]
     q = stats.benjamini_hochberg([raw[i].verdict.p for i in prim])
     for i, qi in zip(prim, q):
-        raw[i] = _with_q(raw[i], float(qi))
+        raw[i] = replace(raw[i], q=float(qi))
     lines = []
     for key in dict.fromkeys((e.sweep, e.claim) for e in raw if e.primary):
         mine = [e for e in raw if e.primary and (e.sweep, e.claim) == key]
@@ -142,12 +145,6 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
     totals["re-analyses"] = len(raw) - len(prim)
     totals["q < 0.05"] = int(np.sum(q < 0.05))
     return Ledger(raw, lines, totals)
-
-
-def _with_q(e: Entry, q: float) -> Entry:
-    from dataclasses import replace
-
-    return replace(e, q=q)
 
 
 def _pooled(verdicts: list[Verdict]) -> tuple[float, float, float]:
@@ -166,6 +163,14 @@ def _pooled(verdicts: list[Verdict]) -> tuple[float, float, float]:
     effect = float(np.sum(w * [e for e, _ in pairs]) / w.sum())
     half = float(sps.norm.isf((1 - stats.CONFIDENCE) / 2) / math.sqrt(w.sum()))
     return effect, effect - half, effect + half
+
+
+def _machine(f: EvidenceFile) -> str:
+    found = dict.fromkeys(
+        f"{m.machine.cpu_model} {m.machine.cpu_capability}" if m.machine.recorded else "not recorded"
+        for m in f.data.machines
+    )
+    return " + ".join(found)
 
 
 def _seeds(f: EvidenceFile) -> tuple[int, ...]:

@@ -60,8 +60,10 @@ def spent(t: float, alpha: float, first: float = 0.0, t1: float = 0.0) -> float:
     proportions O'Brien–Fleming's function would: first·α + (1 − first)·α·(f(t) − f(t1))/(α − f(t1))."""
     if not first:
         return obf_spent(t, alpha)
-    if t <= t1:
-        return first * alpha if t >= t1 else 0.0
+    if t < t1:
+        return 0.0
+    if t == t1:
+        return first * alpha
     f1 = obf_spent(t1, alpha)
     return first * alpha + (1 - first) * alpha * (obf_spent(t, alpha) - f1) / (alpha - f1)
 

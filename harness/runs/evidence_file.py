@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,12 +94,10 @@ class _File(BaseModel):
 def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: Path, record: dict | None) -> int:
     """Write `data`'s evidence for `claims` (`sweep_file`: the sweep file's text; `record`: an `--until-decided`
     sweep's record as logged); returns the bytes written."""
-
     from harness.runs.sweep_data import RunMachine
 
-    points = read_points(claims)
     runs = data.runs
-    values = {value_key(m, at): data.values(m, at).frame.set_index("run_id")["value"].to_dict() for m, at in points}
+    kept = per_run_values(data, claims).set_index("run_id").drop(columns=["job_id", "arm", "seed"])
     params = data.params
     first = runs.drop_duplicates("arm").set_index("arm")["run_id"]
     out = _File(
@@ -119,7 +117,7 @@ def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: 
         },
         planned=[{"job_id": p["job_id"], "arm": p["arm"], "seed": int(p["seed"])} for p in data.planned],
         sequential=record,
-        points=list(values),
+        points=list(kept.columns),
         runs=[
             _Run(
                 run_id=str(r["run_id"]),
@@ -136,7 +134,7 @@ def write_evidence(data: SweepData, claims: list[Claim], sweep_file: str, path: 
                 git_commit=_text(r.get(GIT_COMMIT_TAG)) or "",
                 settings={k: _text(r.get(k)) for k in data.varying},
                 machine=asdict(r["machine"]) if isinstance(r.get("machine"), RunMachine) else {},
-                values={k: _number(v.get(r["run_id"])) for k, v in values.items() if r["run_id"] in v},
+                values=({k: _number(v) for k, v in kept.loc[r["run_id"]].items()} if r["run_id"] in kept.index else {}),
             )
             for r in runs.to_dict("records")
         ],
@@ -165,16 +163,13 @@ def is_evidence_file(ref: str) -> bool:
 
 @dataclass
 class EvidenceFile:
-    """An evidence file read back: the sweep's data (values served from the file), its claims, its sweep file and
-    an `--until-decided` sweep's record (as logged, or None)."""
+    """An evidence file read back: the sweep's data (values served from the file), its claims and an
+    `--until-decided` sweep's record (as logged, or None)."""
 
     path: Path
     data: SweepData
     claims: list[Claim]
-    sweep_file: str
-    sweep_file_sha256: str
     record: dict | None = None
-    points: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -196,8 +191,7 @@ class Checked:
         return sorted({r.seed for r in self.file.runs if r.state == "done"})
 
     def read(self) -> EvidenceFile:
-        f = self.file
-        return EvidenceFile(self.path, _data(f), self.claims, f.sweep_file, f.sweep_file_sha256, f.sequential, f.points)
+        return EvidenceFile(self.path, _data(self.file), self.claims, self.file.sequential)
 
 
 def check_evidence(path: Path, flag: str = "SWEEP") -> Checked:
