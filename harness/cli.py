@@ -365,7 +365,12 @@ def _ledger(args: argparse.Namespace) -> int:
     ledger = build(files)
     texts = {p: p.read_text() for p in docs.documents(root) if p.is_file()}
     not_kept = docs.count_not_kept(*texts.values())
-    wanted = {p: docs.fill(t, ledger, not_kept) for p, t in texts.items()}
+    wanted = {}
+    for p, t in texts.items():
+        try:
+            wanted[p] = docs.fill(t, ledger, not_kept)
+        except ValueError as e:
+            raise DataError(f"{p}: {e}") from None
     wanted[root / "docs" / "ledger.md"] = docs.markdown(ledger, not_kept)
     wanted[root / "docs" / "ledger.json"] = docs.to_json(ledger, not_kept)
     stale = [p for p, t in wanted.items() if not p.is_file() or p.read_text() != t]

@@ -27,9 +27,12 @@ def cell(e: Entry) -> str:
     return f"{head}{why}{mixed}: {num(v.effect, True)} {ci(v.low, v.high, True)}, Holm p {_p(v.p_holm)}"
 
 
-def sweep_table(ledger: Ledger, sweep: str) -> str:
-    """A sweep's claims (rows) on each of its evidence files (columns), as docs/findings.md prints them."""
-    mine = [e for e in ledger.entries if e.sweep == sweep]
+def sweep_table(ledger: Ledger, sweep: str, design: str = "") -> str:
+    """A sweep's claims (rows) on each of its evidence files (columns), as docs/findings.md prints them; with
+    `design` (fixed or sequential), only the files of that design."""
+    mine = [e for e in ledger.entries if e.sweep == sweep and design in ("", e.design)]
+    if not mine:
+        raise ValueError(f"the evidence holds no {design or 'verdict'} table of {sweep!r}")
     files = list(dict.fromkeys(e.file for e in mine))
     first = {f: next(e for e in mine if e.file == f) for f in files}
     heads = [f"{f} (seeds {_seeds(first[f].seeds)}, {first[f].machine})" for f in files]
@@ -84,7 +87,7 @@ def markdown(ledger: Ledger, not_kept: int) -> str:
     ]
     for e in ledger.entries:
         design = e.design + (", continued after a look" if e.continued else "")
-        role = "" if e.primary else " (re-analysis)"
+        role = "" if e.primary else f" (first look of {e.first_look_of})" if e.first_look_of else " (re-analysis)"
         out.append(
             f"| {e.sweep} | {e.file}{role} | {_seeds(e.seeds)} | {e.machine} | {design} | {e.claim} | {cell(e)} | "
             f"{_p(e.q)} |"
@@ -103,6 +106,7 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
             "seeds": list(e.seeds),
             "machine": e.machine,
             "primary": e.primary,
+            "first_look_of": e.first_look_of or None,
             "design": e.design,
             "continued": e.continued,
             "claim": e.claim,
@@ -136,13 +140,16 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
 
 
 def fill(text: str, ledger: Ledger, not_kept: int) -> str:
-    """`text` with every ledger block regenerated: `table SWEEP` (its verdict table), `lines SWEEP` (its claims
-    across seed sets), `totals`. An unknown key is a ValueError."""
+    """`text` with every ledger block regenerated: `table SWEEP [fixed|sequential]` (its verdict table),
+    `lines SWEEP` (its claims across seed sets), `totals`. An unknown key is a ValueError."""
 
     def body(m: re.Match) -> str:
         kind, _, arg = m.group("key").partition(" ")
         if kind == "table" and arg:
-            new = sweep_table(ledger, arg)
+            sweep, _, design = arg.partition(" ")
+            if design not in ("", "fixed", "sequential"):
+                raise ValueError(f"ledger block {m.group('key')!r}: the design is fixed or sequential")
+            new = sweep_table(ledger, sweep, design)
         elif kind == "lines" and arg:
             new = lines_table(ledger, arg)
         elif kind == "totals":

@@ -71,6 +71,35 @@ def test_the_ledger_counts_each_seed_set_once_and_pools_them(evidence):
     assert accuracy.replicated == "neither"
 
 
+def test_a_fixed_look_that_an_until_decided_design_went_on_from_is_its_first_look(evidence, tmp_path):
+    """Seeds 0–2 judged fixed, then taken until decided to 0–4: one test (the sequential design, flagged as
+    continued after a look), the fixed table its first look's re-analysis."""
+    from harness.analysis.ledger import build
+    from harness.runs.evidence_file import read_evidence
+
+    whole = json.loads((evidence / "planted.json").read_text())
+    arms = sorted({r["arm"] for r in whole["runs"]})
+    first = json.loads(json.dumps(whole))
+    first["runs"] = [r for r in first["runs"] if r["seed"] <= 2]
+    first["planned"] = [p for p in first["planned"] if p["seed"] <= 2]
+    for run in whole["runs"]:
+        run["start_time"] += 3_600_000
+    design = {"first": 3, "batch": 2, "max_seeds": 5, "alpha": 0.05, "fixed_first": 1.0}
+    rounds = [
+        {"look": k, "seeds": dict.fromkeys(arms, n), "jobs": 0, "failed": 0, "open": []} for k, n in [(1, 3), (2, 5)]
+    ]
+    whole["sequential"] = {"procedure": "p", "design": design, "rounds": rounds, "claims": []}
+    (tmp_path / "fixed.json").write_text(json.dumps(first))
+    (tmp_path / "sequential.json").write_text(json.dumps(whole))
+    ledger = build([read_evidence(tmp_path / n) for n in ("sequential.json", "fixed.json")])
+    fixed = [e for e in ledger.entries if e.file == "fixed.json"]
+    sequential = [e for e in ledger.entries if e.file == "sequential.json"]
+    assert fixed and all(not e.primary and e.first_look_of == "sequential.json" for e in fixed)
+    assert all(e.primary and e.continued and e.design == "sequential" for e in sequential)
+    assert ledger.totals["tests"] == len(sequential) and ledger.totals["re-analyses"] == len(fixed)
+    assert all(ln.entries == [e] for ln, e in zip(ledger.lines, sequential))
+
+
 def test_the_documents_are_regenerated_byte_for_byte_and_checked(evidence, tmp_path, capsys):
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
@@ -92,6 +121,9 @@ def test_the_documents_are_regenerated_byte_for_byte_and_checked(evidence, tmp_p
     written = {p: p.read_bytes() for p in [*root.rglob("*.md"), *root.rglob("*.json")]}
     assert main([*args, "--check"]) == 0
     assert main(args) == 0 and {p: p.read_bytes() for p in written} == written
+    (root / "README.md").write_text("<!-- ledger: table planted sequential -->\n<!-- /ledger -->\n")
+    assert main(args) == 3
+    assert "README.md: the evidence holds no sequential table of 'planted'" in capsys.readouterr().err
 
 
 def test_the_committed_documents_are_what_the_shipped_evidence_gives(tmp_path):

@@ -2,7 +2,8 @@
 
 - **Seed sets.** Evidence files of one sweep on the same seeds are one seed set; the file whose first run started
   first is its primary test, the others (the same seeds on another CPU path, say) are re-analyses: listed, not
-  counted again.
+  counted again. A fixed design on the seeds an `--until-decided` file of the same sweep took as its first look
+  is that design's first look, judged at α before it went on: a re-analysis too, the sequential design the test.
 - **Verdicts.** A fixed design is judged as `harness claims` judges it (`claims.judge`, Holm across the file's
   claims); an `--until-decided` sweep's verdict of record is its looks replayed by today's rules on the rounds it
   ran (`replay`), and its fixed-design p is what enters the false-discovery rate.
@@ -53,6 +54,8 @@ class Entry:
     stop: str = ""
     q: float = math.nan
     """Benjamini–Hochberg q-value across the ledger's primary tests (NaN for a re-analysis)."""
+    first_look_of: str = ""
+    """The sequential evidence file whose first look this fixed design is (a re-analysis of its seeds)."""
 
     @property
     def claim(self) -> str:
@@ -101,14 +104,21 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
     firsts = {id(f): _first_start(f) for f in files}
     seeds = {id(f): _seeds(f) for f in files}
     ordered = sorted(files, key=lambda f: (f.data.sweep.name, firsts[id(f)], f.path.name))
+    records = {id(f): Record.from_json(f.record) for f in files if f.record}
+    first_looks = {
+        (f.data.sweep.name, seeds[id(f)][: records[id(f)].design.first]): f.path.name
+        for f in ordered
+        if id(f) in records
+    }
     taken: set[tuple[str, tuple[int, ...]]] = set()
     fixed_seeds: dict[str, list[tuple[int, ...]]] = {}
     raw: list[Entry] = []
     for f in ordered:
         name, own = f.data.sweep.name, seeds[id(f)]
-        primary = (name, own) not in taken
+        record = replay(f.data, f.claims, records[id(f)]) if id(f) in records else None
+        first_look_of = "" if record else first_looks.get((name, own), "")
+        primary = (name, own) not in taken and not first_look_of
         taken.add((name, own))
-        record = replay(f.data, f.claims, Record.from_json(f.record)) if f.record else None
         continued = bool(record) and any(
             set(s) <= set(own) and len(s) >= record.design.first for s in fixed_seeds.get(name, [])
         )
@@ -128,6 +138,7 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
                     v,
                     track.verdict if track else "",
                     track.stop if track else "",
+                    first_look_of=first_look_of,
                 )  # fmt: skip
             )
     prim = [i for i, e in enumerate(raw) if e.primary]
