@@ -113,8 +113,9 @@ def _main(args: argparse.Namespace) -> int:
     if reference is not None:
         theirs = [reference[0].get(c.id, Evidence(pd.DataFrame(), note="not in the reference")) for c in claims]
         return _judge(
-            args, name, claims, _side(mine, claims, args.alpha), (theirs, reference[1], None), (uri, args.against)
-        )
+            args, name, claims, _side(mine, claims, args.alpha), (theirs, reference[1], None), (uri, args.against),
+            None,
+        )  # fmt: skip
     if theirs_kept is not None:
         other = theirs_kept.read().data
     else:
@@ -122,8 +123,9 @@ def _main(args: argparse.Namespace) -> int:
         other = read_sweep(reader_for(other_uri), found)
     _check_seeds(_finished_seeds(mine), _finished_seeds(other), args.against)
     return _judge(
-        args, name, claims, _side(mine, claims, args.alpha), _side(other, claims, args.alpha), (uri, args.against)
-    )
+        args, name, claims, _side(mine, claims, args.alpha), _side(other, claims, args.alpha), (uri, args.against),
+        _not_promised(mine, other),
+    )  # fmt: skip
 
 
 def _file_claims(args: argparse.Namespace) -> tuple[str, list]:
@@ -195,8 +197,12 @@ def _pairs(claims: list, yours: list[Evidence], theirs: list[Evidence]) -> list[
     return out
 
 
-def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tuple[str, str]) -> int:
-    """Compare run by run (where both sides have runs) and claim by claim, print, write; the exit code."""
+def _judge(
+    args, name: str, claims: list, yours: tuple, theirs: tuple, where: tuple[str, str], not_promised: str | None
+) -> int:
+    """Compare run by run (where both sides have runs) and claim by claim, print, write; the exit code.
+    `not_promised`: why the two sides' machines need not give the same bits ('' where they should; None: not
+    known, a written JSON keeps no machines' fields)."""
     (uri, other_uri), (mine, machines, my_runs), (other, their_machines, their_runs) = where, yours, theirs
     from harness.analysis.agreement import compare_all, identity
 
@@ -205,6 +211,13 @@ def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tu
     print(f"  yours:  {'; '.join(machines) or 'machine not recorded'}")
     print(f"  theirs: {'; '.join(their_machines) or 'machine not recorded'}")
     same = identity(my_runs, their_runs) if my_runs is not None and their_runs is not None else None
+    if not_promised:
+        print(
+            f"bit-identity is not promised here ({not_promised}): harness promises the same bits only on one CPU "
+            "vendor and family, CPU path, torch and base model (docs/reproducibility.md); read the equivalence column"
+        )
+    elif not_promised == "":
+        print("bit-identity is promised here: same CPU vendor and family, CPU capability, torch and base model")
     if same is not None:
         print(same.line())
         for line in same.differences[:5]:
@@ -250,6 +263,8 @@ def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tu
                 "machines": machines,
                 "theirs": other_uri,
                 "their_machines": their_machines,
+                "bitwise_promised": None if not_promised is None else not not_promised,
+                "why_not_bitwise": not_promised or None,
                 "identity": None
                 if same is None
                 else {
@@ -266,6 +281,15 @@ def _judge(args, name: str, claims: list, yours: tuple, theirs: tuple, where: tu
         )
     )
     return 1 if differ or missing or by["different"] else 0
+
+
+def _not_promised(a: SweepData, b: SweepData) -> str:
+    """Why runs of `a` and `b` need not agree to the bit ('' where the pinned path promises they do), over each
+    pair of their recorded machines."""
+    from harness.runs.sweep_data import machine_runs
+
+    ours, others = ([m.machine for m in machine_runs(d.runs["machine"]) if m.machine.recorded] for d in (a, b))
+    return "; ".join(r for r in dict.fromkeys(x.bits_differ(y) for x in ours for y in others) if r)
 
 
 def _machines(data: SweepData) -> list[str]:

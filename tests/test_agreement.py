@@ -254,6 +254,25 @@ def test_the_same_runs_are_bit_identical_and_equivalent(kept, tmp_path, capsys):
     assert claims["health · A"]["difference"] == 0 and claims["health · A"]["equivalence"] == "equivalent"
 
 
+def test_another_cpu_vendor_is_said_to_carry_no_promise_of_the_same_bits(kept, tmp_path, capsys):
+    """Runs on an Intel CPU against runs on an AMD one (the same pin, torch and base model): compared run by run
+    all the same, but the output says the pinned path promises no bitwise match there, and why."""
+    yours = json.loads(kept.read_text())
+    machine = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_version": "2.13.0+cpu", "threads": 1,
+               "base_model_sha256": "ab" * 32}  # fmt: skip
+    theirs = json.loads(json.dumps(yours))
+    for run in yours["runs"]:
+        run["machine"] = machine
+    for run in theirs["runs"]:
+        run["machine"] = {**machine, "cpu_model": "Intel(R) Xeon(R) CPU @ 2.50GHz", "cpu_vendor": "GenuineIntel"}
+    (tmp_path / "yours.json").write_text(json.dumps(yours))
+    code, out, written = _compare(tmp_path / "yours.json", theirs, tmp_path, capsys)
+    assert "bit-identity is not promised here (CPU vendor AuthenticAMD vs GenuineIntel)" in out
+    assert written["bitwise_promised"] is False and "GenuineIntel" in written["why_not_bitwise"]
+    code, out, written = _compare(tmp_path / "yours.json", yours, tmp_path, capsys)
+    assert "bit-identity is promised here" in out and written["bitwise_promised"] is True
+
+
 def test_a_run_that_differs_is_named_at_its_first_differing_value(kept, tmp_path, capsys):
     theirs = json.loads(kept.read_text())
     run = next(r for r in theirs["runs"] if r["arm"] == "B" and r["seed"] == 3)

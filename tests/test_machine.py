@@ -14,7 +14,10 @@ from harness.config.claims import Claim
 from harness.runs.layout import (
     BASE_MODEL_SHA256_TAG,
     CPU_CAPABILITY_TAG,
+    CPU_FAMILY_TAG,
     CPU_MODEL_TAG,
+    CPU_PATH_ENV_TAG,
+    CPU_VENDOR_TAG,
     GPU_TAG,
     TORCH_THREADS_TAG,
     TORCH_VERSION_TAG,
@@ -51,8 +54,12 @@ def test_machine_tags_are_read_after_the_threads_are_set(tmp_path):
         threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
+    here = Machine.here()
     assert tags == {
-        CPU_MODEL_TAG: Machine.here().cpu_model,
+        CPU_MODEL_TAG: here.cpu_model,
+        CPU_VENDOR_TAG: here.cpu_vendor,
+        CPU_FAMILY_TAG: here.cpu_family,
+        CPU_PATH_ENV_TAG: here.cpu_path_env,
         CPU_CAPABILITY_TAG: torch.backends.cpu.get_cpu_capability(),
         TORCH_VERSION_TAG: torch.__version__,
         TORCH_THREADS_TAG: str(threads),
@@ -60,7 +67,36 @@ def test_machine_tags_are_read_after_the_threads_are_set(tmp_path):
     }  # no GPU tag on a CPU run
     assert machine_tags(Machine("x", "AVX2", "2.6.0", 4), "", "NVIDIA H100")[GPU_TAG] == "NVIDIA H100"
     assert RunMachine.of(tags) == RunMachine(
-        tags[CPU_MODEL_TAG], tags[CPU_CAPABILITY_TAG], torch.__version__, threads, tags[BASE_MODEL_SHA256_TAG]
+        tags[CPU_MODEL_TAG],
+        tags[CPU_CAPABILITY_TAG],
+        torch.__version__,
+        threads,
+        tags[BASE_MODEL_SHA256_TAG],
+        cpu_vendor=here.cpu_vendor,
+        cpu_family=here.cpu_family,
+        cpu_path_env=here.cpu_path_env,
+    )
+
+
+def test_the_cpu_vendor_and_family_come_from_proc_cpuinfo_and_say_where_bits_may_part(monkeypatch, tmp_path):
+    from trainer.models import fingerprint
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 106\n"
+        "model name\t: Intel(R) Xeon(R) CPU @ 2.50GHz\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\n"
+    )
+    real = fingerprint.Path
+    monkeypatch.setattr(fingerprint, "Path", lambda p: info if p == "/proc/cpuinfo" else real(p))
+    assert fingerprint.cpu_id() == ("GenuineIntel", "6/106")
+    amd = RunMachine("AMD EPYC", "AVX2", "2.13.0+cpu", 1, "ab" * 32)  # logged before the vendor tag: from its name
+    intel = RunMachine("Intel(R) Xeon(R) CPU @ 2.50GHz", "AVX2", "2.13.0+cpu", 1, "ab" * 32, cpu_vendor="GenuineIntel")
+    assert amd.vendor == "AuthenticAMD" and amd.bits_differ(amd) == ""
+    assert intel.bits_differ(amd) == "CPU vendor GenuineIntel vs AuthenticAMD"
+    zen3 = RunMachine("AMD EPYC", "AVX2", "2.13.0+cpu", 1, "ab" * 32, cpu_vendor="AuthenticAMD", cpu_family="25/1")
+    zen4 = RunMachine("AMD EPYC", "AVX512", "2.13.0+cpu", 1, "cd" * 32, cpu_vendor="AuthenticAMD", cpu_family="25/17")
+    assert zen3.bits_differ(amd) == "" and zen3.bits_differ(zen4) == (
+        "CPU family 25/1 vs 25/17, CPU capability AVX2 vs AVX512, base model abababababab vs cdcdcdcdcdcd"
     )
 
 

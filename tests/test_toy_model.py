@@ -315,19 +315,44 @@ def test_other_settings_still_build_and_a_run_seed_names_the_build():
     assert toy.config_hash(toy.ToyModelConfig(seed=1)) != toy.config_hash(toy.ToyModelConfig())
 
 
+def _why_not_bitwise(built_on: dict, shipped_on: dict) -> str:
+    """Why a build on `built_on` need not be the shipped build's bits ('' where the pinned path promises it is)."""
+    from harness.runs.sweep_data import RunMachine
+
+    fields = ("cpu_model", "cpu_capability", "torch_version", "threads", "cpu_vendor", "cpu_family", "cpu_path_env")
+    here, there = (RunMachine(**{k: v for k, v in m.items() if k in fields}) for m in (built_on, shipped_on))
+    return here.bits_differ(there)
+
+
+def test_a_build_on_another_vendors_cpu_is_held_to_the_band_not_to_the_shipped_bits():
+    """The record a user's Intel Xeon wrote (issue: the pinned path built sha256 74b8a295… there) carries no
+    bitwise promise against the shipped AMD build; an AMD build on the same path and torch does."""
+    shipped = json.loads((toy.SHIPPED_DIR / toy.SHIPPED_MANIFEST).read_text())
+    shipped_on = shipped[f"toy-{toy.config_hash(toy.ToyModelConfig())}"]["built_on"]
+    intel = {"cpu_model": "Intel(R) Xeon(R) CPU @ 2.50GHz", "cpu_capability": "AVX2", "torch_version": "2.13.0+cpu",
+             "threads": 1, "cpu_vendor": "GenuineIntel", "cpu_family": "6/106"}  # fmt: skip
+    assert _why_not_bitwise(intel, shipped_on) == "CPU vendor GenuineIntel vs AuthenticAMD"
+    amd = {**intel, "cpu_model": "AMD EPYC", "cpu_vendor": "AuthenticAMD", "cpu_family": "25/17"}
+    assert _why_not_bitwise(amd, shipped_on) == ""
+    assert _why_not_bitwise({**amd, "cpu_capability": "AVX512"}, shipped_on) == "CPU capability AVX512 vs AVX2"
+
+
 def test_the_default_settings_built_from_scratch_land_in_the_quality_band(default_build):
-    """A fresh build of the default settings passes the quality band (build_toy_model refuses one outside it), and on
-    the CPU path and torch the shipped one was built on, it is the shipped build bit for bit."""
+    """A fresh build of the default settings passes the quality band (build_toy_model refuses one outside it), and
+    where the pinned path promises the same bits as the machine the shipped one was built on (the same CPU vendor
+    and, where both recorded one, family; the same CPU path and torch), it is the shipped build bit for bit. On
+    another vendor's CPU MKL computes the pinned GEMMs another way (docs/reproducibility.md), and only the band is
+    checked."""
     report = json.loads((default_build / toy.COMPLETE_MARKER).read_text())
     assert report["hash"] == toy.config_hash(toy.ToyModelConfig())
     assert 0.6 <= report["eval"]["accuracy_clean"] <= 0.85
     assert report["built_on"]["threads"] == 1
     shipped = json.loads((toy.SHIPPED_DIR / toy.SHIPPED_MANIFEST).read_text())[default_build.name]
-    same_path = {k: report["built_on"][k] for k in ("cpu_capability", "torch_version")} == {
-        k: shipped["built_on"][k] for k in ("cpu_capability", "torch_version")
-    }
-    if same_path:  # the pinned CPU path (trainer.cpu_path) on the same torch: the shipped weights, bit for bit
+    why_not = _why_not_bitwise(report["built_on"], shipped["built_on"])
+    if not why_not:
         assert weights_sha256(default_build) == shipped["files"]["model.safetensors"], (
             f"a build on {report['built_on']} differs from the shipped one built on {shipped['built_on']}: the "
             "pinned path did not reproduce it on this CPU (docs/reproducibility.md)"
         )
+    else:
+        print(f"not compared bit for bit with the shipped build ({why_not}); the quality band holds")

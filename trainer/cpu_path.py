@@ -1,9 +1,13 @@
-"""One floating-point path on every x86 CPU: torch's AVX2 kernels and MKL's AVX2 code path, pinned.
+"""One floating-point path per CPU vendor: torch's AVX2 kernels and MKL's AVX2 code path, pinned.
 
 torch picks its vectorised CPU kernels by the CPU's instruction set (DEFAULT, AVX2, AVX512), and MKL its GEMM code
 path by the CPU too; the same run then trains to other numbers on another machine (docs/reproducibility.md
-measures it). Pinned to AVX2, which every x86 CPU of the last decade has, the toy's runs were bit-identical
-whatever path the machine would have chosen, at no cost in step time (benchmarks/cpu_determinism.py).
+measures it). Pinned to AVX2, which every x86 CPU of the last decade has, the toy's runs on an AMD EPYC were
+bit-identical whatever path the machine would have chosen, at no cost in step time there
+(benchmarks/cpu_determinism.py). MKL honours `MKL_CBWR=AVX2` on Intel CPUs only (on AMD it runs its own branch,
+`benchmarks/cpu_fingerprint.py`), so runs on two vendors' CPUs are not the same bits: harness promises bit-identity
+within one vendor and family, and equivalence across them (`report.agreement`); on Intel the pin costs ~1.5× in
+a forward and backward.
 
 `pin()` runs when `trainer` is imported, before torch's first CPU operation (torch reads `ATEN_CPU_CAPABILITY` then,
 MKL reads `MKL_CBWR` at its first call), so it holds in every process that trains: the CLI, the sweep's workers,
@@ -41,3 +45,8 @@ def pin(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, str]:
     added = {k: v for k, v in PINNED.items() if k not in environ}
     environ.update(added)
     return added
+
+
+def cpu_path_env(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, str]:
+    """The pin's variables as this process has them ("" where unset): what a build or a reference records."""
+    return {k: environ.get(k, "") for k in PINNED}

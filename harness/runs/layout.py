@@ -64,6 +64,14 @@ RAY_NODE_ENV = "HARNESS_RAY_NODE"
 """Set by the Ray executor in each worker process to its node's id."""
 CPU_MODEL_TAG = "cpu_model"
 """The CPU's model name where the run computed (`trainer.models.fingerprint.cpu_model`)."""
+CPU_VENDOR_TAG = "cpu_vendor"
+"""The CPU's vendor (AuthenticAMD, GenuineIntel): MKL computes the same pinned GEMM another way on another vendor's
+CPU, so bit-identity is promised within one vendor and family only (docs/reproducibility.md)."""
+CPU_FAMILY_TAG = "cpu_family"
+"""The CPU's family/model numbers ('25/17')."""
+CPU_PATH_ENV_TAG = "cpu_path_env"
+"""The pin's variables as the run had them ('ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT';
+`trainer.cpu_path.cpu_path_env`)."""
 CPU_CAPABILITY_TAG = "cpu_capability"
 """torch's CPU code path there (`torch.backends.cpu.get_cpu_capability()`: DEFAULT, AVX2, AVX512, ...): two paths
 can train one config to different numbers."""
@@ -115,10 +123,13 @@ def run_tags(cfg: RunConfig, sweep_id: str = "") -> dict[str, str]:
 
 
 def machine_tags(machine: Machine, base_model_sha256: str, gpu: str = "") -> dict[str, str]:
-    """Where a run computed (beside `run_tags`): CPU model and capability, torch version and threads, the base
-    model's sha256, and the GPU's name on a CUDA run."""
+    """Where a run computed (beside `run_tags`): CPU model, vendor, family and capability, the pin's variables,
+    torch version and threads, the base model's sha256, and the GPU's name on a CUDA run."""
     return {
         CPU_MODEL_TAG: machine.cpu_model,
+        CPU_VENDOR_TAG: machine.cpu_vendor,
+        CPU_FAMILY_TAG: machine.cpu_family,
+        CPU_PATH_ENV_TAG: machine.cpu_path_env,
         CPU_CAPABILITY_TAG: machine.cpu_capability,
         TORCH_VERSION_TAG: machine.torch_version,
         TORCH_THREADS_TAG: str(machine.threads),

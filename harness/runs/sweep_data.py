@@ -16,7 +16,10 @@ from harness.runs.layout import (
     ARM_LABEL_TAG,
     BASE_MODEL_SHA256_TAG,
     CPU_CAPABILITY_TAG,
+    CPU_FAMILY_TAG,
     CPU_MODEL_TAG,
+    CPU_PATH_ENV_TAG,
+    CPU_VENDOR_TAG,
     GPU_TAG,
     JOB_ID_TAG,
     TORCH_THREADS_TAG,
@@ -66,6 +69,11 @@ class RunMachine:
     """"" where the run could not hash its base model, or did not record it."""
     gpu: str = ""
     """The CUDA device's name ("" on CPU)."""
+    cpu_vendor: str = ""
+    cpu_family: str = ""
+    """The CPU's vendor and family/model numbers ("" in runs logged before harness recorded them)."""
+    cpu_path_env: str = ""
+    """The pin's variables as the run had them ("" before harness recorded them)."""
 
     @classmethod
     def of(cls, tags: Mapping[str, object]) -> RunMachine:
@@ -79,19 +87,50 @@ class RunMachine:
             int(threads) if threads.isdigit() else None,
             text.get(BASE_MODEL_SHA256_TAG, ""),
             text.get(GPU_TAG, ""),
+            text.get(CPU_VENDOR_TAG, ""),
+            text.get(CPU_FAMILY_TAG, ""),
+            text.get(CPU_PATH_ENV_TAG, ""),
         )
 
     @property
     def recorded(self) -> bool:
         return bool(self.cpu_capability or self.torch_version)
 
+    @property
+    def vendor(self) -> str:
+        """The CPU's vendor as recorded, else read from the model name of a run that predates the tag ('AMD
+        EPYC' → AuthenticAMD, 'Intel(R) Xeon(R)' → GenuineIntel), else ""."""
+        if self.cpu_vendor:
+            return self.cpu_vendor
+        name = self.cpu_model.lower()
+        return "AuthenticAMD" if name.startswith("amd") else "GenuineIntel" if name.startswith("intel") else ""
+
+    def bits_differ(self, other: RunMachine) -> str:
+        """Why runs here and on `other` need not agree to the bit ('' where the pinned path promises they do):
+        another CPU vendor or family (where both recorded one), CPU capability, torch, or base model."""
+        parts = []
+        if self.vendor and other.vendor and self.vendor != other.vendor:
+            parts.append(f"CPU vendor {self.vendor} vs {other.vendor}")
+        elif self.cpu_family and other.cpu_family and self.cpu_family != other.cpu_family:
+            parts.append(f"CPU family {self.cpu_family} vs {other.cpu_family}")
+        for name, a, b in (
+            ("CPU capability", self.cpu_capability, other.cpu_capability),
+            ("torch", self.torch_version, other.torch_version),
+            ("base model", self.base_model_sha256[:12], other.base_model_sha256[:12]),
+            ("pin", self.cpu_path_env, other.cpu_path_env),
+        ):
+            if a and b and a != b:
+                parts.append(f"{name} {a} vs {b}")
+        return ", ".join(parts)
+
     def row(self) -> dict[str, str]:
         """The machine as a table row (report, dashboard): CPU, capability, torch, threads, base model (its sha256's
         first 12 characters), and GPU on a CUDA run."""
         if not self.recorded:
             return {"CPU": "not recorded"}
+        family = f" ({self.cpu_vendor} {self.cpu_family})" if self.cpu_family else ""
         return {
-            "CPU": self.cpu_model,
+            "CPU": self.cpu_model + family,
             "capability": self.cpu_capability,
             "torch": self.torch_version,
             "threads": "?" if self.threads is None else str(self.threads),

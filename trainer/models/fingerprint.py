@@ -57,16 +57,47 @@ class Machine:
     torch_version: str
     threads: int
     """torch's intra-op threads at the time of reading."""
+    cpu_vendor: str = ""
+    """The CPU's vendor (/proc/cpuinfo's `vendor_id`: AuthenticAMD, GenuineIntel); "" where it cannot be read. MKL
+    takes another code path on another vendor's CPU at the same pin (docs/reproducibility.md)."""
+    cpu_family: str = ""
+    """The CPU's family and model numbers ('25/17', /proc/cpuinfo); "" where they cannot be read."""
+    cpu_path_env: str = ""
+    """The pin's variables as this process has them ('ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2,STRICT')."""
 
     @classmethod
     def here(cls) -> Machine:
-        return cls(cpu_model(), torch.backends.cpu.get_cpu_capability(), torch.__version__, torch.get_num_threads())
+        from trainer.cpu_path import cpu_path_env
+
+        vendor, family = cpu_id()
+        env = " ".join(f"{k}={v}" for k, v in cpu_path_env().items() if v)
+        return cls(
+            cpu_model(), torch.backends.cpu.get_cpu_capability(), torch.__version__, torch.get_num_threads(), vendor,
+            family, env,
+        )  # fmt: skip
 
 
 def gpu_name(device: str | torch.device) -> str:
     """The CUDA device's name (`torch.cuda.get_device_name`) where `device` is one, else "" (a CPU run)."""
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+
+
+def cpu_id() -> tuple[str, str]:
+    """(vendor, 'family/model') of the first CPU in /proc/cpuinfo; ("", "") where it cannot be read."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if not sep:
+                if fields:
+                    break  # the first processor's block is enough
+                continue
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return "", ""
+    family, model = fields.get("cpu family", ""), fields.get("model", "")
+    return fields.get("vendor_id", ""), f"{family}/{model}" if family and model else ""
 
 
 def cpu_model() -> str:
