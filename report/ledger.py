@@ -21,7 +21,9 @@ def cell(e: Entry) -> str:
     """'**reproduced**: +73.7 [+69.8, +77.6], Holm p 0.0011', the sequential verdict of record first where there
     is one."""
     v = e.verdict
-    head = f"**{e.sequential}** ({e.stop or 'open'}; fixed: {v.verdict})" if e.sequential else f"**{v.verdict}**"
+    head = (
+        f"**{e.sequential}** ({e.stop or 'open'}; all runs, fixed: {v.verdict})" if e.sequential else f"**{v.verdict}**"
+    )
     why = f" ({v.reason})" if v.reason and not e.sequential else ""
     mixed = f" [{v.mixed}]" if v.mixed else ""
     return f"{head}{why}{mixed}: {num(v.effect, True)} {ci(v.low, v.high, True)}, Holm p {_p(v.p_holm)}"
@@ -43,11 +45,12 @@ def sweep_table(ledger: Ledger, sweep: str, design: str = "") -> str:
     return "\n".join(rows) + "\n"
 
 
-def lines_table(ledger: Ledger, sweep: str | None = None) -> str:
-    """Each claim across its seed sets: replicated on both / one / neither, the pooled estimate."""
+def lines_table(ledger: Ledger, sweep: str | None = None, claim: str | None = None) -> str:
+    """Each claim across its seed sets: replicated on both / one / neither, the pooled estimate (only `sweep`'s
+    claims, or only `claim` across sweeps, where given)."""
     rows = ["| sweep | claim | seed sets | replicated | pooled [95 % CI] | q (BH) |", "|---|---|---|---|---|---|"]
     for line in ledger.lines:
-        if sweep is None or line.sweep == sweep:
+        if sweep in (None, line.sweep) and claim in (None, line.claim):
             sets = "; ".join(f"{_seeds(e.seeds)} ({e.machine}): {e.of_record}" for e in line.entries)
             qs = ", ".join(_p(e.q) for e in line.entries)
             rows.append(
@@ -141,7 +144,8 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
 
 def fill(text: str, ledger: Ledger, not_kept: int) -> str:
     """`text` with every ledger block regenerated: `table SWEEP [fixed|sequential]` (its verdict table),
-    `lines SWEEP` (its claims across seed sets), `totals`. An unknown key is a ValueError."""
+    `lines SWEEP` (its claims across seed sets), `claim ID` (one claim across every sweep that has it), `totals`.
+    An unknown key is a ValueError."""
 
     def body(m: re.Match) -> str:
         kind, _, arg = m.group("key").partition(" ")
@@ -152,6 +156,8 @@ def fill(text: str, ledger: Ledger, not_kept: int) -> str:
             new = sweep_table(ledger, sweep, design)
         elif kind == "lines" and arg:
             new = lines_table(ledger, arg)
+        elif kind == "claim" and arg:
+            new = lines_table(ledger, claim=arg)
         elif kind == "totals":
             new = totals_text(ledger, not_kept)
         else:

@@ -106,7 +106,8 @@ def test_the_documents_are_regenerated_byte_for_byte_and_checked(evidence, tmp_p
     (root / "README.md").write_text("# x\n\n<!-- ledger: lines planted -->\nstale\n<!-- /ledger -->\n")
     (root / "docs" / "findings.md").write_text(
         "## planted\n\n<!-- ledger: table planted -->\n<!-- /ledger -->\n\n## gone\n\n| a |\n|---|\n| 1 |\n\n"
-        "*evidence not kept*: gone\n\n<!-- ledger: totals -->\n<!-- /ledger -->\n"
+        "*evidence not kept*: gone\n\n<!-- ledger: claim longer -->\n<!-- /ledger -->\n\n"
+        "<!-- ledger: totals -->\n<!-- /ledger -->\n"
     )
     args = ["ledger", "--evidence", str(evidence), "--root", str(root)]
     assert main([*args, "--check"]) == 1
@@ -115,6 +116,8 @@ def test_the_documents_are_regenerated_byte_for_byte_and_checked(evidence, tmp_p
     findings = (root / "docs" / "findings.md").read_text()
     assert "| longer | **reproduced**: +10 [+8.847, +11.15]" in findings
     assert "1 published verdict tables whose store is gone" in findings
+    one_claim = findings[findings.index("<!-- ledger: claim longer -->") :]
+    assert "| planted | longer | 0–4" in one_claim and "| planted | accuracy |" not in one_claim.split("<!-- /")[0]
     wanted = "| planted | longer | 0–4 (not recorded): reproduced; 100–104 (not recorded): reproduced | both |"
     assert wanted in (root / "README.md").read_text()
     assert json.loads((root / "docs" / "ledger.json").read_text())["totals"]["tests"] == 8

@@ -110,8 +110,11 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
         for f in ordered
         if id(f) in records
     }
-    taken: set[tuple[str, tuple[int, ...]]] = set()
     fixed_seeds: dict[str, list[tuple[int, ...]]] = {}
+    for f in ordered:
+        if id(f) not in records:
+            fixed_seeds.setdefault(f.data.sweep.name, []).append(seeds[id(f)])
+    taken: set[tuple[str, tuple[int, ...]]] = set()
     raw: list[Entry] = []
     for f in ordered:
         name, own = f.data.sweep.name, seeds[id(f)]
@@ -122,8 +125,6 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
         continued = bool(record) and any(
             set(s) <= set(own) and len(s) >= record.design.first for s in fixed_seeds.get(name, [])
         )
-        if record is None:
-            fixed_seeds.setdefault(name, []).append(own)
         for v in judge(f.data, f.claims, alpha=alpha):
             track = record.track(v.claim.id) if record else None
             raw.append(
@@ -137,7 +138,7 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
                     continued,
                     v,
                     track.verdict if track else "",
-                    track.stop if track else "",
+                    _stop(track) if track else "",
                     first_look_of=first_look_of,
                 )  # fmt: skip
             )
@@ -156,6 +157,11 @@ def build(files: list[EvidenceFile], alpha: float = 0.05) -> Ledger:
     totals["re-analyses"] = len(raw) - len(prim)
     totals["q < 0.05"] = int(np.sum(q < 0.05))
     return Ledger(raw, lines, totals)
+
+
+def _stop(track) -> str:
+    """'efficacy at look 1', 'budget at look 3': why and where a sequential claim stopped."""
+    return f"{track.stop} at look {track.stopped_at}" if track.stopped_at else track.stop
 
 
 def _pooled(verdicts: list[Verdict]) -> tuple[float, float, float]:
