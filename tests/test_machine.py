@@ -133,6 +133,7 @@ def test_a_claim_says_when_its_runs_mix_capabilities_or_base_models(tmp_path):
     runs = [FakeRun("A", s, values={LEN: [10.0 + s]}, tags=_tags("AVX2")) for s in range(3)]
     runs += [FakeRun("B", s, values={LEN: [1.0 + s]}, tags=_tags("AVX2")) for s in range(3)]
     runs += [FakeRun("C", s, values={LEN: [1.0 + s]}, tags=_tags("AVX512", sha=f"{s}" * 64)) for s in range(3)]
+    runs[-1].tags.update({CPU_MODEL_TAG: "Intel(R) Xeon(R)", CPU_VENDOR_TAG: "GenuineIntel"})  # a Ray node, say
     runs.append(FakeRun("B", 3, values={LEN: [2.0]}))  # not recorded: no capability or base model of its own
     claims = [
         {"id": id_, "statement": "s.", "metric": LEN, "contrast": {"arm": "A", "vs": vs}, "direction": "increase"}
@@ -141,7 +142,9 @@ def test_a_claim_says_when_its_runs_mix_capabilities_or_base_models(tmp_path):
     data = _data(tmp_path, runs, claims)
     same, mixed = judge(data, [Claim.model_validate(c) for c in claims])
     assert same.mixed == "" and same.verdict == "reproduced"
-    assert mixed.mixed == "runs from 2 CPU capabilities (AVX2, AVX512) and 4 base models"
+    assert mixed.mixed == (
+        "runs from 2 CPU vendors (AuthenticAMD, GenuineIntel) and 2 CPU capabilities (AVX2, AVX512) and 4 base models"
+    )
     assert mixed.summary().startswith(f"mixed: REPRODUCED [{mixed.mixed}]: ")
     assert [row["verdict"] for row in verdict_rows([same, mixed])] == ["reproduced", f"reproduced [{mixed.mixed}]"]
     assert rf"reproduced \[{mixed.mixed}\]" in to_markdown(build(data, metrics=[LEN], claims=[mixed.claim]))

@@ -164,12 +164,14 @@ def machine_runs(machines: Iterable[RunMachine]) -> list[MachineRuns]:
 
 
 def mixed_machines(machines: Iterable[RunMachine]) -> str:
-    """What a set of runs mixes that can move its numbers: 'runs from 2 CPU capabilities (AVX2, AVX512)', 'runs
-    from 5 base models', or both; '' when the runs share one of each. A run that did not record one is no value."""
+    """What a set of runs mixes that can move its numbers: 'runs from 2 CPU vendors (AuthenticAMD, GenuineIntel)',
+    'runs from 2 CPU capabilities (AVX2, AVX512)', 'runs from 5 base models', or several; '' when the runs share one
+    of each. A run that did not record one is no value."""
     machines = list(machines)
+    vendors = sorted({m.vendor for m in machines} - {""})
     capabilities = sorted({m.cpu_capability for m in machines} - {""})
     models = {m.base_model_sha256 for m in machines} - {""}
-    parts = []
+    parts = [f"{len(vendors)} CPU vendors ({', '.join(vendors)})"] if len(vendors) > 1 else []
     if len(capabilities) > 1:
         parts.append(f"{len(capabilities)} CPU capabilities ({', '.join(capabilities)})")
     if len(models) > 1:
