@@ -27,7 +27,7 @@ from trainer.objective.advantages import bnpo_beta_params
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 UNIT = (0.0, 1.0)
-NEW = ("batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo")
+NEW = ("batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo", "group_median_mad")
 
 
 def _settings(advantage: str, **over) -> ObjectiveSettings:
@@ -173,6 +173,37 @@ def test_lite_ppo_is_batch_std_with_the_token_mean():
     assert changed == {"advantage", "aggregation"} and (s.advantage, s.aggregation) == ("batch_std", "token_mean")
 
 
+# ---- MC-GRPO as released (arXiv 2601.22582) --------------------------------------------------
+def test_mc_grpo_by_hand():
+    """Median and MAD (lower medians), ε, then each group's non-zero advantages × n / #non-zero."""
+    got = ADVANTAGES["group_median_mad"](T([1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]), 1e-3)
+    torch.testing.assert_close(got, T([5000, 0, 0, 0, 0], [2500, 2500, 0, 0, 0], [0, 0, 0, 0, 0]), rtol=0, atol=1e-9)
+    # median 0.5; |R - 0.5| = .3 0 .6 .4 .2, MAD 0.3; A' = (R - 0.5) / 0.301; 4 of 5 non-zero: × 5/4
+    r = T([0.2, 0.5, 1.1, 0.9, 0.3])
+    want = (r - 0.5) / 0.301 * 1.25
+    want[0, 1] = 0.0
+    torch.testing.assert_close(ADVANTAGES["group_median_mad"](r, 1e-3), want, rtol=0, atol=1e-12)
+    # even n: the lower middle value, as torch.median: median of [0, 0, 1, 1] is 0, MAD of [0, 0, 1, 1] is 0
+    torch.testing.assert_close(
+        ADVANTAGES["group_median_mad"](T([0, 0, 1, 1]), 1e-3), T([0, 0, 2000, 2000]), rtol=0, atol=1e-9
+    )
+
+
+def test_the_mc_grpo_preset_is_the_authors_estimator_and_the_median_alone_stays_an_ablation():
+    s = ObjectiveSettings.preset("mc_grpo")
+    assert (s.advantage, s.adv_eps, s.median_pivot, s.aggregation) == (
+        "group_median_mad",
+        1e-3,
+        True,
+        "seq_mean_token_mean",
+    )
+    assert ObjectiveSettings.preset("grpo", advantage="group_median", median_pivot=True).median_pivot
+    with pytest.raises(ValueError, match="median_pivot: true needs advantage 'group_median_mad' or 'group_median'"):
+        ObjectiveSettings.preset("grpo", median_pivot=True)
+    with pytest.raises(ValueError, match="adv_eps must be above 0 for advantage group_median_mad"):
+        ObjectiveSettings.preset("mc_grpo", adv_eps=0.0)
+
+
 def test_compute_advantages_passes_the_estimators_parameters():
     zeros = T([0, 0, 0, 0, 0, 0, 0, 0])
     torch.testing.assert_close(compute_advantages(zeros, ObjectiveSettings.preset("ngrpo", adv_eps=0.0)), zeros - 1 / 3)
@@ -280,6 +311,7 @@ VARIANTS = {
     "bnpo_fixed": lambda: _settings("bnpo", bnpo_params=(2.0, 3.0)),
     "lite_ppo": lambda: ObjectiveSettings.preset("lite_ppo"),
     "ngrpo_preset": lambda: ObjectiveSettings.preset("ngrpo"),
+    "group_median_mad": lambda: _settings("group_median_mad", adv_eps=1e-3),
 }
 
 

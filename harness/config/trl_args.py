@@ -37,7 +37,7 @@ IS_LEVELS = {"token": "token", "sequence": "sequence"}
 
 TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
-    "group_median, batch_norm, group_mean_batch_norm, ngrpo, bnpo and stratified have none (error)",
+    "group_median, group_median_mad, batch_norm, group_mean_batch_norm, ngrpo, bnpo and stratified have none (error)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
     "objective.reward_range": "unused (ngrpo and bnpo only, which TRL has not)",
     "objective.bnpo_params": "unused (bnpo only, which TRL has not)",

@@ -66,11 +66,43 @@ def batch_std(rewards: torch.Tensor, eps: float) -> torch.Tensor:
 def group_median(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """A_i = R_i − median_g R (for even G the median is the midpoint of the two middle rewards).
 
-    MC-GRPO: Kim 2026, Median-Centered GRPO for Small-Rollout RL (arXiv 2601.22582): the
-    median baseline flips fewer advantage signs than the mean when G is small. `eps` is unused.
+    The median-centred estimator without MC-GRPO's scale: an ablation of MC-GRPO (Kim 2026, arXiv 2601.22582),
+    whose estimator as released is `group_median_mad` (the `mc_grpo` preset). `eps` is unused.
+    Departs from the authors' release (`lotusroot-kim/MC-GRPO`, `src/open_r1/grpo_trainer_gsm.py`): no MAD scale,
+    no per-group rescale, and the midpoint median for even groups; by design, as an ablation.
     """
     median = torch.quantile(rewards, 0.5, dim=1, keepdim=True)
     return _zero_flat_groups(rewards - median, rewards)
+
+
+MC_GRPO_ZERO = 1e-6
+"""|A| at or below which MC-GRPO's rescale counts an advantage as zero (the authors' `isclose(A, 0, atol=1e-6)`)."""
+
+
+@ADVANTAGES.register("group_median_mad")
+def group_median_mad(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """MC-GRPO as released: A'_i = (R_i − m_g) / (MAD_g + ε), m_g = median_g R, MAD_g = median_g |R − m_g|, both the
+    lower median (the smaller middle value for an even group, as `torch.median`); then in each group every
+    non-zero A'_i (|A'_i| > 1e-6) is multiplied by n / #non-zero, n the group's responses (the pivot included).
+
+    Kim 2026, Median-Centered GRPO for Small-Rollout RL (arXiv 2601.22582); the authors' code,
+    `lotusroot-kim/MC-GRPO`, `src/open_r1/grpo_trainer_gsm.py` (`_generate_and_score_completions`, `mc=True`:
+    "median baseline and MAD normalization", ε = 1e-3 in the `mc_grpo` preset; no std scaling). With 0/1 rewards
+    the MAD of a group with one odd response out is 0, so A' = ±1/ε: the group [1, 0, 0, 0, 0] gives
+    [1000, 0, 0, 0, 0] and, one non-zero of 5, [5000, 0, 0, 0, 0]; [1, 1, 0, 0, 0] gives 2500 to each correct one.
+    A flat group gets 0. With `median_pivot` the one median response is left out of the update afterwards
+    (`trainer.objective.sampling.median_pivot`).
+    Departs from the authors' release: the pivot left out is the first median response in sampling order, where
+    the authors' is `torch.median`'s index (which of several tied responses is not specified); all of them have
+    A = 0, so only which response's tokens leave the normalisers' counts differs.
+    """
+    median = rewards.median(dim=1, keepdim=True).values
+    mad = (rewards - median).abs().median(dim=1, keepdim=True).values
+    adv = (rewards - median) / (mad + eps)
+    nonzero = adv.abs() > MC_GRPO_ZERO
+    count = nonzero.sum(dim=1, keepdim=True).to(adv.dtype)
+    scale = rewards.shape[1] / count.clamp(min=1)  # in adv's dtype: an int tensor would divide in float32
+    return _zero_flat_groups(torch.where(nonzero, adv * scale, adv), rewards)
 
 
 @ADVANTAGES.register("batch_norm", zeroes_flat_groups=False)

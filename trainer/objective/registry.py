@@ -62,6 +62,7 @@ ADVANTAGES: Registry = Registry(
         "group_mean",
         "batch_std",
         "group_median",
+        "group_median_mad",
         "batch_norm",
         "group_mean_batch_norm",
         "ngrpo",

@@ -27,7 +27,8 @@ class ObjectiveSettings(BaseModel):
 
     advantage: str
     """Advantage estimator: group_std (GRPO), group_mean (Dr. GRPO: no std), batch_std (TRL
-    "batch", Lite PPO: group mean, batch std), group_median (MC-GRPO), batch_norm (REINFORCE++: batch mean and
+    "batch", Lite PPO: group mean, batch std), group_median_mad (MC-GRPO as released: median, MAD scale,
+    per-group rescale), group_median (its median-centred ablation), batch_norm (REINFORCE++: batch mean and
     std, no group baseline), group_mean_batch_norm (REINFORCE++ w/ baseline), ngrpo (NGRPO: a virtual
     maximum-reward sample in each group's mean and std; needs reward_range), bnpo (BNPO: divided by a Beta
     density that follows the success rate; needs reward_range), stratified (Stratified GRPO: mean and std within
@@ -140,9 +141,9 @@ class ObjectiveSettings(BaseModel):
     """What must vary within a group to keep it: the (shaped) reward, or correctness (DAPO's recipe)."""
     median_pivot: bool
     """MC-GRPO (arXiv 2601.22582): each prompt gets G + 1 responses (G = rollout.group_size, which must be even so
-    that the group is odd), the group median is the baseline (needs advantage group_median), and the one response at
-    the median, the pivot, is left out of the update: G responses per prompt carry gradient, and every normaliser's B
-    counts only them. false = G responses, all trained."""
+    that the group is odd), the group median is the baseline (needs advantage group_median_mad or group_median), and
+    the one response at the median, the pivot, is left out of the update: G responses per prompt carry gradient, and
+    every normaliser's B counts only them. false = G responses, all trained."""
     positive_weight: float | None = Field(ge=0, le=1)
     """λ, the weight of responses with A > 0 in the policy loss (responses with A ≤ 0 weigh 1): 0 trains on the
     negative samples only (NSR), 0.1 is W-REINFORCE's λ (Zhu et al. 2025, arXiv 2506.01347). The normalisers still
@@ -233,10 +234,15 @@ class ObjectiveSettings(BaseModel):
         low, high = self.rollout_correction_min, self.rollout_correction_max
         if low is not None and high is not None and low >= high:
             raise ValueError(f"rollout_correction_min ({low:g}) must be below rollout_correction_max ({high:g})")
-        if self.median_pivot and self.advantage != "group_median":
+        if self.advantage == "group_median_mad" and self.adv_eps <= 0:
             raise ValueError(
-                f"median_pivot: true needs advantage 'group_median' (the pivot is the group's median response; "
-                f"advantage: {self.advantage})"
+                "adv_eps must be above 0 for advantage group_median_mad (a group with one odd response out has MAD 0; "
+                "the authors' ε is 1e-3)"
+            )
+        if self.median_pivot and self.advantage not in MEDIAN_ADVANTAGES:
+            raise ValueError(
+                f"median_pivot: true needs advantage {' or '.join(map(repr, MEDIAN_ADVANTAGES))} (the pivot is the "
+                f"group's median response; advantage: {self.advantage})"
             )
         return self
 
@@ -271,6 +277,9 @@ _REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo")
 
 _STRATUM_ADVANTAGES = ("stratified",)
 """The advantage estimators that read each response's stratum (stratum_key)."""
+
+MEDIAN_ADVANTAGES = ("group_median_mad", "group_median")
+"""The advantage estimators with a median baseline, whose median response median_pivot leaves out."""
 
 _REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
@@ -424,6 +433,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ratio": "token",
         "clip_low": 0.16,
         "clip_high": 0.24,
+    },
+    # MC-GRPO as released (arXiv 2601.22582; lotusroot-kim/MC-GRPO, src/open_r1/grpo_trainer_gsm.py with mc=True,
+    # loss_type grpo): G + 1 responses, median baseline scaled by the MAD + 1e-3, each group's non-zero advantages
+    # rescaled by (G + 1) / #non-zero, the median response left out, no std scaling. Departs from the authors'
+    # release: KL off as in harness's GRPO (their recipes set beta 0.04: objective.kl_coef sets it).
+    "mc_grpo": {
+        **_COMMON,
+        "advantage": "group_median_mad",
+        "adv_eps": 1e-3,
+        "median_pivot": True,
+        "aggregation": "seq_mean_token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
     },
 }
 
