@@ -39,15 +39,48 @@ def mc_grpo_authors(rewards: np.ndarray, eps: float = 1e-3) -> np.ndarray:
     return out
 
 
-def _cases(rng: np.random.Generator, count: int) -> list[tuple[str, np.ndarray]]:
-    """(family, rewards [groups, n]) drawn across the families the docstring lists."""
+def psr_nsr_authors(rewards: np.ndarray, mode: str, weight: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """NSR and W-REINFORCE, `TianHongZXY/RLVR-Decomposed`, `verl/trainer/ppo/core_algos.py`,
+    `compute_psr_nsr_outcome_advantage` (γ = 1, so each response's return is its reward R) and `ray_trainer.py`'s
+    batch subset: `negative` gives R − 1 and keeps only the incorrect responses (score 0); `weighted` gives R·λ to a
+    correct response (score 1) and R − 1 to an incorrect one, and keeps all. Returns (advantage, kept)."""
+    correct, incorrect = rewards == 1, rewards == 0
+    if mode == "negative":
+        return rewards - 1, incorrect
+    return np.where(correct, rewards * weight, np.where(incorrect, rewards - 1, rewards)), np.ones_like(correct)
+
+
+def _ours_psr_nsr(rewards: np.ndarray, preset: str) -> tuple[np.ndarray, np.ndarray]:
+    """harness's preset: the advantage times its loss weight (`sign_weight`), and the rows it trains."""
+    from trainer.objective import ObjectiveSettings
+    from trainer.objective.masks import sign_weight
+    from trainer.objective.sampling import trained_samples
+
+    s = ObjectiveSettings.preset(preset)
+    r = torch.from_numpy(rewards)
+    adv = ADVANTAGES[s.advantage](r, s.adv_eps)
+    if s.positive_weight is not None:
+        adv = adv * sign_weight(adv, s.positive_weight)
+    return adv.numpy(), trained_samples(r, s, r == 1).numpy()
+
+
+def _cases(rng: np.random.Generator, count: int, binary: bool = False) -> list[tuple[str, np.ndarray]]:
+    """(family, rewards [groups, n]) drawn across the families the docstring lists; with `binary`, 0/1 rewards
+    only (for the variants whose authors' code splits by correct and incorrect), flat groups of each kind among
+    them."""
+    families = (
+        ("binary", "binary, all wrong", "binary, all correct") if binary else ("binary", "continuous", "ties", "flat")
+    )
     out = []
     for i in range(count):
         n = int(rng.choice([1, 2, 3, 4, 5, 6, 8, 9, 17]))
         groups = int(rng.integers(1, 6))
-        family = ("binary", "continuous", "ties", "flat")[i % 4]
+        family = families[i % len(families)]
         if family == "binary":
             r = rng.integers(0, 2, (groups, n)).astype(float)
+        elif family.startswith("binary, all"):  # some groups flat at 0 or 1 beside mixed ones
+            r = rng.integers(0, 2, (groups, n)).astype(float)
+            r[rng.random(groups) < 0.5] = 0.0 if family.endswith("wrong") else 1.0
         elif family == "continuous":
             r = rng.normal(size=(groups, n))
         elif family == "ties":  # a few distinct values, many ties at the median
@@ -58,10 +91,29 @@ def _cases(rng: np.random.Generator, count: int) -> list[tuple[str, np.ndarray]]
     return out
 
 
-VARIANTS: dict[str, tuple[str, float, Callable[[np.ndarray], np.ndarray]]] = {
-    "MC-GRPO (mc_grpo)": ("group_median_mad", 1e-3, mc_grpo_authors),
+VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
+    "MC-GRPO (mc_grpo)": (
+        lambda r: (ADVANTAGES["group_median_mad"](torch.from_numpy(r), 1e-3).numpy(), np.ones(r.shape, bool)),
+        lambda r: (mc_grpo_authors(r), np.ones(r.shape, bool)),
+        lambda r: True,
+    ),
+    "NSR (nsr)": (
+        lambda r: _ours_psr_nsr(r, "nsr"),
+        lambda r: psr_nsr_authors(r, "negative"),
+        lambda r: bool(np.isin(r, (0.0, 1.0)).all()),
+    ),
+    "W-REINFORCE (w_reinforce)": (
+        lambda r: _ours_psr_nsr(r, "w_reinforce"),
+        lambda r: psr_nsr_authors(r, "weighted"),
+        lambda r: bool(np.isin(r, (0.0, 1.0)).all()),
+    ),
 }
-"""Variant → (harness's estimator, its ε, the authors' formula)."""
+"""Variant → (harness: (advantage × loss weight, rows trained), the authors' formula: the same, where the authors'
+code is defined). MC-GRPO's pivot is left out of the comparison (which tied median response, docs/objective.md)."""
+
+
+BINARY_ONLY = ("NSR (nsr)", "W-REINFORCE (w_reinforce)")
+"""Variants whose authors' code is defined on 0/1 rewards only: run on `--cases` more 0/1 cases as well."""
 
 
 def main() -> None:
@@ -71,22 +123,32 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     cases = _cases(rng, args.cases)
+    binary = _cases(rng, args.cases, binary=True)
     report = {}
-    print(f"{'variant':24} {'case family':22} {'cases':>5} {'largest |difference|':>21}")
-    for variant, (name, eps, authors) in VARIANTS.items():
+    print(f"{'variant':26} {'case family':30} {'cases':>5} {'largest |difference|':>21}")
+    for variant, (ours_of, authors, defined) in VARIANTS.items():
         worst: dict[str, float] = {}
         counts: dict[str, int] = {}
-        for family, rewards in cases:
-            ours = ADVANTAGES[name](torch.from_numpy(rewards), eps).numpy()
-            theirs = authors(rewards)
-            diff = float(np.max(np.abs(ours - theirs)))
+        undefined: dict[str, int] = {}
+        for family, rewards in cases + (binary if variant in BINARY_ONLY else []):
+            if not defined(rewards):
+                undefined[family] = undefined.get(family, 0) + 1
+                continue
+            (ours, kept), (theirs, their_kept) = ours_of(rewards), authors(rewards)
+            if not np.array_equal(kept, their_kept):
+                diff = float("inf")  # another set of responses trained
+            else:
+                diff = float(np.max(np.abs(ours - theirs)[kept], initial=0.0))
             worst[family] = max(worst.get(family, 0.0), diff)
             counts[family] = counts.get(family, 0) + 1
         for family in sorted(worst):
-            print(f"{variant:24} {family:22} {counts[family]:5d} {worst[family]:21.3g}")
+            print(f"{variant:26} {family:30} {counts[family]:5d} {worst[family]:21.3g}")
         overall = max(worst.values())
-        print(f"{variant:24} {'all':22} {sum(counts.values()):5d} {overall:21.3g}")
-        report[variant] = {"estimator": name, "eps": eps, "largest": overall, "by_family": worst, "cases": counts}
+        print(f"{variant:26} {'all':30} {sum(counts.values()):5d} {overall:21.3g}")
+        if undefined:
+            print(f"{variant:26} not defined in the authors' code (rewards other than 0/1): "
+                  + ", ".join(f"{k} ({v})" for k, v in sorted(undefined.items())))  # fmt: skip
+        report[variant] = {"largest": overall, "by_family": worst, "cases": counts, "undefined": undefined}
     write_json("advantages_vs_authors", {"cases": args.cases, "seed": args.seed, "variants": report})
 
 

@@ -27,7 +27,7 @@ from trainer.objective.advantages import bnpo_beta_params
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 UNIT = (0.0, 1.0)
-NEW = ("batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo", "group_median_mad")
+NEW = ("batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo", "group_median_mad", "baseline_free")
 
 
 def _settings(advantage: str, **over) -> ObjectiveSettings:
@@ -204,6 +204,43 @@ def test_the_mc_grpo_preset_is_the_authors_estimator_and_the_median_alone_stays_
         ObjectiveSettings.preset("mc_grpo", adv_eps=0.0)
 
 
+# ---- negative-sample reinforcement as released (arXiv 2506.01347) -----------------------------------------
+def test_the_baseline_free_advantage_is_plus_and_minus_one_and_refuses_graded_rewards():
+    torch.testing.assert_close(
+        ADVANTAGES["baseline_free"](REWARDS, 0.0), T([1, -1, -1, 1], [1, 1, 1, 1], [-1, -1, -1, 1]), rtol=0, atol=0
+    )
+    assert ADVANTAGES["baseline_free"](T([0, 0, 0]), 0.0).tolist() == [[-1, -1, -1]]  # an all-wrong group: −1, not 0
+    with pytest.raises(ValueError, match="advantage baseline_free needs 0/1 rewards .correct or not., got 0.5"):
+        ADVANTAGES["baseline_free"](T([1, 0.5, 0]), 0.0)
+
+
+def test_nsr_drops_the_correct_responses_and_w_reinforce_weighs_them_a_tenth():
+    from trainer.objective.sampling import trained_samples
+
+    nsr, w = ObjectiveSettings.preset("nsr"), ObjectiveSettings.preset("w_reinforce")
+    assert (nsr.advantage, nsr.drop_correct, nsr.positive_weight, nsr.aggregation) == (
+        "baseline_free", True, None, "token_mean"
+    )  # fmt: skip
+    assert (w.advantage, w.drop_correct, w.positive_weight, w.aggregation) == (
+        "baseline_free", False, 0.1, "token_mean"
+    )  # fmt: skip
+    correct = REWARDS.bool()
+    assert trained_samples(REWARDS, nsr, correct).tolist() == (~correct).tolist()
+    assert trained_samples(REWARDS, w, correct).all()
+    with pytest.raises(ValueError, match="drop_correct needs each response's correctness"):
+        trained_samples(REWARDS, nsr)
+    # W-REINFORCE's loss: λ = 0.1 on the +1 of a correct response is the authors' advantage of +0.1 (PPO's clipped
+    # surrogate is linear in A for A of one sign)
+    logits, tokens, mask, old_logp = _batch()
+    adv = ADVANTAGES["baseline_free"](GROUP_REWARDS, 0.0).flatten()
+    norm = Normaliser.from_mask(mask, None)
+    lp = token_logprobs(logits, tokens)
+    ours = policy_loss(lp, old_logp, adv, mask, w, norm=norm).loss
+    theirs = policy_loss(lp, old_logp, torch.where(adv > 0, adv * 0.1, adv), mask,
+                         ObjectiveSettings.preset("w_reinforce", positive_weight=None), norm=norm).loss  # fmt: skip
+    assert abs(ours.item() - theirs.item()) < 1e-12
+
+
 def test_compute_advantages_passes_the_estimators_parameters():
     zeros = T([0, 0, 0, 0, 0, 0, 0, 0])
     torch.testing.assert_close(compute_advantages(zeros, ObjectiveSettings.preset("ngrpo", adv_eps=0.0)), zeros - 1 / 3)
@@ -312,6 +349,8 @@ VARIANTS = {
     "lite_ppo": lambda: ObjectiveSettings.preset("lite_ppo"),
     "ngrpo_preset": lambda: ObjectiveSettings.preset("ngrpo"),
     "group_median_mad": lambda: _settings("group_median_mad", adv_eps=1e-3),
+    "w_reinforce": lambda: ObjectiveSettings.preset("w_reinforce"),
+    "nsr": lambda: ObjectiveSettings.preset("nsr"),
 }
 
 

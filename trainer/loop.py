@@ -422,22 +422,24 @@ class Trainer:
         start = time.perf_counter()
         everything, kept, metrics = self.collect(step)
         generated = time.perf_counter()
-        shaped, _ = self._rewards(kept)
+        shaped, correct = self._rewards(kept)
         strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
         grouped = compute_advantages(shaped, self.obj, strata)
-        trained = trained_samples(shaped, self.obj)  # all, or all but MC-GRPO's pivots: the batch's B responses
+        trained = trained_samples(shaped, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
         advantages = grouped.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()
-        t = self._tensors(kept, rows)
-        resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
-        metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask))
-        self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
+        if rows:  # none under drop_correct when every response is correct: nothing to train this step
+            t = self._tensors(kept, rows)
+            resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
+            metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask))
+            self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
         done = time.perf_counter()
         shaped_all, correct_all = self._rewards(everything)
         shaped_all = shaped_all.flatten()
         metrics.update(group_outcome_metrics(correct_all))
         metrics.update(rollout_metrics(everything, shaped_all))
-        metrics.update(advantage_metrics(advantages[rows]))
+        if rows:
+            metrics.update(advantage_metrics(advantages[rows]))
         metrics.update(sign_flip_metrics(shaped, grouped, trained))
         G = self.group_width
         metrics.update(

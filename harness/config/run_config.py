@@ -314,6 +314,7 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.reward_range": None,
     "objective.bnpo_params": None,
     "objective.median_pivot": False,
+    "objective.drop_correct": False,
     "objective.positive_weight": None,
     "objective.stratum_key": None,
     "objective.stratum_blend": 1.0,

@@ -83,6 +83,7 @@ TABLE: dict[str, str] = {
     "objective.median_pivot": "TRL samples num_generations per prompt and trains on all of them (no median pivot): "
     "true is an error",
     "objective.positive_weight": "TRL weighs every response the same (no NSR / W-REINFORCE weight): set is an error",
+    "objective.drop_correct": "TRL trains on every response it samples (no NSR batch subset): true is an error",
     "rollout.backend": "transformers → `use_vllm=False`; vllm → `use_vllm=True`, `vllm_mode=colocate`",
     "rollout.vllm_gpu_memory_utilization": "`vllm_gpu_memory_utilization`",
     "rollout.prompts_per_step": "`generation_batch_size` = prompts_per_step × group_size; prompts in harness's order, "
@@ -166,6 +167,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append("objective.dynamic_sampling: true (TRL has no dynamic sampling)")
     if o.median_pivot:
         out.append("objective.median_pivot: true (TRL trains on every response it samples: no MC-GRPO pivot)")
+    if o.drop_correct:
+        out.append("objective.drop_correct: true (TRL trains on every response it samples: no NSR)")
     if o.positive_weight is not None:
         out.append(f"objective.positive_weight: {o.positive_weight:g} (TRL weighs every response the same: no NSR)")
     if o.stratum_key is not None:
@@ -321,6 +324,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "overlong_cache_len": getattr(overlong, "soft_punish_cache", None),
             "dynamic_sampling": False,
             "median_pivot": False,
+            "drop_correct": False,
             "positive_weight": None,
         },
         "rollout": {

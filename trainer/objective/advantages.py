@@ -105,6 +105,28 @@ def group_median_mad(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     return _zero_flat_groups(torch.where(nonzero, adv * scale, adv), rewards)
 
 
+@ADVANTAGES.register("baseline_free", zeroes_flat_groups=False)
+def baseline_free(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A_i = +1 for a correct response (R_i = 1), −1 for a wrong one (R_i = 0): no baseline, no scale.
+
+    Zhu et al. 2025, The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning (arXiv 2506.01347);
+    the authors' code, `TianHongZXY/RLVR-Decomposed`, `verl/trainer/ppo/core_algos.py`,
+    `compute_psr_nsr_outcome_advantage`: the outcome return R (γ = 1) is R − 1 for a wrong response and R·λ for a
+    correct one under W-REINFORCE (`advantage=weighted`), R − 1 under NSR (`negative`). Here the correct
+    responses' +1 is weighted by `positive_weight` λ in the loss (`sign_weight`), which for a clipped surrogate is the
+    same as an advantage of +λ; NSR drops the correct responses from the batch (`drop_correct`). An all-wrong group
+    gets −1 everywhere (the signal a baseline would cancel). Rewards other than 0 and 1 are an error: the authors
+    split the batch by correct and incorrect. `eps` is unused.
+    Departs from the authors' release: the logged advantage of a correct response is +1 under W-REINFORCE (+λ in
+    theirs); the update is the same.
+    """
+    binary = (rewards == 0) | (rewards == 1)
+    if not bool(binary.all()):
+        bad = rewards[~binary].flatten()[0].item()
+        raise ValueError(f"advantage baseline_free needs 0/1 rewards (correct or not), got {bad:g}")
+    return rewards * 2 - 1
+
+
 @ADVANTAGES.register("batch_norm", zeroes_flat_groups=False)
 def batch_norm(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """A_i = (R_i − mean_B R) / (std_B R + ε), mean and Bessel-corrected std over every reward of the batch.

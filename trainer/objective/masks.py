@@ -204,7 +204,9 @@ def sign_weight(advantages: torch.Tensor, positive_weight: float) -> torch.Tenso
     policy gradient splits into positive and negative sample reinforcement (PSR, NSR); λ = 0 trains on the negative
     samples only (NSR), λ = 0.1 is W-REINFORCE's λ·L_PSR + L_NSR. The paper splits by the reward (±1, no baseline);
     here by the sign of the configured advantage, what makes the loss push a response up or down (the same split for
-    binary rewards in a mixed group; with a baseline-free ±1 advantage, the paper's objective).
+    binary rewards in a mixed group). With advantage `baseline_free` (±1) and λ = 0.1 it is the paper's W-REINFORCE
+    (the `w_reinforce` preset); NSR as the authors train it also drops the correct responses from the batch
+    (`drop_correct`, the `nsr` preset), where λ = 0 here only zero-weights them.
     """
     return torch.where(advantages > 0, torch.full_like(advantages, positive_weight), torch.ones_like(advantages))
 

@@ -63,6 +63,7 @@ ADVANTAGES: Registry = Registry(
         "batch_std",
         "group_median",
         "group_median_mad",
+        "baseline_free",
         "batch_norm",
         "group_mean_batch_norm",
         "ngrpo",

@@ -67,14 +67,18 @@ def median_pivot(rewards: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(at_median).scatter_(1, first, True)
 
 
-def trained_samples(rewards: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
-    """T_gi = 1 for the responses the update trains on ([groups, n] bool, rewards [groups, n]): every response, or
-    with `median_pivot` all but each group's pivot (`median_pivot`), so n − 1 = G per group. The loop builds the
-    optimisation batch from these rows only: every normaliser's B (the responses of the batch) counts them alone.
-    MC-GRPO: Kim 2026 (arXiv 2601.22582)."""
-    if s.median_pivot:
-        return ~median_pivot(rewards)
-    return torch.ones_like(rewards, dtype=torch.bool)
+def trained_samples(rewards: torch.Tensor, s: ObjectiveSettings, correct: torch.Tensor | None = None) -> torch.Tensor:
+    """T_gi = 1 for the responses the update trains on ([groups, n] bool, rewards and `correct` [groups, n]): every
+    response; with `median_pivot` all but each group's pivot (`median_pivot`), so n − 1 = G per group (MC-GRPO: Kim
+    2026, arXiv 2601.22582); with `drop_correct` only the wrong ones (NSR: Zhu et al. 2025, arXiv 2506.01347). The
+    loop builds the optimisation batch from these rows only: every normaliser's B (the responses of the batch)
+    counts them alone."""
+    out = ~median_pivot(rewards) if s.median_pivot else torch.ones_like(rewards, dtype=torch.bool)
+    if s.drop_correct:
+        if correct is None:
+            raise ValueError("drop_correct needs each response's correctness")
+        out &= ~correct.bool().view_as(out)
+    return out
 
 
 def sign_flip_metrics(

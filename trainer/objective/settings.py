@@ -144,6 +144,11 @@ class ObjectiveSettings(BaseModel):
     that the group is odd), the group median is the baseline (needs advantage group_median_mad or group_median), and
     the one response at the median, the pivot, is left out of the update: G responses per prompt carry gradient, and
     every normaliser's B counts only them. false = G responses, all trained."""
+    drop_correct: bool
+    """NSR (arXiv 2506.01347, the authors' `batch.subset(incorrect_idx)`): the correct responses leave the
+    optimisation batch, as MC-GRPO's pivot does, so B counts the wrong responses only and `token_mean` their tokens
+    (the authors' verl token mean over the responses kept). A step whose responses are all correct trains nothing.
+    false = every response trained."""
     positive_weight: float | None = Field(ge=0, le=1)
     """λ, the weight of responses with A > 0 in the policy loss (responses with A ≤ 0 weigh 1): 0 trains on the
     negative samples only (NSR), 0.1 is W-REINFORCE's λ (Zhu et al. 2025, arXiv 2506.01347). The normalisers still
@@ -306,6 +311,7 @@ _COMMON: dict[str, Any] = dict(
     dynamic_sampling=False,
     dynamic_sampling_key="correct",
     median_pivot=False,
+    drop_correct=False,
     positive_weight=None,
     surrogate="clip",
     sapo_temperature=None,
@@ -444,6 +450,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "adv_eps": 1e-3,
         "median_pivot": True,
         "aggregation": "seq_mean_token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    # Negative-sample reinforcement as released (arXiv 2506.01347; TianHongZXY/RLVR-Decomposed,
+    # run_qwen3-4b_psr_nsr.sh with advantage=negative / weighted): no baseline (wrong −1, correct +1), verl's token
+    # mean, PPO clip 0.2, KL 0. NSR trains on the wrong responses only; W-REINFORCE weighs the correct ones λ = 0.1.
+    "nsr": {
+        **_COMMON,
+        "advantage": "baseline_free",
+        "drop_correct": True,
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    "w_reinforce": {
+        **_COMMON,
+        "advantage": "baseline_free",
+        "positive_weight": 0.1,
+        "aggregation": "token_mean",
         "ratio": "token",
         "clip_low": 0.2,
         "clip_high": 0.2,
