@@ -241,6 +241,20 @@ def test_nsr_drops_the_correct_responses_and_w_reinforce_weighs_them_a_tenth():
     assert abs(ours.item() - theirs.item()) < 1e-12
 
 
+def test_bnpo_caps_its_weight_as_the_authors_do():
+    """100 groups at p = ½ and one at p = ⅛ (8 responses each): the Beta fit puts almost no density at ⅛, so its
+    correct response's weight is 4.4e9 uncapped; the authors' cap of 1e6 gives (1 − ⅛)·1e6 = 8.75e5."""
+    half = [1, 1, 1, 1, 0, 0, 0, 0]
+    rewards = T(*([half] * 100), [1, 0, 0, 0, 0, 0, 0, 0])
+    free = ADVANTAGES["bnpo"](rewards, 0.0, UNIT)
+    capped = ADVANTAGES["bnpo"](rewards, 0.0, UNIT, None, 1e6)
+    assert free[-1, 0].item() > 4e9
+    assert capped[-1, 0].item() == pytest.approx(8.75e5, rel=1e-12)
+    torch.testing.assert_close(capped[:-1], free[:-1])  # the groups at ½ are far below the cap
+    s = ObjectiveSettings.preset("bnpo")
+    assert (s.bnpo_max_weight, s.aggregation, s.clip_high, s.dual_clip) == (1e6, "seq_mean_token_sum", 0.28, 10.0)
+
+
 def test_compute_advantages_passes_the_estimators_parameters():
     zeros = T([0, 0, 0, 0, 0, 0, 0, 0])
     torch.testing.assert_close(compute_advantages(zeros, ObjectiveSettings.preset("ngrpo", adv_eps=0.0)), zeros - 1 / 3)
@@ -265,6 +279,9 @@ BETA_RANGE = "bnpo_params must be two Beta parameters > 0"
         ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_params": (1.0, -2.0)}, BETA_RANGE),
         ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_params": (1.0, math.inf)}, "bnpo_params.1"),
         ({"advantage": "ngrpo", "reward_range": UNIT, "bnpo_params": (1.0, 1.0)}, "bnpo_params needs advantage 'bnpo'"),
+        ({"bnpo_max_weight": 1e6}, "bnpo_max_weight needs advantage 'bnpo'"),
+        ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_max_weight": 0.0}, "bnpo_max_weight"),
+        ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_max_weight": math.inf}, "bnpo_max_weight"),
     ],
 )
 def test_bad_parameters_are_errors_naming_the_key(over, message):
@@ -350,6 +367,7 @@ VARIANTS = {
     "ngrpo_preset": lambda: ObjectiveSettings.preset("ngrpo"),
     "group_median_mad": lambda: _settings("group_median_mad", adv_eps=1e-3),
     "w_reinforce": lambda: ObjectiveSettings.preset("w_reinforce"),
+    "bnpo_preset": lambda: ObjectiveSettings.preset("bnpo"),
     "nsr": lambda: ObjectiveSettings.preset("nsr"),
 }
 

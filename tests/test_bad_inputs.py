@@ -661,6 +661,7 @@ CASES += [  # a task of the user's: every file and name it points at checked bef
 # Advantage variants: NGRPO's virtual reward (reward_range) and BNPO's Beta parameters (bnpo_params).
 CASES += [
     Case("run: MC-GRPO with no epsilon", "run", "objective:\n  preset: mc_grpo\n  adv_eps: 0\n", "adv_eps"),
+    Case("run: BNPO's cap below 0", "run", "objective:\n  preset: bnpo\n  bnpo_max_weight: -1\n", "bnpo_max_weight"),
     Case("run: ngrpo without reward_range", "run", "objective:\n  preset: grpo\n  advantage: ngrpo\n", "reward_range"),
     Case(
         "run: ngrpo virtual reward not a number",

@@ -80,8 +80,16 @@ KL_COV = ("objective.surrogate=kl_cov", "objective.kl_cov_ratio=0.05", "objectiv
 
 @pytest.mark.parametrize(
     "preset, extra",
-    [("grpo", ()), ("dr_grpo", ()), ("gspo", ()), ("cispo", NEWER), ("sapo", ()), ("vespo", ()), ("grpo", KL_COV),
-     ("nsr", ())],  # fmt: skip
+    [
+        ("grpo", ()),
+        ("dr_grpo", ()),
+        ("gspo", ()),
+        ("cispo", NEWER),
+        ("sapo", ()),
+        ("vespo", ()),
+        ("grpo", KL_COV),
+        ("nsr", ()),
+    ],  # fmt: skip
 )
 def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_overrides, preset, extra):
     """One forward/backward over the whole padded batch, against length-sorted buckets cut to their own longest

@@ -313,6 +313,7 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.rollout_correction_max": None,
     "objective.reward_range": None,
     "objective.bnpo_params": None,
+    "objective.bnpo_max_weight": None,
     "objective.median_pivot": False,
     "objective.drop_correct": False,
     "objective.positive_weight": None,

@@ -202,12 +202,13 @@ def bnpo_beta_params(p: torch.Tensor) -> tuple[float, float]:
     return 1 + mu * k / 3, 1 + (1 - mu) * k / 3
 
 
-@ADVANTAGES.register("bnpo", params=("reward_range", "bnpo_params"))
+@ADVANTAGES.register("bnpo", params=("reward_range", "bnpo_params", "bnpo_max_weight"))
 def bnpo(
     rewards: torch.Tensor,
     eps: float,
     reward_range: tuple[float, float],
     bnpo_params: tuple[float, float] | None = None,
+    bnpo_max_weight: float | None = None,
 ) -> torch.Tensor:
     """A_i = (R̃_i − p) / f(p; α, β), R̃ = (R − low)/(high − low) ∈ [0, 1], p = mean_g R̃ the group's success rate and
     f the Beta(α, β) density; (α, β) = bnpo_params if set, else `bnpo_beta_params` of this batch's p.
@@ -215,9 +216,14 @@ def bnpo(
     BNPO: Xiao et al. 2025 (arXiv 2506.02864), for binary rewards; the affine map to [0, 1] (reward_range) extends
     it to bounded ones. (α, β) follow the policy's success rate: re-estimated from each batch's groups, so no state
     crosses steps. (1, 1) is REINFORCE with the group baseline (group_mean); (3/2, 3/2) is GRPO's (R − p)/√(p(1 − p))
-    (the population std) times B(3/2, 3/2) = π/8 for binary rewards. No clamp on 1/f (the authors' code caps it at
-    1e6). A flat group (p at 0 or 1, where f may be 0 or ∞) gets 0. `eps` is unused. A reward outside reward_range
-    is an error.
+    (the population std) times B(3/2, 3/2) = π/8 for binary rewards. 1/f is capped at `bnpo_max_weight` where set
+    (the authors' 1e6 in the `bnpo` preset). A flat group (p at 0 or 1, where f may be 0 or ∞) gets 0. `eps` is
+    unused. A reward outside reward_range is an error.
+    Departs from the authors' release (`changyi7231/BNPO`, `recipe/bnpo/src/bnpo_ray_trainer.py`,
+    `compute_bnpo_outcome_advantage`): a group of one response gets 0 here (it has no success rate to compare
+    with), where the authors set its p to 0 and weigh its reward; a batch whose groups all have one success rate
+    (σ² = 0) takes (1, 1) here, where the authors divide by 0. Their clamp of α and β at 1 is the (1, 1) fallback
+    here wherever their code is defined.
     """
     _check_range(rewards, reward_range)
     low, high = reward_range
@@ -228,7 +234,10 @@ def bnpo(
     inner = torch.where(flat, torch.full_like(p, 0.5), p)  # 0 < p < 1 in every group that is not flat
     log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
     log_density = (alpha - 1) * torch.log(inner) + (beta - 1) * torch.log1p(-inner) - log_norm
-    return _zero_flat_groups((scaled - p) * torch.exp(-log_density), rewards)
+    weight = torch.exp(-log_density)
+    if bnpo_max_weight is not None:
+        weight = weight.clamp(max=bnpo_max_weight)
+    return _zero_flat_groups((scaled - p) * weight, rewards)
 
 
 @ADVANTAGES.register("stratified", params=("stratum_blend",), needs_strata=True)

@@ -53,10 +53,11 @@ def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, s: ObjectiveSettings)
 
 
 def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings, strata: torch.Tensor | None = None) -> torch.Tensor:
-    """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`;
-    the settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params, stratified's
-    stratum_blend) by name, and `strata` ([groups, G] stratum labels, the values of `s.stratum_key`) to an estimator
-    registered `needs_strata`, which is given them exactly when it is named (an error otherwise)."""
+    """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`; the
+    settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params and
+    bnpo_max_weight, stratified's stratum_blend) by name, and `strata` ([groups, G] stratum labels, the values of
+    `s.stratum_key`) to an estimator registered `needs_strata`, which is given them exactly when it is named (an
+    error otherwise)."""
     meta = ADVANTAGES.meta(s.advantage)
     kwargs = {name: getattr(s, name) for name in meta.get("params", ())}
     if meta.get("needs_strata", False) != (strata is not None):

@@ -45,6 +45,10 @@ class ObjectiveSettings(BaseModel):
     (1.5, 1.5) GRPO's advantage with the population std, times π/8. null = the paper's rule, re-estimated each
     batch: (1 + a/3, 1 + b/3), (a, b) the method-of-moments Beta fit of the groups' success rates (arXiv
     2506.02864). Only with advantage bnpo."""
+    bnpo_max_weight: float | None = Field(gt=0, allow_inf_nan=False)
+    """The largest 1/f BNPO weighs an advantage by (the authors' code caps it at 1e6, the `bnpo` preset too): a
+    group whose success rate lies where the Beta density is near 0 otherwise gets an unbounded weight (100 groups at
+    p = ½ and one at ⅛ give that one 4.4e9). null = no cap. Only with advantage bnpo."""
     stratum_key: str | None = Field(min_length=1)
     """The per-response property whose values are the strata of advantage stratified (Stratified GRPO, arXiv
     2510.06214): each response's value is its grade's `info[key]`, else its group's `meta[i][key]`; equal values, one
@@ -195,6 +199,8 @@ class ObjectiveSettings(BaseModel):
                 raise ValueError(f"bnpo_params needs advantage 'bnpo' (advantage: {self.advantage})")
             if min(self.bnpo_params) <= 0:
                 raise ValueError(f"bnpo_params must be two Beta parameters > 0, got {list(self.bnpo_params)}")
+        if self.bnpo_max_weight is not None and self.advantage != "bnpo":
+            raise ValueError(f"bnpo_max_weight needs advantage 'bnpo' (advantage: {self.advantage})")
         return self
 
     @model_validator(mode="after")
@@ -299,6 +305,7 @@ _COMMON: dict[str, Any] = dict(
     adv_eps=1e-6,
     reward_range=None,
     bnpo_params=None,
+    bnpo_max_weight=None,
     stratum_key=None,
     stratum_blend=1.0,
     max_len=None,
@@ -453,6 +460,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ratio": "token",
         "clip_low": 0.2,
         "clip_high": 0.2,
+    },
+    # BNPO as released (arXiv 2506.02864; changyi7231/BNPO, recipe/bnpo/run.sh and bnpo_ray_trainer.py's
+    # compute_bnpo_outcome_advantage): the Beta-normalised advantage with 1/f capped at 1e6, verl's
+    # seq-mean-token-sum, clip 0.2 / 0.28, dual clip c = 10, no KL.
+    "bnpo": {
+        **_COMMON,
+        "advantage": "bnpo",
+        "reward_range": (0.0, 1.0),
+        "bnpo_max_weight": 1e6,
+        "aggregation": "seq_mean_token_sum",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "dual_clip": 10.0,
     },
     # Negative-sample reinforcement as released (arXiv 2506.01347; TianHongZXY/RLVR-Decomposed,
     # run_qwen3-4b_psr_nsr.sh with advantage=negative / weighted): no baseline (wrong −1, correct +1), verl's token
