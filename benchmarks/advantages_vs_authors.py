@@ -39,6 +39,16 @@ def mc_grpo_authors(rewards: np.ndarray, eps: float = 1e-3) -> np.ndarray:
     return out
 
 
+def ngrpo_authors(rewards: np.ndarray, eps: float = 1e-6, max_reward: float = 1.0) -> np.ndarray:
+    """NGRPO, `nangongrui-ngr/NGRPO`, `verl/trainer/ppo/core_algos.py`, `compute_ngrpo_outcome_advantage`: for a
+    group of one, mean 0 and std 1; else mean and (Bessel) std over the group's rewards and one `max_reward`;
+    A = (R − mean)/(std + ε)."""
+    if rewards.shape[1] == 1:
+        return (rewards - 0.0) / (1.0 + eps)
+    aug = np.concatenate([rewards, np.full((rewards.shape[0], 1), max_reward)], axis=1)
+    return (rewards - aug.mean(axis=1, keepdims=True)) / (aug.std(axis=1, ddof=1, keepdims=True) + eps)
+
+
 def bnpo_authors(rewards: np.ndarray, cap: float = 1e6) -> np.ndarray:
     """BNPO, `changyi7231/BNPO`, `recipe/bnpo/src/bnpo_ray_trainer.py`, `compute_bnpo_outcome_advantage` (rewards
     already in [0, 1]): each group's p its mean (0 for a group of one), μ and σ² (Bessel) over the groups' p,
@@ -53,6 +63,32 @@ def bnpo_authors(rewards: np.ndarray, cap: float = 1e6) -> np.ndarray:
     with np.errstate(divide="ignore"):
         weight = np.clip(1 / np.exp(sps.beta.logpdf(p, alpha, beta)), 0, cap)
     return weight[:, None] * (rewards - p[:, None])
+
+
+def reinforce_pp_authors(rewards: np.ndarray, lengths: np.ndarray, baseline: bool) -> np.ndarray:
+    """REINFORCE++, verl 0.9.1: `compute_reinforce_plus_plus_outcome_advantage` (each token's return the outcome
+    reward, γ = 1) and `..._baseline_outcome_advantage` (the group's mean reward subtracted first, 0 for a group of
+    one), then `masked_whiten` over the [responses, tokens] matrix: masked_mean = Σ/(Σ mask + 1e-8), masked_var
+    Bessel-corrected by N/(N − 1), (x − mean)·rsqrt(var + 1e-8). Each response's advantage read at its first token."""
+    x = rewards - rewards.mean(axis=1, keepdims=True) if baseline and rewards.shape[1] > 1 else rewards
+    x, t = x.reshape(-1), lengths.reshape(-1)
+    width = max(int(t.max()), 1)
+    mask = (np.arange(width)[None, :] < t[:, None]).astype(float)
+    values = np.repeat(x[:, None], width, axis=1) * mask
+    n = mask.sum()
+    mean = (values * mask).sum() / (n + 1e-8)
+    var = (((values - mean) ** 2) * mask).sum() / (n + 1e-8) * (n / (n - 1))
+    return ((values - mean) / np.sqrt(var + 1e-8))[:, 0].reshape(rewards.shape)
+
+
+def _lengths(r: np.ndarray) -> np.ndarray:
+    """Each response's token count (1–40), drawn from the rewards' bytes so both sides see the same ones."""
+    seed = int.from_bytes(r.tobytes()[:8].ljust(8, b"\0"), "little") % (2**32) + r.size
+    return np.random.default_rng(seed).integers(1, 41, r.shape)
+
+
+def _ours_tokens(r: np.ndarray, name: str) -> np.ndarray:
+    return ADVANTAGES[name](torch.from_numpy(r), 0.0, torch.from_numpy(_lengths(r))).numpy()
 
 
 def _bnpo_defined(r: np.ndarray) -> bool:
@@ -118,12 +154,27 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
         lambda r: (mc_grpo_authors(r), np.ones(r.shape, bool)),
         lambda r: True,
     ),
+    "NGRPO (ngrpo)": (
+        lambda r: (ADVANTAGES["ngrpo"](torch.from_numpy(r), 1e-6, (0.0, 1.0), "unit").numpy(), np.ones(r.shape, bool)),
+        lambda r: (ngrpo_authors(r), np.ones(r.shape, bool)),
+        lambda r: bool(((r >= 0) & (r <= 1)).all()),
+    ),
     "BNPO (bnpo)": (
         lambda r: (ADVANTAGES["bnpo"](torch.from_numpy(r), 0.0, (0.0, 1.0), None, 1e6).numpy(), np.ones(r.shape, bool)),
         lambda r: (bnpo_authors(r), np.ones(r.shape, bool)),
         lambda r: (
             bool(((r >= 0) & (r <= 1)).all()) and r.shape[1] > 1 and (r.shape[0] == 1 or r.mean(axis=1).var() > 0)
         ),
+    ),
+    "REINFORCE++ (reinforce_pp)": (
+        lambda r: (_ours_tokens(r, "batch_norm_tokens"), np.ones(r.shape, bool)),
+        lambda r: (reinforce_pp_authors(r, _lengths(r), False), np.ones(r.shape, bool)),
+        lambda r: r.size > 1,
+    ),
+    "REINFORCE++ baseline (reinforce_pp_baseline)": (
+        lambda r: (_ours_tokens(r, "group_mean_batch_norm_tokens"), np.ones(r.shape, bool)),
+        lambda r: (reinforce_pp_authors(r, _lengths(r), True), np.ones(r.shape, bool)),
+        lambda r: r.size > 1,
     ),
     "NSR (nsr)": (
         lambda r: _ours_psr_nsr(r, "nsr"),
@@ -140,7 +191,7 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
 code is defined). MC-GRPO's pivot is left out of the comparison (which tied median response, docs/objective.md)."""
 
 
-BINARY_ONLY = ("NSR (nsr)", "W-REINFORCE (w_reinforce)", "BNPO (bnpo)")
+BINARY_ONLY = ("NSR (nsr)", "W-REINFORCE (w_reinforce)", "BNPO (bnpo)", "NGRPO (ngrpo)")
 """Variants whose authors' code is defined on 0/1 (BNPO: [0, 1]) rewards only: run on `--cases` more 0/1 cases."""
 
 
@@ -155,7 +206,7 @@ def main() -> None:
     # 100 groups at p = 1/2 and one at 1/8: BNPO's 1/f there is ~4.4e9, so the cap binds
     binary.append(("binary, cap binds", np.array([[1.0] * 4 + [0.0] * 4] * 100 + [[1.0] + [0.0] * 7])))
     report = {}
-    print(f"{'variant':26} {'case family':30} {'cases':>5} {'largest |difference|':>21}")
+    print(f"{'variant':44} {'case family':30} {'cases':>5} {'largest |difference|':>21}")
     for variant, (ours_of, authors, defined) in VARIANTS.items():
         worst: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -172,12 +223,13 @@ def main() -> None:
             worst[family] = max(worst.get(family, 0.0), diff)
             counts[family] = counts.get(family, 0) + 1
         for family in sorted(worst):
-            print(f"{variant:26} {family:30} {counts[family]:5d} {worst[family]:21.3g}")
+            print(f"{variant:44} {family:30} {counts[family]:5d} {worst[family]:21.3g}")
         overall = max(worst.values())
-        print(f"{variant:26} {'all':30} {sum(counts.values()):5d} {overall:21.3g}")
+        print(f"{variant:44} {'all':30} {sum(counts.values()):5d} {overall:21.3g}")
         if undefined:
-            print(f"{variant:26} left out (outside the authors' rewards; for BNPO also groups of one, a departure "
-                  "named in its docstring, and batches of one success rate, where the authors divide by 0): "
+            print(f"{variant:44} left out: where the authors' code is not defined (rewards it does not take; BNPO's "
+                  "batches of one success rate, where it divides by 0; REINFORCE++'s single token) or departs by "
+                  "design (BNPO's groups of one, named in its docstring): "
                   + ", ".join(f"{k} ({v})" for k, v in sorted(undefined.items())))  # fmt: skip
         report[variant] = {"largest": overall, "by_family": worst, "cases": counts, "undefined": undefined}
     write_json("advantages_vs_authors", {"cases": args.cases, "seed": args.seed, "variants": report})

@@ -27,7 +27,16 @@ from trainer.objective.advantages import bnpo_beta_params
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 UNIT = (0.0, 1.0)
-NEW = ("batch_norm", "group_mean_batch_norm", "ngrpo", "bnpo", "group_median_mad", "baseline_free")
+NEW = (
+    "batch_norm",
+    "group_mean_batch_norm",
+    "ngrpo",
+    "bnpo",
+    "group_median_mad",
+    "baseline_free",
+    "batch_norm_tokens",
+    "group_mean_batch_norm_tokens",
+)
 
 
 def _settings(advantage: str, **over) -> ObjectiveSettings:
@@ -241,6 +250,50 @@ def test_nsr_drops_the_correct_responses_and_w_reinforce_weighs_them_a_tenth():
     assert abs(ours.item() - theirs.item()) < 1e-12
 
 
+def test_ngrpo_as_released_scales_a_lone_response_and_drops_all_correct_groups():
+    from trainer.objective.sampling import dynamic_sampling_filter
+
+    lone = T([1.0], [0.0])
+    # virtual: {R, 1}: R = 1 is all at the maximum, 0; R = 0 against {0, 1}: (0 − ½)/(√½ + ε)
+    torch.testing.assert_close(
+        ADVANTAGES["ngrpo"](lone, 0.0, UNIT), T([0.0], [-0.5 / math.sqrt(0.5)]), rtol=0, atol=1e-12
+    )
+    torch.testing.assert_close(ADVANTAGES["ngrpo"](lone, 1e-6, UNIT, "unit"), T([1 / (1 + 1e-6)], [0.0]))
+    s = ObjectiveSettings.preset("ngrpo")
+    assert (s.ngrpo_single, s.dynamic_sampling, s.dynamic_sampling_key, s.dynamic_sampling_drop) == (
+        "unit", True, "correct", "all_best"
+    )  # fmt: skip
+    f = dynamic_sampling_filter(REWARDS, drop="all_best")  # mixed, all correct, mixed
+    assert f.keep.tolist() == [True, False, True] and f.dropped == 1 and f.dropped_all_max == 1
+    wrong = dynamic_sampling_filter(T([0, 0, 0, 0], [1, 0, 0, 0]), drop="all_best")
+    assert wrong.keep.tolist() == [True, True]  # an all-wrong group stays: it carries NGRPO's signal
+    assert dynamic_sampling_filter(T([0, 0, 0, 0], [1, 0, 0, 0])).keep.tolist() == [False, True]  # DAPO's
+
+
+def test_reinforce_pp_whitens_over_tokens_as_verl_by_hand():
+    """Two responses of lengths 3 and 1, rewards 1 and 0: N = 4 tokens, mean 3/4 (over N + 1e-8), variance
+    (3·(1/4)² + (3/4)²)/4 · 4/3 = 1/4, so A = (R − 3/4)/√(1/4 + 1e-8): +1/2 and −3/2, nearly."""
+    got = ADVANTAGES["batch_norm_tokens"](T([1.0, 0.0]), 0.0, torch.tensor([[3, 1]]))
+    n = 4.0
+    mean = 3.0 / (n + 1e-8)
+    var = (3 * (1 - mean) ** 2 + (0 - mean) ** 2) / (n + 1e-8) * n / (n - 1)
+    want = T([(1 - mean) / math.sqrt(var + 1e-8), (0 - mean) / math.sqrt(var + 1e-8)])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    # an all-equal group of unequal lengths keeps a signal (verl's), where per-response whitening gives it none
+    flat = ADVANTAGES["group_mean_batch_norm_tokens"](
+        T([1, 0, 0, 1], [1, 1, 1, 1]), 0.0, torch.tensor([[9, 1, 1, 1], [5, 5, 1, 1]])
+    )
+    assert (
+        flat[1].abs().max() > 0.1
+        and (ADVANTAGES["group_mean_batch_norm"](T([1, 0, 0, 1], [1, 1, 1, 1]), 0.0)[1] == 0).all()
+    )
+    with pytest.raises(ValueError, match="needs more than one response token"):
+        ADVANTAGES["batch_norm_tokens"](T([1.0]), 0.0, torch.tensor([[1]]))
+    with pytest.raises(ValueError, match="whitens over tokens: it needs each response's length"):
+        compute_advantages(REWARDS, ObjectiveSettings.preset("reinforce_pp"))
+    assert ObjectiveSettings.preset("reinforce_pp_baseline").advantage == "group_mean_batch_norm_tokens"
+
+
 def test_bnpo_caps_its_weight_as_the_authors_do():
     """100 groups at p = ½ and one at p = ⅛ (8 responses each): the Beta fit puts almost no density at ⅛, so its
     correct response's weight is 4.4e9 uncapped; the authors' cap of 1e6 gives (1 − ⅛)·1e6 = 8.75e5."""
@@ -280,6 +333,9 @@ BETA_RANGE = "bnpo_params must be two Beta parameters > 0"
         ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_params": (1.0, math.inf)}, "bnpo_params.1"),
         ({"advantage": "ngrpo", "reward_range": UNIT, "bnpo_params": (1.0, 1.0)}, "bnpo_params needs advantage 'bnpo'"),
         ({"bnpo_max_weight": 1e6}, "bnpo_max_weight needs advantage 'bnpo'"),
+        ({"ngrpo_single": "unit"}, "ngrpo_single needs advantage 'ngrpo'"),
+        ({"dynamic_sampling_drop": "all_best"}, "dynamic_sampling_drop: all_best needs dynamic_sampling: true"),
+        ({"advantage": "ngrpo", "reward_range": UNIT, "ngrpo_single": "one"}, "ngrpo_single"),
         ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_max_weight": 0.0}, "bnpo_max_weight"),
         ({"advantage": "bnpo", "reward_range": UNIT, "bnpo_max_weight": math.inf}, "bnpo_max_weight"),
     ],
@@ -328,13 +384,14 @@ def test_lite_ppo_maps_to_trls_batch_scale_and_dapo_loss():
 
 # ---- the update: split into micro-batches, and unlike GRPO's -----------------------------------
 GROUP_REWARDS = T([1, 0, 0, 1], [0, 0, 0, 0])  # one mixed group, one all-wrong group: 8 responses
+LENGTHS = torch.tensor([10, 3, 7, 1, 10, 5, 2, 9])
 
 
 def _batch(seed: int = 0, b: int = 8, t: int = 10, v: int = 5):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(b, t, v, generator=g, dtype=torch.float64).requires_grad_(True)
     tokens = torch.randint(0, v, (b, t), generator=g)
-    lengths = torch.tensor([10, 3, 7, 1, 10, 5, 2, 9])
+    lengths = LENGTHS
     mask = (torch.arange(t) < lengths[:, None]).long()
     old_logp = token_logprobs(logits.detach(), tokens) + 0.3 * torch.randn(b, t, generator=g, dtype=torch.float64)
     return logits, tokens, mask, old_logp
@@ -344,7 +401,7 @@ def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float],
     """Loss, metrics and gradient of one batch, its advantages computed once over the whole batch (as the loop does),
     the loss accumulated over `splits` micro-batches with batch-wide counts."""
     logits, tokens, mask, old_logp = _batch()
-    adv = compute_advantages(GROUP_REWARDS, s).flatten()
+    adv = compute_advantages(GROUP_REWARDS, s, lengths=LENGTHS.view(GROUP_REWARDS.shape)).flatten()
     norm = Normaliser.from_mask(mask, s.max_len)
     total, parts = 0.0, []
     for rows in torch.arange(8).chunk(splits):
@@ -368,6 +425,8 @@ VARIANTS = {
     "group_median_mad": lambda: _settings("group_median_mad", adv_eps=1e-3),
     "w_reinforce": lambda: ObjectiveSettings.preset("w_reinforce"),
     "bnpo_preset": lambda: ObjectiveSettings.preset("bnpo"),
+    "reinforce_pp": lambda: ObjectiveSettings.preset("reinforce_pp"),
+    "reinforce_pp_baseline": lambda: ObjectiveSettings.preset("reinforce_pp_baseline"),
     "nsr": lambda: ObjectiveSettings.preset("nsr"),
 }
 

@@ -68,7 +68,9 @@ def test_the_pivot_has_zero_advantage_and_the_others_keep_the_median_baseline():
 
 
 def test_median_pivot_settings_are_one_line_errors_naming_the_key():
-    with pytest.raises(ValidationError, match=r"median_pivot: true needs advantage 'group_median'.*group_std"):
+    with pytest.raises(
+        ValidationError, match=r"median_pivot: true needs advantage 'group_median_mad' or 'group_median'.*group_std"
+    ):
         ObjectiveSettings.preset("grpo", median_pivot=True)
     base = {"objective": {"preset": "grpo", **MC}}
     with pytest.raises(ValidationError, match=r"objective.median_pivot: true needs an even rollout.group_size.*got 3"):

@@ -255,8 +255,9 @@ def test_all_equal_groups_give_zero_advantage_and_finite_loss(preset, advantage,
     range_ = {"reward_range": (0.0, 1.0)} if advantage in ("ngrpo", "bnpo") else {}
     if advantage == "stratified":
         range_ = {"stratum_key": "hidden_digit", "stratum_blend": 0.5}
+    eps = 1e-3 if advantage == "group_median_mad" else 0.0  # MC-GRPO's MAD needs its ε (0 is refused)
     s = ObjectiveSettings.preset(
-        preset, advantage=advantage, aggregation=mode, adv_eps=0.0, max_len=8, overlong_cache_len=2, **range_
+        preset, advantage=advantage, aggregation=mode, adv_eps=eps, max_len=8, overlong_cache_len=2, **range_
     )
     rewards = torch.tensor([[1.0] * 4, [0.0] * 4])
     strata = torch.tensor([[0, 1, 1, 0]] * 2) if s.stratum_key is not None else None

@@ -46,7 +46,23 @@ def test_presets_match_the_guide_table():
         "luspo": ("group_std", "seq_mean_token_sum", "clip", 3e-4, 4e-4, "sequence", False, False, False),
         "vespo": ("group_std", "token_mean", "vespo", 0.2, 0.2, "token", False, False, False),
         "lite_ppo": ("batch_std", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
-        "ngrpo": ("ngrpo", "token_mean", "clip", 0.16, 0.24, "token", False, False, False),
+        "ngrpo": ("ngrpo", "token_mean", "clip", 0.16, 0.24, "token", True, False, False),  # all-correct filter
+        "mc_grpo": ("group_median_mad", "seq_mean_token_mean", "clip", 0.2, 0.2, "token", False, False, False),
+        "bnpo": ("bnpo", "seq_mean_token_sum", "clip", 0.2, 0.28, "token", False, False, False),
+        "reinforce_pp": ("batch_norm_tokens", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
+        "reinforce_pp_baseline": (
+            "group_mean_batch_norm_tokens",
+            "token_mean",
+            "clip",
+            0.2,
+            0.2,
+            "token",
+            False,
+            False,
+            False,
+        ),  # fmt: skip
+        "nsr": ("baseline_free", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
+        "w_reinforce": ("baseline_free", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
     }
     assert PRESETS["ngrpo"]["reward_range"] == (0.0, 1.0)
     assert PRESETS["sapo"]["sapo_temperature"] == (1.0, 1.05)

@@ -84,7 +84,7 @@ def test_advantages_real_valued_rewards():
 @pytest.mark.parametrize("rewards", [T([0.3, 0.3, 0.3]), T([1.0]), T([0.1] * 7), T([0, 0], [0, 0])])
 def test_flat_groups_get_exactly_zero(name, rewards):
     """batch_norm and ngrpo, which give flat groups a signal by design, are tested in test_advantage_variants.py."""
-    params = {"reward_range": (0.0, 1.0), "bnpo_params": None, "stratum_blend": 0.5}
+    params = {"reward_range": (0.0, 1.0), "bnpo_params": None, "bnpo_max_weight": None, "stratum_blend": 0.5}
     kwargs = {k: params[k] for k in ADVANTAGES.meta(name).get("params", ())}
     if ADVANTAGES.meta(name).get("needs_strata"):  # strata of one response and of several: all flat
         kwargs["strata"] = torch.arange(rewards.numel()).view_as(rewards) % 2

@@ -188,7 +188,8 @@ class Trainer:
                 kept_parts.append(s)
                 break
             shaped, correct = self._rewards(s)
-            f = dynamic_sampling_filter(shaped if self.obj.dynamic_sampling_key == "reward" else correct.double())
+            values = shaped if self.obj.dynamic_sampling_key == "reward" else correct.double()
+            f = dynamic_sampling_filter(values, drop=self.obj.dynamic_sampling_drop)
             dropped += f.dropped
             kept_parts.append(s.select_groups(f.keep.nonzero()[:, 0].tolist(), self.group_width))
             if sum(len(p.groups) for p in kept_parts) >= want:
@@ -424,7 +425,7 @@ class Trainer:
         generated = time.perf_counter()
         shaped, correct = self._rewards(kept)
         strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
-        grouped = compute_advantages(shaped, self.obj, strata)
+        grouped = compute_advantages(shaped, self.obj, strata, kept.lengths.view(shaped.shape))
         trained = trained_samples(shaped, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
         advantages = grouped.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()

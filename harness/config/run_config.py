@@ -314,6 +314,8 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.reward_range": None,
     "objective.bnpo_params": None,
     "objective.bnpo_max_weight": None,
+    "objective.ngrpo_single": "virtual",
+    "objective.dynamic_sampling_drop": "flat",
     "objective.median_pivot": False,
     "objective.drop_correct": False,
     "objective.positive_weight": None,

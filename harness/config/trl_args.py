@@ -37,7 +37,7 @@ IS_LEVELS = {"token": "token", "sequence": "sequence"}
 
 TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
-    "group_median, group_median_mad, batch_norm, group_mean_batch_norm, ngrpo, bnpo and stratified have none (error)",
+    "the other estimators have none (error)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
     "objective.reward_range": "unused (ngrpo and bnpo only, which TRL has not)",
     "objective.bnpo_params": "unused (bnpo only, which TRL has not)",
@@ -81,6 +81,8 @@ TABLE: dict[str, str] = {
     "objective.overlong_cache_len": "`soft_punish_cache` of that reward function",
     "objective.dynamic_sampling": "TRL has no dynamic sampling: true is an error",
     "objective.dynamic_sampling_key": "unused (dynamic sampling only)",
+    "objective.dynamic_sampling_drop": "unused (dynamic sampling only)",
+    "objective.ngrpo_single": "unused (ngrpo only, which TRL has not)",
     "objective.median_pivot": "TRL samples num_generations per prompt and trains on all of them (no median pivot): "
     "true is an error",
     "objective.positive_weight": "TRL weighs every response the same (no NSR / W-REINFORCE weight): set is an error",
@@ -294,6 +296,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "reward_range": None,
             "bnpo_params": None,
             "bnpo_max_weight": None,
+            "ngrpo_single": "virtual",
+            "dynamic_sampling_drop": "flat",
             "stratum_key": None,
             "stratum_blend": 1.0,
             "aggregation": aggregation,

@@ -2,7 +2,8 @@
 
 Each takes rewards shaped [groups, G] and ε, and returns advantages of the same shape; an estimator
 registered with `params` also takes those settings fields by name (`compute_advantages` passes them), and one
-registered `needs_strata=True` each response's stratum label, [groups, G] (stratified).
+registered `needs_strata=True` each response's stratum label, [groups, G] (stratified), and one registered
+`needs_lengths=True` each response's token count, [groups, G] (REINFORCE++'s token whitening).
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but the two registered `zeroes_flat_groups=False`, whose point is
 a signal there: batch_norm (no group baseline: only a flat batch gets 0) and ngrpo (a flat group below
@@ -35,6 +36,8 @@ def group_std(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     GRPO: Shao et al. 2024, DeepSeekMath (arXiv 2402.03300), §4.1.2. Dividing by the
     group std up-weights questions that are nearly always or nearly never solved
     (Liu et al. 2025, Dr. GRPO, arXiv 2503.20783, §3.1).
+    Departs from the authors' release: none against TRL's `scale_rewards="group"` (Bessel std, ε added to it), the
+    reference the switch table matches; ε is 1e-6 here, 1e-4 in TRL (`objective.adv_eps`).
     """
     std = rewards.std(dim=1, keepdim=True, unbiased=True) if rewards.shape[1] > 1 else torch.zeros_like(rewards[:, :1])
     return _zero_flat_groups(_centred(rewards) / (std + eps), rewards)
@@ -45,7 +48,8 @@ def group_mean(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """A_i = R_i − mean_g R: no std normalisation.
 
     Dr. GRPO: Liu et al. 2025, Understanding R1-Zero-Like Training (arXiv 2503.20783), §3.2.
-    `eps` is unused.
+    `eps` is unused. Departs from TRL's `scale_rewards="none"`, which the switch table checks: none (the authors'
+    own release was not compared here).
     """
     return _zero_flat_groups(_centred(rewards), rewards)
 
@@ -56,6 +60,7 @@ def batch_std(rewards: torch.Tensor, eps: float) -> torch.Tensor:
 
     TRL's `scale_rewards="batch"`, after Hu et al. 2025, REINFORCE++ (arXiv 2501.03262):
     one scale for the whole batch keeps the group baseline without re-weighting questions.
+    Departs from the authors' release (TRL's `scale_rewards="batch"`): none.
     """
     flat = rewards.flatten()
     std = flat.std(unbiased=True) if flat.numel() > 1 else flat.new_zeros(())
@@ -135,6 +140,8 @@ def batch_norm(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     The paper whitens per token; with an outcome reward and the KL in the loss rather than in the reward (as here)
     each token's return is R_i, so harness whitens per response, each counting once. A flat group keeps its
     batch-relative signal (at G = 1 every group is flat); only a batch whose rewards are all equal gets 0.
+    Departs from the authors' release (verl's `reinforce_plus_plus`): whitening per response, Bessel over B and ε on
+    the std, where verl whitens per token (`batch_norm_tokens`, the `reinforce_pp` preset, is verl's).
     """
     flat = rewards.flatten()
     if bool((flat == flat[0]).all()):
@@ -150,11 +157,54 @@ def group_mean_batch_norm(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     one global normalisation. Unlike batch_std (TRL's "batch", Lite PPO), the scale is the std of the centred
     values, not of the raw rewards, so flat groups shrink no one's advantage. mean_B A' is 0 up to rounding
     (every group has G responses); per response, as batch_norm.
+    Departs from the authors' release (verl's `reinforce_plus_plus_baseline`): per response, as `batch_norm`
+    (`group_mean_batch_norm_tokens`, the `reinforce_pp_baseline` preset, is verl's).
     """
     centred = _centred(rewards)
     flat = centred.flatten()
     std = flat.std(unbiased=True) if flat.numel() > 1 else flat.new_zeros(())
     return _zero_flat_groups((centred - flat.mean()) / (std + eps), rewards)
+
+
+def _token_whiten(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(x_i − m)·(v + 1e-8)^(−1/2) over the batch's tokens, as verl's `masked_whiten` with each response's value on
+    each of its T_i tokens: m = Σ T_i x_i / (N + 1e-8), v = Σ T_i (x_i − m)² / (N + 1e-8) · N / (N − 1), N = Σ T_i."""
+    t = lengths.to(x.dtype)
+    n = t.sum()
+    if n <= 1:
+        raise ValueError(f"token whitening needs more than one response token in the batch, got {int(n)}")
+    mean = (t * x).sum() / (n + 1e-8)
+    var = (t * (x - mean) ** 2).sum() / (n + 1e-8) * (n / (n - 1))
+    return (x - mean) * torch.rsqrt(var + 1e-8)
+
+
+@ADVANTAGES.register("batch_norm_tokens", zeroes_flat_groups=False, needs_lengths=True)
+def batch_norm_tokens(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tensor:
+    """A_i = (R_i − m)·(v + 1e-8)^(−1/2), m and v over the batch's tokens (`_token_whiten`).
+
+    REINFORCE++ as verl 0.9.1 computes it (`reinforce_plus_plus`: `compute_reinforce_plus_plus_outcome_advantage`
+    in `verl/trainer/ppo/core_algos.py`, `masked_whiten` in `verl/utils/torch_functional.py`): each token's return
+    is its response's reward (γ = 1, the KL in the loss, not in the reward), whitened over every response token of
+    the batch (`_token_whiten`: Bessel over the N tokens, 1e-8 inside the square root). A long response weighs in
+    the mean and variance by its length, and an all-equal group of unequal lengths keeps a signal. `lengths`:
+    [groups, G] response tokens. `eps` is unused (verl's 1e-8).
+    Hu et al. 2025, REINFORCE++ (arXiv 2501.03262). `batch_norm` is the per-response whitening harness had before.
+    Departs from the authors' release: the KL term is in the loss (`objective.kl_coef`), where verl's examples can
+    put it in the reward.
+    """
+    return _token_whiten(rewards, lengths)
+
+
+@ADVANTAGES.register("group_mean_batch_norm_tokens", zeroes_flat_groups=False, needs_lengths=True)
+def group_mean_batch_norm_tokens(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tensor:
+    """A'_i = R_i − mean_g R (0 for a group of one), then A_i = (A'_i − m)·(v + 1e-8)^(−1/2) over every response
+    token of the batch as `batch_norm_tokens`: REINFORCE++ with the group baseline as verl 0.9.1 computes it
+    (`reinforce_plus_plus_baseline`), Hu et al. 2025 (arXiv 2501.03262). `group_mean_batch_norm` is the
+    per-response whitening harness had before.
+    Departs from the authors' release: the KL term is in the loss, as `batch_norm_tokens`.
+    """
+    centred = rewards - rewards.mean(dim=1, keepdim=True) if rewards.shape[1] > 1 else rewards
+    return _token_whiten(centred, lengths)
 
 
 def _check_range(rewards: torch.Tensor, reward_range: tuple[float, float]) -> None:
@@ -167,16 +217,24 @@ def _check_range(rewards: torch.Tensor, reward_range: tuple[float, float]) -> No
         )
 
 
-@ADVANTAGES.register("ngrpo", zeroes_flat_groups=False, params=("reward_range",))
-def ngrpo(rewards: torch.Tensor, eps: float, reward_range: tuple[float, float]) -> torch.Tensor:
+@ADVANTAGES.register("ngrpo", zeroes_flat_groups=False, params=("reward_range", "ngrpo_single"))
+def ngrpo(
+    rewards: torch.Tensor, eps: float, reward_range: tuple[float, float], ngrpo_single: str = "virtual"
+) -> torch.Tensor:
     """A_i = (R_i − mean(R⁺)) / (std(R⁺) + ε), R⁺ = {R_1, …, R_G, r_max}, std Bessel-corrected over G + 1 values.
 
     NGRPO's advantage calibration: Nan et al. 2025 (arXiv 2509.18851): a virtual sample with the maximum reward
     r_max (reward_range's upper end) enters the group's mean and std but is not trained on, so an all-wrong group
     gets a negative advantage instead of none. A group all at r_max stays 0 (nothing to calibrate against); a
-    reward outside reward_range is an error (the virtual sample must be the maximum). G = 1 gives two values.
+    reward outside reward_range is an error (the virtual sample must be the maximum). G = 1 gives two values, or
+    with `ngrpo_single: unit` the authors' mean 0 and std 1 (A = R/(1 + ε)).
+    The authors' code: `nangongrui-ngr/NGRPO`, `verl/trainer/ppo/core_algos.py`, `compute_ngrpo_outcome_advantage`.
+    Departs from the authors' release: none in the `ngrpo` preset (which also drops all-correct groups and refills
+    the batch, as their recipe's filter); with `ngrpo_single: virtual` (the default, today's runs), a group of one.
     """
     _check_range(rewards, reward_range)
+    if rewards.shape[1] == 1 and ngrpo_single == "unit":
+        return rewards / (1 + eps)
     r_max = reward_range[1]
     augmented = torch.cat([rewards, rewards.new_full((rewards.shape[0], 1), r_max)], dim=1)
     mean = augmented.mean(dim=1, keepdim=True)

@@ -52,7 +52,12 @@ def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, s: ObjectiveSettings)
     return overlong_filter(mask, truncated) if s.overlong_filter else mask
 
 
-def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings, strata: torch.Tensor | None = None) -> torch.Tensor:
+def compute_advantages(
+    rewards: torch.Tensor,
+    s: ObjectiveSettings,
+    strata: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
     """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`; the
     settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params and
     bnpo_max_weight, stratified's stratum_blend) by name, and `strata` ([groups, G] stratum labels, the values of
@@ -67,6 +72,10 @@ def compute_advantages(rewards: torch.Tensor, s: ObjectiveSettings, strata: torc
         )
     if strata is not None:
         kwargs["strata"] = strata
+    if meta.get("needs_lengths", False):  # each response's token count, [groups, G]
+        if lengths is None:
+            raise ValueError(f"advantage {s.advantage} whitens over tokens: it needs each response's length")
+        kwargs["lengths"] = lengths
     return ADVANTAGES[s.advantage](rewards, s.adv_eps, **kwargs)
 
 

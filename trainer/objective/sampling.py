@@ -22,9 +22,10 @@ class GroupFilter:
     """Dropped groups whose every value is the batch's best possible (e.g. all correct)."""
 
 
-def dynamic_sampling_filter(values: torch.Tensor, best: float = 1.0) -> GroupFilter:
+def dynamic_sampling_filter(values: torch.Tensor, best: float = 1.0, drop: str = "flat") -> GroupFilter:
     """keep_g = 1[∃ i, j: v_gi ≠ v_gj]: keep a group iff its values (reward or correctness,
-    [groups, G]) are not all equal.
+    [groups, G]) are not all equal; with `drop="all_best"`, keep it unless every value is `best` (NGRPO's
+    all-correct filter: Nan et al. 2025, arXiv 2509.18851, whose all-wrong groups carry its signal).
 
     DAPO: Yu et al. 2025 (arXiv 2503.14476), §3.2 and eq. 11: a group whose rewards are all
     equal has zero advantage and gives no gradient, so it only shrinks the effective batch.
@@ -32,7 +33,8 @@ def dynamic_sampling_filter(values: torch.Tensor, best: float = 1.0) -> GroupFil
     """
     flat = (values == values[:, :1]).all(dim=1)
     all_best = flat & (values[:, 0] == best)
-    return GroupFilter(keep=~flat, dropped=int(flat.sum()), dropped_all_max=int(all_best.sum()))
+    gone = all_best if drop == "all_best" else flat
+    return GroupFilter(keep=~gone, dropped=int(gone.sum()), dropped_all_max=int(all_best.sum()))
 
 
 def group_outcome_metrics(correct: torch.Tensor) -> dict[str, float]:

@@ -45,6 +45,10 @@ class ObjectiveSettings(BaseModel):
     (1.5, 1.5) GRPO's advantage with the population std, times π/8. null = the paper's rule, re-estimated each
     batch: (1 + a/3, 1 + b/3), (a, b) the method-of-moments Beta fit of the groups' success rates (arXiv
     2506.02864). Only with advantage bnpo."""
+    ngrpo_single: Literal["virtual", "unit"]
+    """NGRPO for a group of one response: virtual (the virtual maximum-reward sample makes two values: mean and
+    std over them) or unit (the authors' code: mean 0, std 1, so A = R/(1 + ε); the `ngrpo` preset). Only with
+    advantage ngrpo."""
     bnpo_max_weight: float | None = Field(gt=0, allow_inf_nan=False)
     """The largest 1/f BNPO weighs an advantage by (the authors' code caps it at 1e6, the `bnpo` preset too): a
     group whose success rate lies where the Beta density is near 0 otherwise gets an unbounded weight (100 groups at
@@ -143,6 +147,9 @@ class ObjectiveSettings(BaseModel):
     """DAPO dynamic sampling: drop groups whose values are all equal and sample more prompts."""
     dynamic_sampling_key: Literal["reward", "correct"]
     """What must vary within a group to keep it: the (shaped) reward, or correctness (DAPO's recipe)."""
+    dynamic_sampling_drop: Literal["flat", "all_best"]
+    """Which groups dynamic sampling drops: flat (every value equal: DAPO) or all_best (every value the best, all
+    correct: NGRPO's `filter_groups.strategy=all_correct`, which keeps all-wrong groups for their signal)."""
     median_pivot: bool
     """MC-GRPO (arXiv 2601.22582): each prompt gets G + 1 responses (G = rollout.group_size, which must be even so
     that the group is odd), the group median is the baseline (needs advantage group_median_mad or group_median), and
@@ -199,6 +206,10 @@ class ObjectiveSettings(BaseModel):
                 raise ValueError(f"bnpo_params needs advantage 'bnpo' (advantage: {self.advantage})")
             if min(self.bnpo_params) <= 0:
                 raise ValueError(f"bnpo_params must be two Beta parameters > 0, got {list(self.bnpo_params)}")
+        if self.ngrpo_single != "virtual" and self.advantage != "ngrpo":
+            raise ValueError(f"ngrpo_single needs advantage 'ngrpo' (advantage: {self.advantage})")
+        if self.dynamic_sampling_drop != "flat" and not self.dynamic_sampling:
+            raise ValueError(f"dynamic_sampling_drop: {self.dynamic_sampling_drop} needs dynamic_sampling: true")
         if self.bnpo_max_weight is not None and self.advantage != "bnpo":
             raise ValueError(f"bnpo_max_weight needs advantage 'bnpo' (advantage: {self.advantage})")
         return self
@@ -317,6 +328,8 @@ _COMMON: dict[str, Any] = dict(
     overlong_cache_len=None,
     dynamic_sampling=False,
     dynamic_sampling_key="correct",
+    dynamic_sampling_drop="flat",
+    ngrpo_single="virtual",
     median_pivot=False,
     drop_correct=False,
     positive_weight=None,
@@ -434,13 +447,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "clip_low": 0.2,
         "clip_high": 0.2,
     },
-    # NGRPO (arXiv 2509.18851): advantage calibration by a virtual reward-1 sample, asymmetric clip ε_low 0.16 /
-    # ε_high 0.24 (looser for A > 0, tighter for A < 0: PPO's clip already lets only ε_high bind at A > 0 and only
-    # ε_low at A < 0), token-level loss as the authors' code. Their recipe also skips all-correct groups, which get
-    # A = 0 here anyway.
+    # NGRPO (arXiv 2509.18851; nangongrui-ngr/NGRPO, compute_ngrpo_outcome_advantage and
+    # train_qwen2.5-math-7b_ngrpo.sh): advantage calibration by a virtual reward-1 sample (a group of one: mean 0,
+    # std 1), asymmetric clip ε_low 0.16 / ε_high 0.24 (looser for A > 0, tighter for A < 0: PPO's clip already lets
+    # only ε_high bind at A > 0 and only ε_low at A < 0), token-level loss, and all-correct groups dropped and the
+    # batch refilled (their filter_groups.strategy=all_correct: here dynamic sampling dropping all_best groups).
     "ngrpo": {
         **_COMMON,
         "advantage": "ngrpo",
+        "ngrpo_single": "unit",
+        "dynamic_sampling": True,
+        "dynamic_sampling_key": "correct",
+        "dynamic_sampling_drop": "all_best",
         "reward_range": (0.0, 1.0),
         "aggregation": "token_mean",
         "ratio": "token",
@@ -474,6 +492,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         "clip_low": 0.2,
         "clip_high": 0.28,
         "dual_clip": 10.0,
+    },
+    # REINFORCE++ as verl 0.9.1 computes it (arXiv 2501.03262; verl's reinforce_plus_plus and
+    # reinforce_plus_plus_baseline): the reward whitened over the batch's tokens, without and with the group mean;
+    # verl's token-mean loss and clip 0.2; the KL off (verl's examples can put it in the reward).
+    "reinforce_pp": {
+        **_COMMON,
+        "advantage": "batch_norm_tokens",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    "reinforce_pp_baseline": {
+        **_COMMON,
+        "advantage": "group_mean_batch_norm_tokens",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
     },
     # Negative-sample reinforcement as released (arXiv 2506.01347; TianHongZXY/RLVR-Decomposed,
     # run_qwen3-4b_psr_nsr.sh with advantage=negative / weighted): no baseline (wrong −1, correct +1), verl's token
