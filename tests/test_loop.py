@@ -89,6 +89,8 @@ KL_COV = ("objective.surrogate=kl_cov", "objective.kl_cov_ratio=0.05", "objectiv
         ("vespo", ()),
         ("grpo", KL_COV),
         ("nsr", ()),
+        ("ngrpo", ()),
+        ("reinforce_pp", ()),
     ],  # fmt: skip
 )
 def test_micro_batches_and_length_buckets_do_not_change_the_update(tiny_run_overrides, preset, extra):
