@@ -312,6 +312,12 @@ def stratified(rewards: torch.Tensor, eps: float, stratum_blend: float, strata: 
     pooled across the batch; the std is Bessel-corrected as in group_std, so a group with one label is exactly GRPO;
     a stratum with one response, or whose rewards are all equal, has no peer to differ from and gets SAN term 0
     (so a group whose strata are each flat gets only the (1 − α) GRPO term, and at α = 1 nothing).
+    Departs from the authors' release: unknown. No code by the authors was found, and of the paper only the abstract
+    and summaries were read (2026-11-28: arXiv 2510.06214's HTML, ICML 2026 poster 63159, third-party reviews): they
+    give the mean-centred R_i − mean_k R, "unit-variance" strata, strata by "structural properties (e.g., the
+    number of search calls)" and a linear blend with "the global estimator". Not found: ε, Bessel or not, whether
+    strata are per prompt or across the batch, what "global" is, and α in the experiments; each choice above is
+    harness's.
     """
     if strata.shape != rewards.shape:
         raise ValueError(f"strata must match rewards' shape {list(rewards.shape)}, got {list(strata.shape)}")
