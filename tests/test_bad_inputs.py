@@ -662,6 +662,21 @@ CASES += [  # a task of the user's: every file and name it points at checked bef
 CASES += [
     Case("run: MC-GRPO with no epsilon", "run", "objective:\n  preset: mc_grpo\n  adv_eps: 0\n", "adv_eps"),
     Case("run: BNPO's cap below 0", "run", "objective:\n  preset: bnpo\n  bnpo_max_weight: -1\n", "bnpo_max_weight"),
+    Case(
+        "run: NGRPO's lone-response rule unknown",
+        "run",
+        "objective:\n  preset: ngrpo\n  ngrpo_single: half\n",
+        "ngrpo_single",
+    ),
+    Case(
+        "run: NGRPO's filter without dynamic sampling",
+        "run",
+        "objective:\n  preset: ngrpo\n  dynamic_sampling: false\n",
+        "dynamic_sampling_drop",
+    ),
+    Case(
+        "run: NSR's drop not a boolean", "run", "objective:\n  preset: nsr\n  drop_correct: sometimes\n", "drop_correct"
+    ),
     Case("run: ngrpo without reward_range", "run", "objective:\n  preset: grpo\n  advantage: ngrpo\n", "reward_range"),
     Case(
         "run: ngrpo virtual reward not a number",
