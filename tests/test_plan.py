@@ -128,7 +128,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "gspo_length": 6,
         "base_models": 10,
         "small_groups": 27,
-        "all_wrong_groups": 12,
+        "all_wrong_groups": 18,
         "normalisation": 12,
         "strata": 9,
     }
