@@ -557,6 +557,7 @@ def _custom_files(workdir: Path) -> list[str]:
         "class NotATask:\n    def grade(self, group, index, completion):\n        return None\n"
     )
     (workdir / "broken.py").write_text("def f(completion, reference, prompt)\n    return 1.0\n")
+    (workdir / "heavy.py").write_text("BIG = bytearray(2**33)\n\ndef f(completion, reference, prompt):\n    return 1\n")
     return []
 
 
@@ -647,6 +648,16 @@ CASES += [  # a task of the user's: every file and name it points at checked bef
         "class",
     ),
     Case("run: custom, budget 1 hour", "run", _custom(extra="    budget_s: 3600\n"), "task.custom.budget_s"),
+    Case("run: custom, root in the config", "run", _custom(extra="    root: /tmp\n"), "task.custom.root"),
+    Case(  # imported in its bounded helper, never in harness's process: 8 GiB at import is refused at once
+        "run: custom, module past the memory bound at import",
+        "run",
+        _custom(reward="heavy.py:f"),
+        "task.custom.reward",
+        setup=_custom_files,
+    ),
+    Case("run: custom, memory bound 0", "run", _custom(extra="    memory_mb: 0\n"), "task.custom.memory_mb"),
+    Case("run: custom, processes -1", "run", _custom(extra="    processes: -1\n"), "task.custom.processes"),
     Case(
         "custom, missing column in a sweep",
         "sweep",

@@ -238,7 +238,7 @@ def plan_sweep(
         data = _apply(
             path, f"arm '{label}'", base, {**combo, "tracking.experiment": experiment, "seed": sweep_file.seeds[0]}
         )
-        data = anchored(data, path.parent)
+        data = anchored(data, path.parent, str(path))
         try:
             cfg = RunConfig.model_validate(data)
         except ValidationError:

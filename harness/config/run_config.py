@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, Tag, field_validator, model_validator
 
+from harness.config.errors import ConfigError
 from harness.config.evaluation import EvalConfig
 from harness.config.trl_args import trl_problems
 from harness.config.yaml_io import Name, apply_overrides, load_yaml, tagged, validate
@@ -356,15 +357,21 @@ def digest(text: str) -> str:
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     """Read, override and validate a run config; any problem is one `ConfigError` line."""
     data = apply_overrides(load_yaml(path), overrides or [])
-    return validate(RunConfig, anchored(data, Path(path).parent), str(path))
+    return validate(RunConfig, anchored(data, Path(path).parent, str(path)), str(path))
 
 
-def anchored(data: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """`data` with a custom task's `root` set to `folder` (absolute) unless given: its relative paths (data, reward
-    and class files) are read from the folder of the config file that was loaded."""
+def anchored(data: dict[str, Any], folder: Path, where: str) -> dict[str, Any]:
+    """`data` with a custom task's `root` set to `folder` (absolute): its relative paths (data, reward and class
+    files) are read from the folder of the config file that was loaded, whatever the text says. A `root` written
+    in the config (`where`) is refused in one line: the code that runs is the one beside the config."""
     task = data.get("task")
-    if not isinstance(task, dict) or task.get("name") != "custom" or not isinstance(task.get("custom"), dict):
+    if not isinstance(task, dict) or not isinstance(task.get("custom"), dict):
         return data
-    if task["custom"].get("root") is not None:
+    if "root" in task["custom"]:
+        raise ConfigError(
+            f"{where}: task.custom.root: harness sets it to the folder of the config file ({folder.resolve()}); "
+            "remove it, and give the files' paths relative to that folder"
+        )
+    if task.get("name") != "custom":
         return data
     return {**data, "task": {**task, "custom": {**task["custom"], "root": str(folder.resolve())}}}

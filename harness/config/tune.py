@@ -193,7 +193,7 @@ def load_tune(path: str | Path, overrides: list[str] | None = None) -> TunePlan:
     experiment = tune_file.experiment or tune_file.name
     base = apply_overrides(set_dotted(base, tune_file.set, f"{path}: set"), overrides or [])
     base = set_dotted(base, {"tracking.experiment": experiment}, str(path))
-    base = anchored(base, path.parent)
+    base = anchored(base, path.parent, str(path))
     plan = TunePlan(
         tune_file,
         path,

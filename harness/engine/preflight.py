@@ -81,23 +81,21 @@ def _problem(cfg: RunConfig) -> str | None:
 
 
 def custom_task_problem(cfg: RunConfig) -> str | None:
-    """Why a custom task cannot run: its data, a column it reads, a function or class that does not import or
-    cannot be called so; on the toy model, a prompt with a character the toy cannot read or too long for it."""
-    from trainer.tasks.custom import load_function, load_task_class
-
+    """Why a custom task cannot run: its data, a column it reads, a function or class that does not import (within
+    its bounds) or cannot be called so; on the toy model, a prompt with a character the toy cannot read or too long
+    for it. The user's code is imported in its bounded helper, never here."""
     settings = cfg.task.custom
-    try:
-        if settings.task_class is not None:
-            load_task_class(settings)
-            return None
-        prompts = _custom_prompts(settings.model_dump_json())
-        for spec in (r.function for r in settings.reward):
-            load_function(spec, settings.root)
-    except ValueError as exc:
-        key = "class" if settings.task_class is not None else None
-        text = str(exc)
-        key = key or ("reward" if not text.startswith(("data:", "fields.", "template")) else None)
-        return f"task.custom.{key + ': ' if key else ''}{text}"
+    prompts: tuple[str, ...] = ()
+    if settings.task_class is None:
+        try:
+            prompts = _custom_prompts(settings.model_dump_json())
+        except ValueError as exc:
+            text = str(exc)
+            return (
+                f"task.custom.{text}" if text.startswith(("data:", "fields.", "template")) else f"task.custom: {text}"
+            )
+    if problem := _code_problem(settings.model_dump_json()):
+        return problem
     if cfg.model.source == "toy":
         from trainer.tasks.toy_addition import CHARS
 
@@ -115,6 +113,15 @@ def custom_task_problem(cfg: RunConfig) -> str | None:
                     f"{cfg.rollout.max_new_tokens} exceed the toy model's {positions} positions"
                 )
     return None
+
+
+@lru_cache(maxsize=8)
+def _code_problem(settings_json: str) -> str | None:
+    """`trainer.tasks.custom.code_problem`, once per settings (a sweep checks every arm)."""
+    from trainer.tasks.custom import code_problem
+    from trainer.tasks.custom_config import CustomTaskConfig
+
+    return code_problem(CustomTaskConfig.model_validate_json(settings_json))
 
 
 @lru_cache(maxsize=8)

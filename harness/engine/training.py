@@ -110,6 +110,8 @@ def run_training(
         finally:
             bar.close()
             tracker.log_table("rollouts", trainer.rollout_table())  # kept even when the run fails
+            if callable(close := getattr(task, "close", None)):  # a custom task's helper and what it started
+                close()
         return RunResult(tracker.run_id, uri, experiment_id)
 
 

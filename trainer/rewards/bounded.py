@@ -1,4 +1,4 @@
-"""Calls that a model's output can make slow, each under a hard budget of CPU time.
+"""Calls that a model's output can make slow, each under a hard budget of CPU time, memory and processes.
 
 A `BoundedService` runs one function, named `module:factory`, outside the caller: a helper process
 imports the module and calls `factory(init)` once (imports, warm-up, the user's module), then forks a
@@ -11,28 +11,43 @@ big-integer power), cannot go below a second, and works in the main thread only;
 stopped at all. Why CPU time: on a busy machine a call that waits for a core is not cut short (a
 wall-clock budget lost MATH-500 answers at load 11 on 2 cores); on an idle one the two agree.
 
+The other bounds (`Limits`): each process of the helper has a data segment of at most `memory_mb`
+(`RLIMIT_DATA`: an allocation past it fails at once), and a call whose process tree (the child, what it
+started, detached or orphaned processes included: trainer/rewards/process_tree.py) holds more than `memory_mb`
+of anonymous memory or more than `processes` processes besides the child is killed, with everything it
+started. The helper is a session of its own and each child another, so a `killpg(0)` reaches no further than
+the child. What the code prints (stdout and stderr) is kept, cut to `output_kb`, never streamed to the caller's
+terminal: `BoundedService.output()`. On `close()`, on a helper's death and at the caller's exit, every process
+the helper's code started is killed.
+
 What crosses the process boundary is JSON. An exception in the function comes back as `Reply.error`
-(its one-line text) with the traceback; it is the caller's to raise or to grade. Whatever the function
-prints goes to stderr: stdout carries the protocol. math grading (trainer/rewards/math_verify.py) and
-the user's reward functions of a custom task (trainer/tasks/custom.py) both run here.
+(its one-line text) with the traceback; a child that dies (exits, or is killed by anything but the bounds)
+comes back as `Reply.died`; both are the caller's to raise or to grade. math grading
+(trainer/rewards/math_verify.py) and the user's reward functions of a custom task (trainer/tasks/custom.py)
+both run here.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import logging
 import os
+import resource
 import select
-import signal
 import subprocess
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+import uuid
+import weakref
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.rewards import process_tree
 
 HELPER_START_S = 120
 """How long the helper process may take to import and warm up its function (sympy takes seconds)."""
@@ -40,81 +55,177 @@ REPLY_SLACK_S = 0.2
 """Part of the budget kept for the round trip and the kill: the child gets budget − slack of CPU time."""
 WALL_FACTOR = 10
 """The child is also killed after this many times its budget in wall-clock time (a stalled child)."""
+TREE_EVERY_S = 0.05
+"""How often a running call's whole process tree is measured (its memory and processes); the child's own CPU
+time is read every `_POLL_S`."""
 _POLL_S = 0.01
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 log = logging.getLogger(__name__)
+_PROGRAM = "import sys; sys.path[:] = [p for p in sys.path if p]; from trainer.rewards.bounded import _serve; _serve()"
+"""The helper's command: the working directory is not put on its import path (a `torch.py` there shadows
+nothing)."""
+_LIVE: weakref.WeakSet[BoundedService] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on a helper's code besides each call's CPU time (docs/tasks.md states them for the user)."""
+
+    memory_mb: int = 2048
+    """Memory: each helper process's data segment (`RLIMIT_DATA`), and the anonymous resident memory of a call's
+    whole process tree."""
+    processes: int = 16
+    """Processes a call may have alive at once besides the one answering it (what it started, with what earlier
+    calls left running)."""
+    output_kb: int = 64
+    """What the code prints (stdout and stderr together) is kept up to this: its first and last halves."""
 
 
 @dataclass(frozen=True)
 class Reply:
-    """What one call came back with: a value, a timeout or an error."""
+    """What one call came back with: a value, a timeout, an error, a bound it crossed, or its process's death."""
 
     value: Any = None
     """The function's return value, through JSON."""
     timed_out: bool = False
-    """The call used its budget and its child was killed (or the helper died under it)."""
+    """The call used its budget of CPU (or wall-clock) time and its child was killed."""
     error: str | None = None
     """One line, `Type: message`, when the function raised."""
     traceback: str = ""
     """The function's traceback when it raised."""
+    over: str | None = None
+    """The bound the call crossed besides time, `memory` or `processes`; its process tree was killed."""
+    died: str | None = None
+    """How the call's process (or the helper) died under it: 'exited with status 0', 'was killed by SIGKILL'."""
+    at: str = ""
+    """What the call was doing when it ended so (the label the function last gave `progress`), else ''."""
 
 
 class StartError(RuntimeError):
     """The helper could not start its function (the factory raised, or the process did not come up)."""
 
 
+class _Output:
+    """A reader of the helper's stderr that keeps the first and last `limit // 2` bytes and counts the rest."""
+
+    def __init__(self, fd: int, limit: int):
+        self.fd, self.half, self.head, self.tail, self.total = fd, max(limit // 2, 1), b"", b"", 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:  # os.read, not a buffered reader: no lock left held by a daemon thread at exit
+        self.busy = False
+        for chunk in iter(lambda: _read_some(self.fd), b""):
+            self.busy = True
+            self.total += len(chunk)
+            room = self.half - len(self.head)
+            self.head += chunk[:room]
+            self.tail = (self.tail + chunk[max(room, 0) :])[-self.half :]
+            self.busy = False
+
+    def settle(self, seconds: float = 0.5) -> None:
+        """Wait (at most `seconds`) until what is in the pipe now has been read."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.thread.is_alive():
+            try:
+                pending = select.select([self.fd], [], [], 0)[0]
+            except (OSError, ValueError):
+                return
+            if not pending and not getattr(self, "busy", True):
+                return
+            time.sleep(0.005)
+
+    def text(self) -> str:
+        dropped = self.total - len(self.head) - len(self.tail)
+        cut = f"\n[... {dropped} bytes dropped ...]\n" if dropped > 0 else ""
+        return (self.head + cut.encode() + self.tail).decode("utf-8", "replace")
+
+
 class BoundedService:
     """The caller's side: a helper process serving `entry` (`module:factory`), one JSON line per request."""
 
-    def __init__(self, entry: str, init: Any = None, start_s: float = HELPER_START_S):
-        self.entry, self.init, self.start_s = entry, init, start_s
+    def __init__(self, entry: str, init: Any = None, start_s: float = HELPER_START_S, limits: Limits = Limits()):
+        self.entry, self.init, self.start_s, self.limits = entry, init, start_s, limits
         self.lock = threading.Lock()
         self._process: subprocess.Popen | None = None
+        self._output: _Output | None = None
         self._ready = False
+        self._token = uuid.uuid4().hex
         self._owner = os.getpid()  # a forked copy of this process must not share the pipes: it starts its own
+        _LIVE.add(self)
 
     def start(self) -> None:
         """Start the helper now without waiting for it (the first call then finds it warm)."""
         with self.lock:
             self._started()
 
+    def check(self) -> None:
+        """Start the helper and wait until its function is built: `StartError` (one line) if it cannot be."""
+        with self.lock:
+            self._running()
+
     def call(self, request: Any, budget_s: float) -> Reply:
-        """`factory(init)(request)` in the child, within `budget_s` seconds of CPU time. Raises `StartError` when the
-        helper cannot start its function; a helper that dies or garbles a reply is restarted and the call times out."""
+        """`factory(init)(request)` in the child, within `budget_s` seconds of CPU time and the `Limits`. Raises
+        `StartError` when the helper cannot start its function. A helper that dies under the call is restarted
+        and the call comes back `died`; one that does not answer within its wall-clock bound, timed out."""
         with self.lock:
             process = self._running()
             try:
                 process.stdin.write(json.dumps([request, max(budget_s - REPLY_SLACK_S, 0.01)]) + "\n")
                 process.stdin.flush()
                 reply = json.loads(_read_line(process, WALL_FACTOR * budget_s + 5))
-            except Exception as error:  # noqa: BLE001 (the helper overran, died or garbled: start afresh)
-                log.warning("%s: the helper failed (%s); the call counts as timed out", self.entry, error)
+            except Exception as error:  # noqa: BLE001 (the helper died, overran or garbled: start afresh)
+                code = process.poll()
                 self._stop()
-                return Reply(timed_out=True)
+                if code is None:
+                    log.warning("%s: the helper failed (%s); the call counts as timed out", self.entry, error)
+                    return Reply(timed_out=True)
+                how = process_tree.describe(_wait_status(code))
+                return Reply(died=f"the helper process {how}")
             if "timeout" in reply:
-                return Reply(timed_out=True)
+                return Reply(timed_out=True, at=reply.get("at", ""))
+            if "over" in reply:
+                return Reply(over=reply["over"], at=reply.get("at", ""))
+            if "died" in reply:
+                return Reply(died=reply["died"], at=reply.get("at", ""))
             if "error" in reply:
                 return Reply(error=reply["error"], traceback=reply.get("traceback", ""))
             return Reply(value=reply["value"])
 
+    def output(self) -> str:
+        """What the helper's code printed so far, cut to `Limits.output_kb` (first and last halves)."""
+        if self._output is None:
+            return ""
+        self._output.settle()
+        return self._output.text()
+
     def close(self) -> None:
+        """Stop the helper and kill every process its code started."""
         with self.lock:
             self._stop()
 
     def _started(self) -> subprocess.Popen:
         if self._owner != os.getpid():
-            self._process, self._owner = None, os.getpid()
+            self._process, self._output, self._owner = None, None, os.getpid()
         if self._process is None or self._process.poll() is not None:
             root = str(Path(__file__).resolve().parents[2])
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+                process_tree.TOKEN_ENV: self._token,
+            }
+            for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                env.setdefault(threads, "1")  # a pool's per-thread buffers would count against memory_mb
             self._process = subprocess.Popen(
-                [sys.executable, "-c", "from trainer.rewards.bounded import _serve; _serve()"],
+                [sys.executable, "-c", _PROGRAM],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
                 env=env,
+                start_new_session=True,
             )
-            self._process.stdin.write(json.dumps([self.entry, self.init]) + "\n")
+            self._output = _Output(self._process.stderr.fileno(), self.limits.output_kb * 1024)
+            self._process.stdin.write(json.dumps([self.entry, self.init, asdict(self.limits)]) + "\n")
             self._process.stdin.flush()
             self._ready = False
         return self._process
@@ -125,8 +236,10 @@ class BoundedService:
             try:
                 hello = json.loads(_read_line(process, self.start_s))
             except Exception as error:  # noqa: BLE001
+                code = process.poll()
                 self._stop()
-                raise StartError(f"{self.entry}: the helper did not start ({error})") from None
+                how = f"exited ({process_tree.describe(_wait_status(code))})" if code is not None else error
+                raise StartError(f"{self.entry}: the helper did not start ({how})") from None
             if "error" in hello:
                 self._stop()
                 raise StartError(hello["error"])
@@ -134,10 +247,36 @@ class BoundedService:
         return process
 
     def _stop(self) -> None:
-        if self._process is not None:
+        if self._process is not None and self._owner == os.getpid():
             self._process.kill()
             self._process.wait()
-            self._process = None
+            process_tree.kill_all(lambda: process_tree.tagged(self._token), reap=False)
+            if self._output is not None:
+                self._output.thread.join(timeout=1)
+            for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self._process = None
+
+
+def _read_some(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:  # closed under the reader
+        return b""
+
+
+def _wait_status(returncode: int) -> int:
+    """A Popen returncode as a wait status (negative: killed by that signal)."""
+    return -returncode if returncode < 0 else returncode << 8
+
+
+@atexit.register
+def _close_all() -> None:
+    for service in list(_LIVE):
+        service.close()
 
 
 def _read_line(process: subprocess.Popen, seconds: float) -> str:
@@ -154,19 +293,33 @@ def error_line(exc: BaseException) -> str:
 
 
 # ---- the helper process (zygote) and its children ---------------------------------------------------
+_progress_out = None
+
+
+def progress(label: str) -> None:
+    """Say what the call is doing now (e.g. which reward function it is in): a call that dies or crosses a bound
+    is reported with the last label. A no-op outside a helper's child."""
+    if _progress_out is not None:
+        _progress_out.write(json.dumps({"at": label}) + "\n")
+        _progress_out.flush()
+
+
 class _Child:
-    """A forked caller of the function: requests and replies as JSON lines over two pipes."""
+    """A forked caller of the function, a session of its own: requests and replies as JSON lines over two pipes."""
 
     def __init__(self, function: Any) -> None:
+        global _progress_out
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the child: answer until the request pipe closes, and never return
             try:
+                os.setsid()
                 os.close(req_w)
                 os.close(rep_r)
                 os.close(0)  # the helper's protocol pipes are not the child's to read or write
                 with os.fdopen(req_r) as requests, os.fdopen(rep_w, "w") as replies:
+                    _progress_out = replies
                     for line in requests:
                         replies.write(_answer(function, json.loads(line)) + "\n")
                         replies.flush()
@@ -174,58 +327,97 @@ class _Child:
                 os._exit(0)
         os.close(req_r)
         os.close(rep_w)
-        self.requests, self.replies = os.fdopen(req_w, "w"), os.fdopen(rep_r)
+        self.requests, self.replies = os.fdopen(req_w, "w"), rep_r
+        self.status: int | None = None
+        self._pending = b""
 
-    def call(self, request: Any, seconds: float) -> str | None:
-        """The child's reply line, or None if it used `seconds` of CPU time (or `WALL_FACTOR` times that of
-        wall-clock time) without answering; it is then killed."""
+    def call(self, request: Any, seconds: float, limits: dict[str, int]) -> str:
+        """The child's reply line, or a line saying which bound it crossed (`timeout`, `over`) or how it died;
+        a child past a bound is killed with every process it started."""
         self.requests.write(json.dumps(request) + "\n")
         self.requests.flush()
-        start_cpu, start_wall = self.cpu_s(), time.monotonic()
+        start_cpu, start_wall, at = self.cpu_s(), time.monotonic(), ""
+        next_tree = start_wall + TREE_EVERY_S
         while True:
+            while b"\n" in self._pending:  # progress lines, then the reply
+                line, self._pending = self._pending.split(b"\n", 1)
+                text = line.decode()
+                if not text.startswith('{"at": '):
+                    return text
+                at = json.loads(text)["at"]
             readable, _, _ = select.select([self.replies], [], [], _POLL_S)
             if readable:
-                line = self.replies.readline()
-                if not line:
-                    raise OSError("the child died")
-                return line.strip()
-            if self.cpu_s() - start_cpu >= seconds or time.monotonic() - start_wall >= WALL_FACTOR * seconds:
+                chunk = os.read(self.replies, 1 << 16)
+                if not chunk:
+                    return json.dumps({"died": f"the call's process {self.wait()}", "at": at})
+                self._pending += chunk
+                continue
+            now = time.monotonic()
+            over = None
+            if self.cpu_s() - start_cpu >= seconds or now - start_wall >= WALL_FACTOR * seconds:
+                over = "timeout"
+            elif now >= next_tree:
+                next_tree = now + TREE_EVERY_S
+                tree = process_tree.descendants(os.getpid())
+                use = process_tree.usage(tree)
+                if use.processes - 1 > limits["processes"]:
+                    over = "processes"
+                elif use.memory_bytes > limits["memory_mb"] * 2**20:
+                    over = "memory"
+            if over is not None:
                 self.kill()
-                return None
+                return json.dumps({"timeout": True, "at": at} if over == "timeout" else {"over": over, "at": at})
 
     def cpu_s(self) -> float:
         """The child's CPU time so far (user + system, from /proc)."""
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        use = process_tree.usage([self.pid])
+        return use.cpu_s
+
+    def wait(self) -> str:
+        """How the child ended, in words (it has: its reply pipe closed)."""
+        if self.status is None:
+            try:
+                self.status = os.waitpid(self.pid, 0)[1]
+            except ChildProcessError:
+                return "ended"
+        return process_tree.describe(self.status)
 
     def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:  # already reaped
-            pass
+        """Kill the child and every process started under this helper, then reap them."""
+        process_tree.kill_all(lambda: process_tree.descendants(os.getpid()))
         self.requests.close()
-        self.replies.close()
+        if self.replies >= 0:
+            os.close(self.replies)
+            self.replies = -1
 
 
 def _answer(function: Any, request: Any) -> str:
     try:
         return json.dumps({"value": function(request)}, allow_nan=False)
+    except MemoryError:  # RLIMIT_DATA: the same bound as the tree's, reported alike
+        return json.dumps({"over": "memory"})
     except Exception as exc:  # noqa: BLE001 (the caller decides what an error means)
         return json.dumps({"error": error_line(exc), "traceback": "".join(traceback.format_exception(exc))})
 
 
 def _serve() -> None:
     """The helper's loop: build the function once, then answer each request in a forked child, killed at the
-    request's deadline and replaced by a fresh fork after the reply."""
+    request's deadline (or a bound) and replaced by a fresh fork after the reply."""
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # what the function's module prints goes to stderr, not into the protocol
     sys.stdout = sys.stderr
-    entry, init = json.loads(sys.stdin.readline())
+    process_tree.become_subreaper()  # orphans of the code's processes come back here to be killed
+    entry, init, limits = json.loads(sys.stdin.readline())
+    memory = limits["memory_mb"] * 2**20
+    resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
     try:
         module, _, name = entry.partition(":")
         function = getattr(importlib.import_module(module), name)(init)
+    except MemoryError:
+        protocol.write(json.dumps({"error": f"{entry}: importing and building it used over {limits['memory_mb']} MB"}))
+        protocol.write("\n")
+        protocol.flush()
+        return
     except Exception as exc:  # noqa: BLE001 (reported to the caller, who names the setting)
         protocol.write(json.dumps({"error": error_line(exc), "traceback": traceback.format_exc()}) + "\n")
         protocol.flush()
@@ -233,14 +425,20 @@ def _serve() -> None:
     child = _Child(function)
     protocol.write(json.dumps({"ready": True}) + "\n")
     protocol.flush()
-    for line in sys.stdin:
-        request, seconds = json.loads(line)
-        try:
-            reply = child.call(request, seconds)
-        except OSError:  # the child died some other way: a timed-out call, and a fresh child
-            reply = None
-            child.kill()
-        protocol.write((reply if reply is not None else json.dumps({"timeout": True})) + "\n")
-        protocol.flush()
-        if reply is None:
-            child = _Child(function)
+    try:
+        for line in sys.stdin:
+            request, seconds = json.loads(line)
+            try:
+                reply = child.call(request, seconds, limits)
+            except OSError as exc:  # the pipes broke: a timed-out call, and a fresh child
+                reply = json.dumps({"died": f"the call's process broke its pipe ({exc})"})
+            fresh = not reply.startswith('{"value"') and not reply.startswith('{"error"')
+            if fresh:
+                child.kill()
+            protocol.write(reply + "\n")
+            protocol.flush()
+            process_tree.reap_children()
+            if fresh:
+                child = _Child(function)
+    finally:
+        process_tree.kill_all(lambda: process_tree.descendants(os.getpid()))

@@ -78,9 +78,8 @@ def grade_math(completion: str, gold: str, budget_s: float = BUDGET_S) -> Grade:
         return Grade(reward=0.0, correct=False, info={"extracted": ""}, timed_out=True)
     correct, extracted = reply.value if reply.value is not None else (False, "")
     correct = bool(correct) and reply.error is None
-    return Grade(
-        reward=1.0 if correct else 0.0, correct=correct, info={"extracted": str(extracted)}, timed_out=reply.timed_out
-    )
+    spent = reply.timed_out or reply.over is not None or reply.died is not None  # a bound, or grading died: wrong
+    return Grade(reward=1.0 if correct else 0.0, correct=correct, info={"extracted": str(extracted)}, timed_out=spent)
 
 
 def too_complex(text: str) -> bool:

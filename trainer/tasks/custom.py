@@ -1,9 +1,13 @@
 """A task of the user's: rows of a dataset, a prompt template and reward functions given by import path.
 
-The reward functions run in a `BoundedService` (trainer/rewards/bounded.py), each completion's grading under
-`budget_s` of CPU time as math grading is: a call past it grades wrong and counts in train/grade_timeouts. An
-exception in a function fails the run with one line naming the function and the row (the traceback follows it
-in the run's failure.txt); it never scores 0. A function is called with keywords:
+The user's code never runs in harness's process: the reward functions (and a task class) are imported and called
+in a `BoundedService` helper (trainer/rewards/bounded.py; trainer/tasks/user_code.py is its side), each
+completion's grading under `budget_s` of CPU time, with `memory_mb` of memory and `processes` processes for the
+call's whole process tree, and what the code prints cut to `output_kb`. A call past its time grades wrong and
+counts in train/grade_timeouts. An exception in a function, a call past the memory or process bound, or a call
+whose process dies (it exits, or is killed) fails the run with one line naming the function and the row (the
+traceback and what the code printed follow it in the run's failure.txt); it never scores 0. A function is called
+with keywords:
 
     reward(completion: str, reference: dict, prompt: str) -> float | (float, bool) | {"reward": float, ...}
 
@@ -14,15 +18,9 @@ first function's `correct`, else its reward >= `correct_threshold`. docs/tasks.m
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import json
-import math
 import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
-from numbers import Real
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,75 +28,17 @@ import numpy as np
 
 from trainer.data.records import load_records, question_id
 from trainer.metric_names import task_metric
-from trainer.rewards.bounded import BoundedService, StartError, error_line
+from trainer.rewards.bounded import BoundedService, Limits, Reply, StartError, error_line
 from trainer.rewards.grade import Grade
+from trainer.tasks import class_protocol
 from trainer.tasks.base import Group
 from trainer.tasks.custom_config import CustomTaskConfig
+from trainer.tasks.user_code import RewardFunctionError, normalise  # noqa: F401 (normalise: the documented contract)
 
-NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-"""A name a reward function's extra field may have (it becomes the metric `task/<name>`)."""
-RESERVED = frozenset({"reward", "correct", "row"})
-TASK_METHODS = ("sample_groups", "grade", "step_metrics")
 _SLOT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
 
-class RewardFunctionError(RuntimeError):
-    """A reward function raised, has the wrong signature or returned the wrong kind of value."""
-
-
-# ---- names and files -------------------------------------------------------------------------------
-def load_object(spec: str, root: str | None) -> Any:
-    """The object `spec` names: `module:name` imported from the import path (with `root` on it), or
-    `path/to/file.py:name` with a relative path taken from `root`. One-line `ValueError` if it cannot be had."""
-    where, _, name = spec.rpartition(":")
-    if where.endswith(".py"):
-        path = Path(where).expanduser()
-        path = path if path.is_absolute() or root is None else Path(root) / path
-        if not path.is_file():
-            raise ValueError(f"{spec}: no file {path}")
-        module_name = f"harness_user_{abs(hash(str(path.resolve())))}"
-        module = sys.modules.get(module_name)
-        if module is None:
-            loader = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(loader)
-            sys.path.insert(0, str(path.parent))  # the file may import its neighbours
-            quiet, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ beside the user's file
-            try:
-                loader.loader.exec_module(module)
-            except Exception as exc:  # noqa: BLE001 (the user's module: any error is theirs, named)
-                raise ValueError(f"{spec}: {path} does not import ({error_line(exc)})") from None
-            finally:
-                sys.dont_write_bytecode = quiet
-            sys.modules[module_name] = module
-    else:
-        if root is not None and root not in sys.path:
-            sys.path.insert(0, root)
-        quiet, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-        try:
-            module = importlib.import_module(where)
-        except Exception as exc:  # noqa: BLE001
-            raise ValueError(f"{spec}: module {where} does not import ({error_line(exc)})") from None
-        finally:
-            sys.dont_write_bytecode = quiet
-    if not hasattr(module, name):
-        raise ValueError(f"{spec}: {where} has no {name}")
-    return getattr(module, name)
-
-
-def load_function(spec: str, root: str | None) -> Callable[..., Any]:
-    """A reward function, checked to be callable as `f(completion=, reference=, prompt=)`."""
-    function = load_object(spec, root)
-    if not callable(function):
-        raise ValueError(f"{spec}: is a {type(function).__name__}, not a function")
-    try:
-        inspect.signature(function).bind(completion="", reference={}, prompt="")
-    except TypeError as exc:
-        raise ValueError(f"{spec}: cannot be called as f(completion, reference, prompt): {exc}") from None
-    except ValueError:  # a builtin without a signature: the first call says
-        pass
-    return function
-
-
+# ---- templates and rows ----------------------------------------------------------------------------
 def template_slots(template: str) -> list[str]:
     """The column names a template's `{column}` slots read; `ValueError` for a stray brace or an empty slot."""
     slots = []
@@ -158,29 +98,45 @@ def prompts_of(settings: CustomTaskConfig, rows: Sequence[Mapping[str, Any]]) ->
     return [render(settings.template, r) for r in rows]
 
 
-def load_task_class(settings: CustomTaskConfig) -> type:
-    """The task class `settings.task_class` names, checked to have the methods of trainer.tasks.base.Task."""
-    cls = load_object(settings.task_class, settings.root)
-    if not isinstance(cls, type):
-        raise ValueError(f"{settings.task_class}: is a {type(cls).__name__}, not a class")
-    missing = [m for m in TASK_METHODS if not callable(getattr(cls, m, None))]
-    if missing:
-        raise ValueError(f"{settings.task_class}: has no {', '.join(missing)} (trainer.tasks.base.Task)")
-    return cls
+def limits_of(settings: CustomTaskConfig) -> Limits:
+    """The helper's bounds the settings give."""
+    return Limits(memory_mb=settings.memory_mb, processes=settings.processes, output_kb=settings.output_kb)
+
+
+def service_of(settings: CustomTaskConfig) -> BoundedService:
+    """The helper that runs the settings' code: the reward functions, or the task class."""
+    if settings.task_class is not None:
+        init = {"class": settings.task_class, "options": settings.options, "root": settings.root}
+        return BoundedService("trainer.tasks.user_code:task_object", init, settings.start_s, limits_of(settings))
+    init = {"functions": [r.function for r in settings.reward], "root": settings.root}
+    return BoundedService("trainer.tasks.user_code:rewards", init, settings.start_s, limits_of(settings))
+
+
+def code_problem(settings: CustomTaskConfig) -> str | None:
+    """Why the settings' code cannot run (a module that does not import within the bounds, a name it lacks, a
+    wrong signature, a class whose `__init__` raises), one line naming the setting; None if it builds. Checked in
+    a helper, so harness's process imports none of it."""
+    service = service_of(settings)
+    key = "class" if settings.task_class is not None else "reward"
+    try:
+        service.check()
+    except StartError as exc:
+        return f"task.custom.{key}: {_start_error(exc)}"
+    finally:
+        service.close()
+    return None
+
+
+def _start_error(exc: StartError) -> str:
+    text = str(exc)
+    for prefix in ("ValueError: ", "RewardFunctionError: "):
+        text = text.removeprefix(prefix)
+    return text
 
 
 def build_task(settings: CustomTaskConfig) -> Any:
-    """The task `settings` define: the class's instance (`Class(**options)`), else a `CustomTask`."""
-    if settings.task_class is None:
-        return CustomTask(settings)
-    cls = load_task_class(settings)
-    try:
-        task = cls(**settings.options)
-    except Exception as exc:
-        raise ValueError(f"class: {settings.task_class}(**options) raised {error_line(exc)}") from exc
-    if not isinstance(getattr(task, "name", None), str):
-        task.name = cls.__name__
-    return task
+    """The task `settings` define: the user's class (run in a helper), else a `CustomTask`."""
+    return CustomTask(settings) if settings.task_class is None else ClassTask(settings)
 
 
 # ---- the task --------------------------------------------------------------------------------------
@@ -199,9 +155,7 @@ class CustomTask:
         self.weights = [r.weight for r in settings.reward]
         names = [s.rpartition(":")[2] for s in self.functions]
         self._parts = [n if names.count(n) == 1 else f"{n}_{k}" for k, n in enumerate(names)]
-        self.service = BoundedService(
-            "trainer.tasks.custom:_caller", {"functions": self.functions, "root": settings.root}
-        )
+        self.service = service_of(settings)
         self.service.start()  # the user's modules import while the caller gets on with its work
 
     def sample_groups(self, rng: np.random.Generator, num_groups: int, group_size: int) -> list[Group]:
@@ -222,18 +176,10 @@ class CustomTask:
         info: each extra number the functions return and, with several functions, each one's reward."""
         row = group.meta[index]["row"]
         where = f"row {row} (id {self.ids[row]!r})"
-        try:
-            reply = self.service.call([completion, self.rows[row], group.prompts[index]], self.settings.budget_s)
-        except StartError as exc:  # the functions did not import, or have the wrong signature
-            raise RewardFunctionError(f"task.custom.reward: {str(exc).removeprefix('ValueError: ')}") from None
+        request = [completion, self.rows[row], group.prompts[index]]
+        reply = _checked(self.service, request, self.settings, ", ".join(self.functions), f", on {where}")
         if reply.timed_out:
             return Grade(reward=0.0, correct=False, timed_out=True)
-        if reply.error is not None:
-            error = RewardFunctionError(
-                f"task.custom.reward: {reply.error.removeprefix('RewardFunctionError: ')}, on {where}"
-            )
-            error.add_note(f"the reward function's traceback:\n{reply.traceback}")
-            raise error
         parts = reply.value
         reward = sum(w * p["reward"] for w, p in zip(self.weights, parts))
         first = parts[0]
@@ -257,80 +203,80 @@ class CustomTask:
                 totals.setdefault(key, []).append(value)
         return {task_metric(k): sum(v) / len(v) for k, v in totals.items()}
 
-
-# ---- in the helper: the user's functions -----------------------------------------------------------
-def _caller(init: dict[str, Any]) -> Callable[[list[Any]], list[dict[str, Any]]]:
-    """`BoundedService`'s factory: the user's functions imported once in the helper; each request
-    `[completion, reference, prompt]` is answered with one normalised result per function."""
-    functions = [(spec, load_function(spec, init["root"])) for spec in init["functions"]]
-
-    def call(request: list[Any]) -> list[dict[str, Any]]:
-        completion, reference, prompt = request
-        out, seen = [], set()
-        for spec, function in functions:
-            try:
-                value = function(completion=completion, reference=reference, prompt=prompt)
-            except Exception as exc:
-                raise RewardFunctionError(f"{spec} raised {error_line(exc)}") from exc
-            part = normalise(spec, value)
-            for key in part["extra"]:
-                if key in seen:
-                    raise RewardFunctionError(f"{spec} returned {key!r}, which another reward function returns too")
-                seen.add(key)
-            out.append(part)
-        return out
-
-    return call
+    def close(self) -> None:
+        """Stop the helper and every process the functions started."""
+        self.service.close()
 
 
-def normalise(spec: str, value: Any) -> dict[str, Any]:
-    """A function's return value as `{"reward", "correct" (or None), "extra"}`; `RewardFunctionError` for
-    anything but a finite number, a `(reward, correct)` pair or a mapping with a `reward`."""
-    expected = "a number, a (reward, correct) pair or a mapping with 'reward'"
-    if isinstance(value, Mapping):
-        if "reward" not in value:
+class ClassTask:
+    """The user's task class, built and called in a helper: each method call bounded as a reward call is
+    (`budget_s`, `memory_mb`, `processes`); a `grade` past its time grades 0 with `timed_out` set."""
+
+    def __init__(self, settings: CustomTaskConfig):
+        self.settings, self.spec = settings, settings.task_class
+        self.service = service_of(settings)
+        self.name = self._call("info", {})["name"]
+
+    def _call(self, method: str, arguments: dict[str, Any]) -> Any:
+        reply = _checked(self.service, [method, arguments], self.settings, f"{self.spec}.{method}", "")
+        if reply.timed_out:
+            if method == "grade":
+                return None
             raise RewardFunctionError(
-                f"{spec} returned a mapping without 'reward' (keys: {', '.join(map(str, value))})"
+                f"task.custom.class: {self.spec}.{method} ran past task.custom.budget_s "
+                f"({self.settings.budget_s:g} s of CPU time)"
             )
-        extra = {}
-        for key, v in value.items():
-            if key in ("reward", "correct"):
-                continue
-            if not isinstance(key, str) or not NAME.match(key) or key in RESERVED:
-                raise RewardFunctionError(
-                    f"{spec} returned the field {key!r}: extra fields are metric names (a letter, then letters, "
-                    "digits or _, at most 64; not reward, correct or row)"
-                )
-            extra[key] = _number(spec, key, v)
-        return {
-            "reward": _number(spec, "reward", value["reward"]),
-            "correct": _flag(spec, value.get("correct")),
-            "extra": extra,
+        return reply.value
+
+    def sample_groups(self, rng: np.random.Generator, num_groups: int, group_size: int) -> list[Group]:
+        arguments = {"rng": rng.bit_generator.state, "num_groups": num_groups, "group_size": group_size}
+        value = self._call("sample_groups", arguments)
+        rng.bit_generator.state = value["rng"]  # the job's generator goes on where the class left it
+        return [class_protocol.group_in(g) for g in value["groups"]]
+
+    def grade(self, group: Group, index: int, completion: str) -> Grade:
+        arguments = {"group": class_protocol.group_out(group), "index": index, "completion": completion}
+        value = self._call("grade", arguments)
+        return Grade(0.0, False, timed_out=True) if value is None else class_protocol.grade_in(value)
+
+    def step_metrics(
+        self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]], lengths: Sequence[Sequence[int]]
+    ) -> dict[str, float]:
+        arguments = {
+            "groups": [class_protocol.group_out(g) for g in groups],
+            "grades": [[class_protocol.grade_out(g) for g in row] for row in grades],
+            "lengths": [[int(n) for n in row] for row in lengths],
         }
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise RewardFunctionError(f"{spec} returned a {type(value).__name__} of {len(value)}; expected {expected}")
-        flag = _flag(spec, value[1])
-        if flag is None:
-            raise RewardFunctionError(f"{spec} returned a pair whose second item is None, not a bool")
-        return {"reward": _number(spec, "reward", value[0]), "correct": flag, "extra": {}}
-    if isinstance(value, (Real, np.number, np.bool_)):
-        return {"reward": _number(spec, "reward", value), "correct": None, "extra": {}}
-    raise RewardFunctionError(f"{spec} returned {type(value).__name__}; expected {expected}")
+        return self._call("step_metrics", arguments)
+
+    def close(self) -> None:
+        """Stop the helper and every process the class started."""
+        self.service.close()
 
 
-def _number(spec: str, key: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        return float(value)
-    if not isinstance(value, (Real, np.number)) or isinstance(value, complex):
-        raise RewardFunctionError(f"{spec} returned {key} = {type(value).__name__}; expected a number")
-    number = float(value)
-    if not math.isfinite(number):
-        raise RewardFunctionError(f"{spec} returned {key} = {number}; expected a finite number")
-    return number
-
-
-def _flag(spec: str, value: Any) -> bool | None:
-    if value is None or isinstance(value, (bool, np.bool_)):
-        return None if value is None else bool(value)
-    raise RewardFunctionError(f"{spec} returned correct = {type(value).__name__}; expected a bool")
+def _checked(service: BoundedService, request: Any, settings: CustomTaskConfig, what: str, where: str) -> Reply:
+    """The reply to `request`, or a one-line `RewardFunctionError` naming the setting, the code (`what`, or the
+    function it was in) and the row (`where`) when the code raised, crossed the memory or process bound, or died;
+    what the code printed follows in the error's notes."""
+    key = "class" if settings.task_class is not None else "reward"
+    try:
+        reply = service.call(request, settings.budget_s)
+    except StartError as exc:  # the code did not import, or has the wrong signature
+        raise RewardFunctionError(f"task.custom.{key}: {_start_error(exc)}") from None
+    if reply.error is None and reply.over is None and reply.died is None:
+        return reply
+    who = reply.at or what
+    if reply.error is not None:
+        text = reply.error.removeprefix("RewardFunctionError: ")
+    elif reply.over == "memory":
+        text = f"{who} used over {settings.memory_mb} MB of memory (task.custom.memory_mb)"
+    elif reply.over == "processes":
+        text = f"{who} had over {settings.processes} processes running (task.custom.processes)"
+    else:
+        text = f"{who}: {reply.died}"
+    error = RewardFunctionError(f"task.custom.{key}: {text}{where}")
+    if reply.traceback:
+        error.add_note(f"the traceback:\n{reply.traceback}")
+    if printed := service.output():
+        error.add_note(f"what the code printed (at most task.custom.output_kb, its first and last halves):\n{printed}")
+    raise error

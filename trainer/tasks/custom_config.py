@@ -64,18 +64,31 @@ class CustomTaskConfig(BaseModel):
     own (the default, 1.0, is full credit)."""
     budget_s: float = Field(1.0, gt=0, le=MAX_BUDGET_S)
     """Time bound of one completion's grading (all its functions), in CPU seconds, as math grading's: a call
-    that runs past it grades wrong (reward 0) and counts in train/grade_timeouts."""
+    that runs past it grades wrong (reward 0) and counts in train/grade_timeouts. A task class's method calls
+    have the same bound (a `sample_groups` or `step_metrics` past it fails the run)."""
+    memory_mb: int = Field(2048, ge=64, le=1 << 20)
+    """Memory bound of the user's code, in MiB: each of its processes' data segment, and the anonymous memory of
+    one call's whole process tree (a call past it fails the run in one line naming the function and the row)."""
+    processes: int = Field(16, ge=0, le=4096)
+    """Processes one call may have running besides the one answering it (what it started, detached ones included,
+    with what earlier calls left running); a call past it fails the run in one line."""
+    output_kb: int = Field(64, ge=1, le=1 << 20)
+    """What the user's code prints (stdout and stderr together) is kept up to this many KiB, its first and last
+    halves, and shown after a failure's one line in the run's failure.txt; never streamed to the terminal."""
+    start_s: float = Field(120.0, gt=0, le=3600)
+    """Time bound, in wall-clock seconds, of importing the user's code (and building the task class) in its
+    helper process."""
     limit: int | None = Field(None, ge=1)
     """Use only the first N rows."""
     task_class: str | None = Field(None, alias="class")
     """`module:Class` or `path/to/file.py:Class`: a class implementing trainer.tasks.base.Task, built as
     `Class(**options)`, for tasks whose samples see different prompts. It replaces data, template and reward,
-    and runs in the job's process (its grading bounds itself)."""
+    and runs in a helper process, each method call bounded as a reward call is."""
     options: dict[str, OptionValue] = {}
     """Keyword arguments of the task class (class tasks only)."""
     root: str | None = None
-    """The folder relative paths are read from; harness sets it to the folder of the config file it loads.
-    Not part of a job's identity."""
+    """The folder relative paths are read from: harness sets it to the folder of the config file it loads, and
+    refuses it written in a config. Not part of a job's identity."""
 
     @model_validator(mode="before")
     @classmethod
