@@ -131,7 +131,7 @@ def test_a_module_whose_import_passes_the_memory_bound_fails_the_check_in_one_li
         )
     )
     assert problem is not None and "\n" not in problem
-    assert problem.startswith("task.custom.reward:") and "256 MB" in problem
+    assert problem.startswith("task.custom.reward: heavy.py:score") and "256 MB" in problem
 
 
 def test_a_fork_bomb_is_stopped_at_the_process_bound_and_nothing_it_started_outlives_the_call(folder):

@@ -143,8 +143,17 @@ class _Output:
 class BoundedService:
     """The caller's side: a helper process serving `entry` (`module:factory`), one JSON line per request."""
 
-    def __init__(self, entry: str, init: Any = None, start_s: float = HELPER_START_S, limits: Limits = Limits()):
+    def __init__(
+        self,
+        entry: str,
+        init: Any = None,
+        start_s: float = HELPER_START_S,
+        limits: Limits = Limits(),
+        label: str | None = None,
+    ):
+        """`label` names the code in messages (default: `entry`), e.g. the user's function."""
         self.entry, self.init, self.start_s, self.limits = entry, init, start_s, limits
+        self.label = label or entry
         self.lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._output: _Output | None = None
@@ -235,11 +244,15 @@ class BoundedService:
         if not self._ready:
             try:
                 hello = json.loads(_read_line(process, self.start_s))
-            except Exception as error:  # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 code = process.poll()
                 self._stop()
-                how = f"exited ({process_tree.describe(_wait_status(code))})" if code is not None else error
-                raise StartError(f"{self.entry}: the helper did not start ({how})") from None
+                how = (
+                    f"its helper process {process_tree.describe(_wait_status(code))}"
+                    if code is not None
+                    else f"it was not ready within {self.start_s:g} s"
+                )
+                raise StartError(f"{self.label}: did not start ({how})") from None
             if "error" in hello:
                 self._stop()
                 raise StartError(hello["error"])

@@ -107,9 +107,11 @@ def service_of(settings: CustomTaskConfig) -> BoundedService:
     """The helper that runs the settings' code: the reward functions, or the task class."""
     if settings.task_class is not None:
         init = {"class": settings.task_class, "options": settings.options, "root": settings.root}
-        return BoundedService("trainer.tasks.user_code:task_object", init, settings.start_s, limits_of(settings))
-    init = {"functions": [r.function for r in settings.reward], "root": settings.root}
-    return BoundedService("trainer.tasks.user_code:rewards", init, settings.start_s, limits_of(settings))
+        entry, label = "trainer.tasks.user_code:task_object", settings.task_class
+    else:
+        init = {"functions": [r.function for r in settings.reward], "root": settings.root}
+        entry, label = "trainer.tasks.user_code:rewards", ", ".join(init["functions"])
+    return BoundedService(entry, init, settings.start_s, limits_of(settings), label)
 
 
 def code_problem(settings: CustomTaskConfig) -> str | None:
@@ -131,7 +133,7 @@ def _start_error(exc: StartError) -> str:
     text = str(exc)
     for prefix in ("ValueError: ", "RewardFunctionError: "):
         text = text.removeprefix(prefix)
-    return text
+    return text.replace(" s)", " s: task.custom.start_s)") if "was not ready within" in text else text
 
 
 def build_task(settings: CustomTaskConfig) -> Any:

@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import math
 import re
+import resource
 import sys
 from collections.abc import Callable, Mapping
 from numbers import Real
@@ -60,7 +61,7 @@ def load_object(spec: str, root: str | None) -> Any:
                 try:
                     loader.loader.exec_module(module)
                 except MemoryError:
-                    raise
+                    raise ValueError(f"{spec}: {path} does not import within {_memory_bound()}") from None
                 except BaseException as exc:  # noqa: BLE001 (the user's module: any error is theirs, named)
                     raise ValueError(f"{spec}: {path} does not import ({error_line(exc)})") from None
                 sys.modules[module_name] = module
@@ -70,7 +71,7 @@ def load_object(spec: str, root: str | None) -> Any:
             try:
                 module = importlib.import_module(where)
             except MemoryError:
-                raise
+                raise ValueError(f"{spec}: module {where} does not import within {_memory_bound()}") from None
             except BaseException as exc:  # noqa: BLE001
                 raise ValueError(f"{spec}: module {where} does not import ({error_line(exc)})") from None
     finally:
@@ -78,6 +79,13 @@ def load_object(spec: str, root: str | None) -> Any:
     if not hasattr(module, name):
         raise ValueError(f"{spec}: {where} has no {name}")
     return getattr(module, name)
+
+
+def _memory_bound() -> str:
+    """The memory bound this helper runs under, as the setting that gives it."""
+    limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    mb = "no" if limit == resource.RLIM_INFINITY else f"{limit // 2**20} MB of"
+    return f"{mb} memory (task.custom.memory_mb)"
 
 
 def load_function(spec: str, root: str | None) -> Callable[..., Any]:
