@@ -8,6 +8,8 @@ load is measured by benchmarks/bad_input_latency.py (figures in docs/benchmarks.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import resource
 import sqlite3
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from trainer.data.records import MAX_DATA_BYTES, MAX_LINE_BYTES, MAX_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_BOUND_S = 4.0
@@ -667,6 +671,58 @@ CASES += [  # a task of the user's: every file and name it points at checked bef
         setup=_custom_files,
     ),
 ]
+
+
+def _past_bound(name: str) -> Callable[[Path], list[str]]:
+    """A setup writing the custom task's files and data file `name`, past one of trainer.data.records' bounds at
+    its default in a few hundred kilobytes: gzip bombs of newlines (MAX_ROWS lines) and of a JSON list (past
+    MAX_DATA_BYTES once decompressed), a line past MAX_LINE_BYTES, a parquet file of MAX_ROWS + 1 rows."""
+
+    def setup(workdir: Path) -> list[str]:
+        _custom_files(workdir)
+        path = workdir / name
+        if name == "newlines.jsonl.gz":
+            path.write_bytes(gzip.compress(b"\n" * (MAX_ROWS + 1)))
+        elif name == "list.json.gz":  # gzip members concatenate: ~1 kB each, 1 MiB once decompressed
+            path.write_bytes(gzip.compress(b"[") + gzip.compress(b" " * (1 << 20)) * (MAX_DATA_BYTES // (1 << 20)))
+        elif name == "line.jsonl":
+            path.write_text(json.dumps({"problem": "x" * MAX_LINE_BYTES, "answer": "3"}) + "\n")
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"problem": ["1+2="] * (MAX_ROWS + 1), "answer": ["3"] * (MAX_ROWS + 1)}), path)
+        return []
+
+    return setup
+
+
+CASES += [  # the data a task reads: refused while reading, past a bound, before the whole file is in memory
+    Case(
+        f"run: custom, {name} past {bound}",
+        "run",
+        _custom(data=name),
+        f"task.custom.data: {name}: {said} ({bound})",
+        setup=_past_bound(name),
+    )
+    for name, said, bound in [
+        ("newlines.jsonl.gz", f"more than {MAX_ROWS:,} lines", "MAX_ROWS"),
+        ("list.json.gz", f"holds more than {MAX_DATA_BYTES:,} bytes once decompressed", "MAX_DATA_BYTES"),
+        ("line.jsonl", f"line 1 holds more than {MAX_LINE_BYTES:,} bytes", "MAX_LINE_BYTES"),
+        ("n.parquet", f"{MAX_ROWS + 1:,} rows, more than {MAX_ROWS:,}", "MAX_ROWS"),
+    ]
+]
+CASES.append(
+    Case(
+        "run: custom, hub dataset neither cached nor reachable",
+        "run",
+        _custom(data="someorg/no-such-set"),
+        "task.custom.data: someorg/no-such-set: no file or folder here, nor a hub dataset in the local Hugging Face "
+        "cache, and HF_DATASETS_OFFLINE is set",
+        # the hub off, and an empty cache: an empty HF_HUB_CACHE or HF_DATASETS_CACHE falls back to $HF_HOME
+        env={"HF_DATASETS_OFFLINE": "1", "HF_HOME": "/nonexistent/hf", "HF_HUB_CACHE": "", "HF_DATASETS_CACHE": ""},
+    )
+)
 
 
 # Advantage variants: NGRPO's virtual reward (reward_range) and BNPO's Beta parameters (bnpo_params).

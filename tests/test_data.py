@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +27,7 @@ from trainer.data import (
     load_problems,
     load_records,
     normalise_question,
+    records,
     render_prompt,
 )
 from trainer.data.benchmarks import SHIPPED, benchmark_path, data_dir
@@ -107,9 +112,11 @@ def test_directory_of_data_files(tmp_path, monkeypatch):
     assert [r["problem"] for r in load_records(tmp_path / "dir")] == [r["problem"] for r in ROWS[:2]]
 
 
-def test_hub_id_goes_to_load_dataset(monkeypatch):
+def test_hub_id_goes_to_load_dataset(monkeypatch, tmp_path):
     import datasets
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    (tmp_path / "datasets--someorg--some-math" / "snapshots" / "abc").mkdir(parents=True)  # cached: no probe
     calls = []
 
     def fake(source, split=None):
@@ -119,6 +126,121 @@ def test_hub_id_goes_to_load_dataset(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", fake)
     assert load_records("someorg/some-math", split="test") == [{"problem": "p", "answer": "1"}]
     assert calls == [("someorg/some-math", "test")]
+
+
+# ---- bounds: a file is refused as soon as it passes one -------------------------------------------------------
+
+
+@pytest.fixture
+def small_bounds(monkeypatch):
+    """Bounds small enough for a test to pass each with a few kilobytes."""
+    monkeypatch.setattr(records, "MAX_DATA_BYTES", 4000)
+    monkeypatch.setattr(records, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(records, "MAX_ROWS", 5)
+
+
+def test_a_gzip_bomb_is_refused_when_it_expands_past_the_bound(tmp_path, small_bounds, monkeypatch):
+    monkeypatch.setattr(records, "MAX_ROWS", 10**6)  # lines of 99 bytes: the byte bound comes first
+    for name, payload in [("bomb.jsonl.gz", (b" " * 98 + b"\n") * 10**4), ("bomb.json.gz", b"[" + b" " * 10**6 + b"]")]:
+        (tmp_path / name).write_bytes(gzip.compress(payload))  # ~1 kB that expands to 1 MB
+        assert (tmp_path / name).stat().st_size < 4000
+        with pytest.raises(ValueError, match=rf"{name}: holds more than 4,000 bytes once decompressed \(MAX_DATA"):
+            load_records(tmp_path / name)
+
+
+def test_a_file_over_the_byte_bound_is_refused_before_it_is_read(tmp_path, small_bounds):
+    (tmp_path / "big.jsonl").write_bytes(b"\n" * 4001)
+    with pytest.raises(ValueError, match=r"big.jsonl: 4,001 bytes, more than 4,000 \(MAX_DATA_BYTES\)"):
+        load_records(tmp_path / "big.jsonl")
+
+
+def test_a_line_over_the_bound_is_refused_after_reading_only_the_bound(tmp_path, small_bounds):
+    row = json.dumps({"problem": "x" * 200, "answer": "1"}).encode()
+    (tmp_path / "d.jsonl").write_bytes(b'{"problem": "p", "answer": "1"}\n\n' + row + b"\n")
+    with pytest.raises(ValueError, match=r"d.jsonl: line 3 holds more than 100 bytes \(MAX_LINE_BYTES\)"):
+        load_records(tmp_path / "d.jsonl")
+
+    class Counting(io.BytesIO):
+        read_lines: list[int] = []
+
+        def readline(self, size=-1):
+            line = super().readline(size)
+            self.read_lines.append(len(line))
+            return line
+
+    stream = Counting(row * 30)  # one 6 kB line, no newline
+    with pytest.raises(ValueError, match="line 1 holds more than 100 bytes"):
+        records._json_lines(tmp_path / "d.jsonl", stream)
+    assert stream.read_lines == [101]
+
+
+def test_too_many_rows_are_refused_at_the_first_row_past_the_bound(tmp_path, small_bounds):
+    _write_jsonl(tmp_path / "ok.jsonl", [{"n": i} for i in range(5)])
+    assert len(load_records(tmp_path / "ok.jsonl")) == 5
+    (tmp_path / "six.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(6)) + "not json\n")
+    with pytest.raises(ValueError, match=r"six.jsonl: more than 5 lines \(MAX_ROWS\)"):
+        load_records(tmp_path / "six.jsonl")
+    (tmp_path / "blank.jsonl.gz").write_bytes(gzip.compress(b"\n" * 6))  # a bomb of newlines: no rows, many lines
+    with pytest.raises(ValueError, match=r"blank.jsonl.gz: more than 5 lines \(MAX_ROWS\)"):
+        load_records(tmp_path / "blank.jsonl.gz")
+    (tmp_path / "six.json").write_text(json.dumps([{"n": i} for i in range(6)]))
+    with pytest.raises(ValueError, match=r"six.json: more than 5 rows \(MAX_ROWS\)"):
+        load_records(tmp_path / "six.json")
+
+
+def test_a_parquet_file_over_a_bound_is_refused_from_its_metadata(tmp_path, small_bounds, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([{"n": i} for i in range(6)]), tmp_path / "six.parquet")
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("read past the metadata"))
+    with pytest.raises(ValueError, match=r"six.parquet: 6 rows, more than 5 \(MAX_ROWS\)"):
+        load_records(tmp_path / "six.parquet")
+    pq.write_table(pa.Table.from_pylist([{"text": "x" * 5000}]), tmp_path / "wide.parquet")
+    with pytest.raises(ValueError, match=r"wide.parquet: [\d,]+ bytes uncompressed, more than 4,000 \(MAX_DATA"):
+        load_records(tmp_path / "wide.parquet")
+
+
+def test_a_bad_line_is_named_by_its_number(tmp_path):
+    (tmp_path / "d.jsonl").write_bytes(b'{"a": 1}\n{"a": 2,}\n')
+    with pytest.raises(ValueError, match=r"d.jsonl: line 2 is not JSON \(Expecting property name"):
+        load_records(tmp_path / "d.jsonl")
+    (tmp_path / "l.json").write_bytes(b'{"a": 1}\n\xff\n')  # JSON lines under a .json name
+    with pytest.raises(ValueError, match=r"l.json: line 2 is not UTF-8 text"):
+        load_records(tmp_path / "l.json")
+
+
+def test_a_hub_id_neither_cached_nor_reachable_is_refused_without_importing_datasets(tmp_path):
+    """In a fresh interpreter: offline, or with the hub's port closed, one line and `datasets` never imported; a
+    cached copy (as `datasets` names it) is let through to `datasets`."""
+    code = (
+        "import sys\nfrom trainer.data.records import load_records\n"
+        "try:\n    load_records('someorg/SomeMath')\nexcept ValueError as exc:\n    print(exc)\n"
+        "print('datasets' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "HF_HOME": str(tmp_path)}
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("HF_DATASETS_CACHE", None)
+    env.pop("HF_DATASETS_OFFLINE", None)
+
+    def run(**extra):
+        return subprocess.run(
+            [sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+
+    said = "someorg/SomeMath: no file or folder here, nor a hub dataset in the local Hugging Face cache, and "
+    assert run(HF_HUB_OFFLINE="1") == [said + "HF_HUB_OFFLINE is set", "False"]
+    assert run(HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="yes") == [said + "HF_DATASETS_OFFLINE is set", "False"]
+    closed = run(HF_HUB_OFFLINE="0", HF_ENDPOINT="http://127.0.0.1:9")  # nothing listens on the discard port
+    assert closed[0].startswith(said + "the hub at 127.0.0.1 cannot be reached (") and closed[1:] == ["False"]
+    (tmp_path / "datasets" / "someorg___some_math" / "default" / "0.0.0").mkdir(parents=True)
+    with pytest.raises(subprocess.CalledProcessError):  # datasets' own error, with datasets imported
+        run(HF_HUB_OFFLINE="1")
+
+
+def test_a_source_that_is_no_path_and_no_hub_id_is_refused_as_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="a/b/c: no such file or folder, and not a hub id"):
+        load_records("a/b/c")
 
 
 # ---- quirks ---------------------------------------------------------------------------------------------

@@ -13,23 +13,20 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import socket
 import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from harness.config.errors import ConfigError
 from harness.config.trl_args import trl_install_problem
 from harness.runs.layout import sqlite_path
 from harness.runs.probe import MLFLOW, StoreKind, probe_store
+from trainer.data.hub import hub_cache, hub_unreachable, in_hub_cache
 
 if TYPE_CHECKING:
     from harness.config.run_config import RunConfig
-
-HUB_PROBE_TIMEOUT_S = 3.0
 
 
 def check_host(cfg: RunConfig, where: str) -> None:
@@ -184,30 +181,10 @@ def _positions(cfg: RunConfig, config_json: Path) -> str | None:
 @lru_cache
 def _hub_problem(model_id: str) -> str | None:
     """Why hub model `model_id` cannot be loaded here: not cached, and the hub is off or unreachable."""
-    if _in_hf_cache(model_id):
+    if in_hub_cache(model_id):
         return None
-    if problem := unwritable(str(_hf_hub_cache()), "HF_HUB_CACHE"):  # the download goes there
+    if problem := unwritable(str(hub_cache()), "HF_HUB_CACHE"):  # the download goes there
         return f"model.name_or_path: {model_id} is not in the local Hugging Face cache, and {problem}"
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return f"model.name_or_path: {model_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = endpoint.hostname or "", endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
-    except OSError as exc:
-        return (
-            f"model.name_or_path: {model_id} is not in the local Hugging Face cache and the hub at {host} "
-            f"cannot be reached ({' '.join(str(exc).split()) or type(exc).__name__})"
-        )
+    if why := hub_unreachable():
+        return f"model.name_or_path: {model_id} is not in the local Hugging Face cache and {why}"
     return None
-
-
-def _hf_hub_cache() -> Path:
-    """Where huggingface_hub keeps models: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    return Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
-
-
-def _in_hf_cache(model_id: str) -> bool:
-    snapshots = _hf_hub_cache() / f"models--{model_id.replace('/', '--')}" / "snapshots"
-    return snapshots.is_dir() and any(snapshots.iterdir())

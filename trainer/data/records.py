@@ -18,18 +18,33 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import logging
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from trainer.data.answers import clean_answer, extract_boxed, extract_gsm8k
+from trainer.data.hub import dataset_cached, hub_unreachable, is_repo_id
 
 log = logging.getLogger(__name__)
 _DOLLARS = re.compile(r"\s*\$([^$]+)\$(?:\s*,\s*\$([^$]+)\$)*\s*\.?\s*")
+_CHUNK = 1 << 20
+
+MAX_DATA_BYTES = 256 << 20
+"""The most bytes a data file may hold, or expand to when gzipped: 256 MiB, 60 times the largest shipped file
+(gsm8k's train, 4.2 MB) and above any math RL prompt set we know. As Python rows a file takes about twice its bytes
+when its rows are text, up to 24 times when they are many tiny values: at most ~6 GiB, in harness's process and
+again in each job's."""
+MAX_LINE_BYTES = 1 << 20
+"""The most bytes one line of JSON lines may hold, its newline included: 1 MiB, 90 times the longest shipped row
+(11 kB, in aime24)."""
+MAX_ROWS = 1_000_000
+"""The most rows a dataset may have (for JSON lines: lines, blank ones included): 130 times the largest shipped set
+(gsm8k's train, 7,473 rows), and about what 4,000 steps of 256 prompts see once."""
 
 
 @dataclass(frozen=True)
@@ -74,32 +89,39 @@ def question_id(question: str) -> str:
 def load_records(source: str | Path, split: str | None = None) -> list[dict[str, Any]]:
     """Rows of a `.jsonl`, `.json` (a list, or JSON lines), `.parquet` file, a local HF dataset directory
     (`save_to_disk` output, or anything `datasets.load_dataset(dir)` reads) or an HF hub id.
-    A `.jsonl.gz` / `.json.gz` file is read as the file it compresses.
+    A `.jsonl.gz` / `.json.gz` file is read as the file it compresses, as a stream.
 
     `split` picks the split of a dataset with several (default: the only one, else `train`/`test` if present).
+    A file is read within `MAX_DATA_BYTES`, `MAX_LINE_BYTES` and `MAX_ROWS`, refused (one-line `ValueError`) as
+    soon as it passes one; a hub id neither cached nor reachable is refused before `datasets` is imported.
     """
     path = Path(source)
     if path.is_file():
         gzipped = path.suffix.lower() == ".gz"
         suffix = Path(path.stem).suffix.lower() if gzipped else path.suffix.lower()
         if suffix == ".parquet" and not gzipped:
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        data = path.read_bytes()
-        text = (gzip.decompress(data) if gzipped else data).decode("utf-8")
-        if suffix == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError:
-                data = None  # JSON lines under a .json name
-            if isinstance(data, list):
-                return data
-            if isinstance(data, dict):
-                raise ValueError(f"{path}: expected a JSON list of records, got an object")
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+            return _parquet_rows(path)
+        if not gzipped and (size := path.stat().st_size) > MAX_DATA_BYTES:
+            raise ValueError(f"{path}: {size:,} bytes, more than {MAX_DATA_BYTES:,} (MAX_DATA_BYTES)")
+        with gzip.open(path, "rb") if gzipped else open(path, "rb") as stream:
+            if suffix != ".json":
+                return _json_lines(path, stream)
+            data = _bounded_read(path, stream)
+        try:
+            rows = json.loads(data)
+        except ValueError:
+            rows = None  # JSON lines under a .json name (or not JSON: the lines say where)
+        if isinstance(rows, dict):
+            raise ValueError(f"{path}: expected a JSON list of records, got an object")
+        if not isinstance(rows, list):
+            return _json_lines(path, io.BytesIO(data))
+        if len(rows) > MAX_ROWS:
+            raise ValueError(f"{path}: more than {MAX_ROWS:,} rows (MAX_ROWS)")
+        return rows
     if not path.is_dir() and path.suffix.lower() in {".jsonl", ".json", ".parquet", ".gz"}:
         raise FileNotFoundError(f"no such data file: {path}")  # before importing datasets, which takes a second
+    if not path.is_dir():
+        _check_hub_id(str(source))
     import datasets
 
     if path.is_dir():
@@ -109,8 +131,72 @@ def load_records(source: str | Path, split: str | None = None) -> list[dict[str,
     return _rows(datasets.load_dataset(str(source), split=split), split, str(source))
 
 
+def _bounded_read(path: Path, stream: BinaryIO) -> bytearray:
+    """All of `stream`, read in chunks and refused past `MAX_DATA_BYTES` (a gzip bomb never expands further)."""
+    data = bytearray()
+    while chunk := stream.read(min(_CHUNK, MAX_DATA_BYTES + 1 - len(data))):
+        data += chunk
+        if len(data) > MAX_DATA_BYTES:
+            raise ValueError(f"{path}: holds more than {MAX_DATA_BYTES:,} bytes{_expanded(path)} (MAX_DATA_BYTES)")
+    return data
+
+
+def _json_lines(path: Path, stream: BinaryIO) -> list[Any]:
+    """The rows of JSON lines in `stream`, blank lines skipped. A line is refused as soon as `MAX_LINE_BYTES` of it
+    are read, the file at its first line past `MAX_ROWS` (a blank one too: a bomb of newlines stops there) or
+    `MAX_DATA_BYTES`."""
+    rows: list[Any] = []
+    size = 0
+    for number, line in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""), 1):
+        size += len(line)
+        if len(line) > MAX_LINE_BYTES:
+            raise ValueError(f"{path}: line {number} holds more than {MAX_LINE_BYTES:,} bytes (MAX_LINE_BYTES)")
+        if size > MAX_DATA_BYTES:
+            raise ValueError(f"{path}: holds more than {MAX_DATA_BYTES:,} bytes{_expanded(path)} (MAX_DATA_BYTES)")
+        if number > MAX_ROWS:
+            raise ValueError(f"{path}: more than {MAX_ROWS:,} lines (MAX_ROWS)")
+        if line.isspace():
+            continue
+        try:
+            rows.append(json.loads(line.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: line {number} is not UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: line {number} is not JSON ({exc.msg} at column {exc.colno})") from None
+    return rows
+
+
+def _expanded(path: Path) -> str:
+    return " once decompressed" if path.suffix.lower() == ".gz" else ""
+
+
+def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a parquet file, whose row count and uncompressed size are read from its metadata first."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    if meta.num_rows > MAX_ROWS:
+        raise ValueError(f"{path}: {meta.num_rows:,} rows, more than {MAX_ROWS:,} (MAX_ROWS)")
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if size > MAX_DATA_BYTES:
+        raise ValueError(f"{path}: {size:,} bytes uncompressed, more than {MAX_DATA_BYTES:,} (MAX_DATA_BYTES)")
+    return pq.read_table(path).to_pylist()
+
+
+def _check_hub_id(source: str) -> None:
+    """Refuse, in one line and without `datasets`, a source that is no local path and no hub dataset to be had."""
+    if not is_repo_id(source):
+        raise FileNotFoundError(f"{source}: no such file or folder, and not a hub id")
+    if dataset_cached(source):
+        return
+    if why := hub_unreachable(("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")):
+        raise ValueError(
+            f"{source}: no file or folder here, nor a hub dataset in the local Hugging Face cache, and {why}"
+        )
+
+
 def _rows(data: Any, split: str | None, where: str) -> list[dict[str, Any]]:
-    """Rows of a Dataset, or of one split of a DatasetDict."""
+    """Rows of a Dataset, or of one split of a DatasetDict, refused past `MAX_ROWS` or `MAX_DATA_BYTES`."""
     if isinstance(data, dict):  # a DatasetDict
         names = list(data.keys())
         if split is None:
@@ -118,6 +204,10 @@ def _rows(data: Any, split: str | None, where: str) -> list[dict[str, Any]]:
         if split not in names:
             raise ValueError(f"{where}: choose a split among {names} (got {split!r})")
         data = data[split]
+    if data.num_rows > MAX_ROWS:
+        raise ValueError(f"{where}: {data.num_rows:,} rows, more than {MAX_ROWS:,} (MAX_ROWS)")
+    if data.data.nbytes > MAX_DATA_BYTES:
+        raise ValueError(f"{where}: {data.data.nbytes:,} bytes in Arrow, more than {MAX_DATA_BYTES:,} (MAX_DATA_BYTES)")
     return data.to_list()
 
 

@@ -63,10 +63,11 @@ def load_rows(settings: CustomTaskConfig) -> list[dict[str, Any]]:
     local = Path(source).expanduser()
     if not local.is_absolute() and settings.root is not None and (Path(settings.root) / local).exists():
         local = Path(settings.root) / local
+    where = local if local.exists() else source
     try:
-        rows = load_records(local if local.exists() else source, settings.split)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"data: {source}: {' '.join(str(exc).split())}") from None
+        rows = load_records(where, settings.split)
+    except (OSError, ValueError) as exc:  # named once, as the settings name it
+        raise ValueError(f"data: {source}: {' '.join(str(exc).split()).removeprefix(f'{where}: ')}") from None
     except Exception as exc:  # noqa: BLE001 (datasets raises its own kinds for a missing dataset)
         raise ValueError(f"data: {source} cannot be read ({error_line(exc)})") from None
     if not rows:
@@ -78,6 +79,7 @@ def load_rows(settings: CustomTaskConfig) -> list[dict[str, Any]]:
         needed.append(("fields.question", f.question))
     else:
         needed += [("template", s) for s in template_slots(settings.template)]
+    encode = json.JSONEncoder(allow_nan=False).encode  # built once: json.dumps(row, allow_nan=False) builds one a row
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ValueError(f"data: {source}: row {i} is a {type(row).__name__}, not a record")
@@ -85,7 +87,7 @@ def load_rows(settings: CustomTaskConfig) -> list[dict[str, Any]]:
             if column not in row:
                 raise ValueError(f"{key}: no column {column!r} in row {i} of {source} (columns: {', '.join(row)})")
         try:
-            json.dumps(row, allow_nan=False)
+            encode(row)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data: {source}: row {i} is not JSON ({exc}): reward functions receive it") from None
     return rows
