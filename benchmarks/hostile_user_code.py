@@ -7,10 +7,10 @@ or task class is hostile: memory at import or per call, a fork bomb, a detached 
 or its parent, exiting, printing 1 GB, files named like installed modules beside the config, `root:` in the config,
 a class whose `__init__` hangs. For each: harness's exit code and last line, the wall time, the peak resident memory
 of harness's whole process tree (sampled every 20 ms: every process under the command, by its resident pages, a
-page shared by several processes counted in each: an upper bound), what
-reached harness's stdout and stderr (bytes), the processes left running after it ended (those the code noted and
-any carrying a helper's token), and the marker files of modules that should never be imported. Prints a table with
-the machine and its load; writes results/benchmarks/hostile_user_code.json.
+page shared by several processes counted in each: an upper bound), what reached harness's stdout and stderr
+(bytes), the processes left running after it ended (those the code noted, and any carrying a helper's token that
+did not before the case started), and the marker files of modules that should never be imported. Prints a table
+with the machine and its load; writes results/benchmarks/hostile_user_code.json.
 """
 
 from __future__ import annotations
@@ -165,6 +165,7 @@ def run_case(name: str, task_yaml: str, base: Path) -> dict:
                f"sqlite:///{folder / 'mlflow.db'}"]  # fmt: skip
     out_path, err_path = folder / "stdout.txt", folder / "stderr.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = set(tokened())  # helpers of other programs on this machine (a test suite's, say) are not this case's
     start, peak = time.monotonic(), 0
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         process = subprocess.Popen(command, cwd=folder, stdout=out, stderr=err, env=env, start_new_session=True)
@@ -174,7 +175,7 @@ def run_case(name: str, task_yaml: str, base: Path) -> dict:
     wall = time.monotonic() - start
     time.sleep(0.5)
     noted = [int(p) for p in (folder / "pids.txt").read_text().split()] if (folder / "pids.txt").exists() else []
-    left = sorted({p for p in noted if process_tree.usage([p]).processes} | set(tokened()))
+    left = sorted({p for p in noted if process_tree.usage([p]).processes} | (set(tokened()) - before))
     text = err_path.read_text(errors="replace").strip().splitlines()
     return {
         "case": name,
