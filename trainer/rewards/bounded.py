@@ -183,7 +183,7 @@ class BoundedService:
                 process.stdin.flush()
                 reply = json.loads(_read_line(process, WALL_FACTOR * budget_s + 5))
             except Exception as error:  # noqa: BLE001 (the helper died, overran or garbled: start afresh)
-                code = process.poll()
+                code = _exit_code(process) if isinstance(error, EOFError) else process.poll()
                 self._stop()
                 if code is None:
                     log.warning("%s: the helper failed (%s); the call counts as timed out", self.entry, error)
@@ -244,8 +244,8 @@ class BoundedService:
         if not self._ready:
             try:
                 hello = json.loads(_read_line(process, self.start_s))
-            except Exception:  # noqa: BLE001
-                code = process.poll()
+            except Exception as error:  # noqa: BLE001
+                code = _exit_code(process) if isinstance(error, EOFError) else process.poll()
                 self._stop()
                 how = (
                     f"its helper process {process_tree.describe(_wait_status(code))}"
@@ -294,10 +294,21 @@ def _close_all() -> None:
 
 def _read_line(process: subprocess.Popen, seconds: float) -> str:
     readable, _, _ = select.select([process.stdout], [], [], seconds)
-    line = process.stdout.readline() if readable else ""
-    if not line:
+    if not readable:
         raise TimeoutError(f"no answer within {seconds} s")
+    line = process.stdout.readline()
+    if not line:
+        raise EOFError("the helper closed its pipe")
     return line.strip()
+
+
+def _exit_code(process: subprocess.Popen) -> int | None:
+    """The returncode of a helper whose pipe closed: it is exiting, so wait for it a moment (its pipe can close
+    before the kernel reports it gone)."""
+    try:
+        return process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def error_line(exc: BaseException) -> str:
@@ -307,6 +318,7 @@ def error_line(exc: BaseException) -> str:
 
 # ---- the helper process (zygote) and its children ---------------------------------------------------
 _progress_out = None
+_protocol_fd = -1
 
 
 def progress(label: str) -> None:
@@ -330,7 +342,8 @@ class _Child:
                 os.setsid()
                 os.close(req_w)
                 os.close(rep_r)
-                os.close(0)  # the helper's protocol pipes are not the child's to read or write
+                os.close(0)  # the helper's protocol pipes are not the child's to read or write: the caller must
+                os.close(_protocol_fd)  # see the helper's death at once, not when its children end
                 with os.fdopen(req_r) as requests, os.fdopen(rep_w, "w") as replies:
                     _progress_out = replies
                     for line in requests:
@@ -416,7 +429,9 @@ def _answer(function: Any, request: Any) -> str:
 def _serve() -> None:
     """The helper's loop: build the function once, then answer each request in a forked child, killed at the
     request's deadline (or a bound) and replaced by a fresh fork after the reply."""
-    protocol = os.fdopen(os.dup(1), "w")
+    global _protocol_fd
+    _protocol_fd = os.dup(1)
+    protocol = os.fdopen(_protocol_fd, "w")
     os.dup2(2, 1)  # what the function's module prints goes to stderr, not into the protocol
     sys.stdout = sys.stderr
     process_tree.become_subreaper()  # orphans of the code's processes come back here to be killed
