@@ -24,7 +24,8 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from trainer.rewards.bounded import error_line, progress
+from trainer.rewards.bounded import error_line
+from trainer.rewards.helper import progress
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 """A name a reward function's extra field may have (it becomes the metric `task/<name>`)."""
