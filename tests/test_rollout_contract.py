@@ -19,6 +19,8 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
 )
 
 from trainer.rollout.base import RolloutBackend, RolloutBatch, SamplingParams
@@ -41,9 +43,12 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "llama", seed: int = 0) -> PreTrainedModel:
-    """A random tiny causal LM: Llama (rotary positions) or GPT-2 (learned absolute positions, where a
-    wrong position id changes the output; rotary attention only sees position differences)."""
+def tiny_model(
+    tokenizer: PreTrainedTokenizerFast, arch: str = "llama", seed: int = 0, kv_heads: int | None = None
+) -> PreTrainedModel:
+    """A random tiny causal LM: Llama (rotary positions), Qwen2 (Llama's layout with q/k/v biases, here with grouped
+    keys/values: 4 query heads share 2 key/value heads unless `kv_heads` says otherwise) or GPT-2 (learned absolute
+    positions, where a wrong position id changes the output; rotary attention only sees position differences)."""
     torch.manual_seed(seed)
     special = dict(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
@@ -53,18 +58,20 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "llama", seed: in
             vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=128, initializer_range=0.1, **special
         )  # wider init: varied, peaked outputs
         return GPT2LMHeadModel(config).eval()
-    config = LlamaConfig(
+    shape = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=4,
+        num_key_value_heads=kv_heads or (2 if arch == "qwen2" else 4),
         max_position_embeddings=128,
         tie_word_embeddings=False,
         **special,
     )
-    model = LlamaForCausalLM(config).eval()
+    model = (
+        Qwen2ForCausalLM(Qwen2Config(**shape)) if arch == "qwen2" else LlamaForCausalLM(LlamaConfig(**shape))
+    ).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)  # peaked distributions: no greedy near-ties
         model.lm_head.weight[tokenizer.eos_token_id] = 0.0  # EOS logit 0: some responses end, some run out
@@ -128,7 +135,7 @@ def setup(request, tmp_path, arch):
     return factory(model, tokenizer, tmp_path), model, tokenizer
 
 
-@pytest.fixture(params=["llama", "gpt2"])
+@pytest.fixture(params=["llama", "qwen2", "gpt2"])
 def arch(request) -> str:
     return request.param
 
@@ -323,7 +330,7 @@ def test_llama_fast_decode_gives_the_same_samples_token_for_token(temperature, t
     tokenizer = tiny_tokenizer()
     model = tiny_model(tokenizer, "llama")
     assert supports(model) and not supports(tiny_model(tokenizer, "gpt2"))
-    fast, slow = TransformersBackend(model, tokenizer), TransformersBackend(model, tokenizer, fast_decode=False)
+    fast, slow = TransformersBackend(model, tokenizer), TransformersBackend(model, tokenizer, decoder="forward")
     params = SamplingParams(max_new_tokens=40, temperature=temperature, top_p=top_p)
     ended_early = 0
     for seed in range(4):

@@ -2,7 +2,9 @@
 
 Why not `model.generate`: it keeps decoding every row of the batch until the last
 one ends, and it does not return the log-probabilities of the distribution it
-sampled from. The loop below calls the model's forward with a `DynamicCache`
+sampled from. The loop below prefills with the model's forward and a `DynamicCache`,
+steps with a decoder that `pick_decoder` chooses (the model's forward, `LlamaDecoder`,
+or `StaticDecoder` over a preallocated cache, captured as CUDA graphs on a CUDA device),
 and does the rest in a handful of tensor operations per token:
 
 - prompts are deduplicated (a GRPO group repeats its prompt G times), left-padded,
@@ -26,17 +28,27 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator, Sequence
+from typing import Literal, get_args
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from trainer.rollout import llama_decode, static_decode
 from trainer.rollout.base import RolloutBatch, SamplingParams
-from trainer.rollout.llama_decode import LlamaDecoder, supports
+from trainer.rollout.llama_decode import LlamaDecoder
+from trainer.rollout.static_decode import StaticDecoder
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the decode batch once at least this share of it has finished: each compaction
 copies the whole cache, so doing it at every single finish costs more than it saves (measured in
 benchmarks/rollout_speed.py; 0.1 to 0.25 were equally fast there, never compacting ~1.8x slower)."""
+
+Decoder = Literal["auto", "forward", "llama", "static", "fixed", "graph"]
+"""The decode step: forward = the model's own forward with a `DynamicCache`; llama = `LlamaDecoder`; static =
+`StaticDecoder` attending over the columns written so far (bitwise the model's forward); fixed = `StaticDecoder` at
+fixed shapes, uncaptured (what a graph replays, for tests and benchmarks); graph = fixed, captured as CUDA graphs
+(CUDA only). auto: see `pick_decoder`."""
+DECODERS: tuple[str, ...] = get_args(Decoder)
 
 
 class TransformersBackend:
@@ -59,15 +71,18 @@ class TransformersBackend:
         device: torch.device | str | None = None,
         eos_token_ids: Sequence[int] | None = None,
         add_special_tokens: bool = True,
-        fast_decode: bool = True,
+        decoder: Decoder = "auto",
+        capture: bool = True,
     ):
         """`eos_token_ids` defaults to the tokenizer's EOS plus the model's generation-config EOS ids;
-        `add_special_tokens` is passed to the tokenizer (e.g. to prepend BOS); `fast_decode` lets a model that
-        `llama_decode.supports` decode through `LlamaDecoder` (the same samples, a fraction of the overhead)."""
-        self.fast_decode = fast_decode
+        `add_special_tokens` is passed to the tokenizer (e.g. to prepend BOS); `decoder` picks the decode step
+        (`DECODERS`; auto picks by model and device); `capture` lets auto capture the step as CUDA graphs on a CUDA
+        device (`rollout.capture`)."""
         self.model = model
         self.tokenizer = tokenizer
         self._device = torch.device(device) if device is not None else None
+        pick_decoder(decoder, capture, self.device.type, model)  # a bad name or an unsupported model: fail here
+        self.decoder, self.capture = decoder, capture
         self.add_special_tokens = add_special_tokens
         self.eos_token_ids = sorted(set(eos_token_ids) if eos_token_ids is not None else _default_eos(model, tokenizer))
         pad = tokenizer.pad_token_id
@@ -129,6 +144,16 @@ class TransformersBackend:
             mask[i, width - len(e) :] = 1
         return ids.to(self.device), mask.to(self.device), torch.tensor(inverse, device=self.device)
 
+    def _step_decoder(self, prefill: DynamicCache, columns: int) -> LlamaDecoder | StaticDecoder | None:
+        """The decoder for this model and device over the prompts' cache `prefill` (None: the model's forward);
+        `columns` is the most keys a row will hold."""
+        choice = pick_decoder(self.decoder, self.capture, self.device.type, self.model)
+        if choice == "forward":
+            return None
+        if choice == "llama":
+            return LlamaDecoder(self.model, prefill)
+        return StaticDecoder(self.model, prefill, columns, fixed_shape=choice != "static", graph=choice == "graph")
+
     def _decode(
         self,
         unique_ids: torch.Tensor,
@@ -156,7 +181,7 @@ class TransformersBackend:
         logits = out.logits[:, -1, :][inverse]
         if unique_ids.shape[0] != n or not torch.equal(inverse, torch.arange(n, device=dev)):
             cache.reorder_cache(inverse)  # fan each prefilled prompt out to its samples
-        fast = LlamaDecoder(self.model, cache) if self.fast_decode and supports(self.model) else None
+        fast = self._step_decoder(cache, width + max_new - 1)
 
         # the rows still decoding, as indices into the output, with their mask and next position
         rows = torch.arange(n, device=dev)
@@ -209,6 +234,24 @@ class TransformersBackend:
             logprobs[:, :used].masked_fill(after_end, 0.0),
             ends,
         )
+
+
+def pick_decoder(decoder: Decoder, capture: bool, device_type: str, model: PreTrainedModel) -> Decoder:
+    """The decode step `decoder` resolves to (never auto): auto is graph on a CUDA device when `capture` is on and
+    `static_decode.supports` the model, else llama where `llama_decode.supports` it, else static where
+    `static_decode.supports` it, else forward. A step named for a model it does not support is a ValueError."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+    static = static_decode.supports(model)
+    if decoder == "auto":
+        if capture and device_type == "cuda" and static:
+            return "graph"
+        return "llama" if llama_decode.supports(model) else "static" if static else "forward"
+    if not (llama_decode.supports(model) if decoder == "llama" else static or decoder == "forward"):
+        raise ValueError(f"decoder {decoder!r} does not support this model ({model.config.model_type})")
+    if decoder == "graph" and device_type != "cuda":
+        raise ValueError(f"decoder 'graph' captures CUDA graphs: it needs a CUDA device, not {device_type}")
+    return decoder
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

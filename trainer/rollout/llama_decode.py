@@ -7,7 +7,7 @@ on the model's own weights, in the same order and dtypes (RMSNorm in float32, th
 matmul, and keeps the keys and values itself. On the toy's rollout (16 prompts x 8 samples) it takes about 0.8x
 the time of the model's forward, and gives bitwise the same log-probabilities, so the same samples
 (`tests/test_rollout_contract.py`). Used where `supports` says so (Llama, no grouped keys/values, SDPA attention,
-default RoPE); anything else decodes through the model's own forward.
+default RoPE) and no CUDA graph is captured; `pick_decoder` (trainer/rollout/hf.py) says what decodes the others.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class LlamaDecoder:
         self.layers = list(self.inner.layers)
         self.heads = model.config.num_attention_heads
         self.head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // self.heads
-        self.qkv = [_fused(x.self_attn.q_proj, x.self_attn.k_proj, x.self_attn.v_proj) for x in self.layers]
-        self.gate_up = [_fused(x.mlp.gate_proj, x.mlp.up_proj) for x in self.layers]
+        self.qkv = [fused(x.self_attn.q_proj, x.self_attn.k_proj, x.self_attn.v_proj) for x in self.layers]
+        self.gate_up = [fused(x.mlp.gate_proj, x.mlp.up_proj) for x in self.layers]
         self.keys = [prefill.layers[i].keys for i in range(len(self.layers))]
         self.values = [prefill.layers[i].values for i in range(len(self.layers))]
 
@@ -63,7 +63,7 @@ class LlamaDecoder:
             h = layer.input_layernorm(x)
             qkv = F.linear(h, *self.qkv[i]).view(rows, 1, 3 * self.heads, self.head_dim).transpose(1, 2)
             qk, v = qkv[:, : 2 * self.heads], qkv[:, 2 * self.heads :]
-            qk = qk * cos + _rotate_half(qk) * sin  # queries and keys rotated together: the same numbers, fewer ops
+            qk = qk * cos + rotate_half(qk) * sin  # queries and keys rotated together: the same numbers, fewer ops
             q, k = qk[:, : self.heads], qk[:, self.heads :]
             # contiguous keys and values, as the attention kernel is fastest on (a view of a larger buffer took
             # ~3x longer per call here); the copy costs less than the kernel saves
@@ -78,13 +78,14 @@ class LlamaDecoder:
         return self.model.lm_head(x)[:, -1, :]
 
 
-def _fused(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+def fused(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for several linear maps of the same input: one matmul instead of several."""
     weight = torch.cat([m.weight for m in linears])
     bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
     return weight, bias
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding's half rotation, as transformers' `rotate_half`: (x1, x2) → (−x2, x1)."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
