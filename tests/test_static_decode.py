@@ -14,6 +14,8 @@ EOS has logit 0 so some responses end early and some run out (rows finish at dif
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from test_rollout_contract import NO_CUDA, PROMPTS, TOL, many, teacher_forced, tiny_model, tiny_tokenizer
@@ -146,6 +148,20 @@ def test_supports_only_what_it_computes_exactly():
     eager = Qwen2ForCausalLM(Qwen2Config(**shape))
     eager.config._attn_implementation = "eager"
     assert not static_decode.supports(eager)
+
+
+def test_capture_is_not_part_of_a_jobs_identity_and_reaches_the_backend():
+    from harness.config.run_config import defines_arm, load_run_config
+    from harness.engine.training import build_backend
+
+    toy_run = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
+    auto, off = load_run_config(toy_run), load_run_config(toy_run, ["rollout.capture=off"])  # YAML's off: false
+    assert auto.rollout.capture is True and off.rollout.capture is False
+    assert auto.config_hash == off.config_hash and auto.arm == off.arm and not defines_arm("rollout.capture")
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, "qwen2")
+    assert build_backend(auto, "unused", model, tokenizer).capture
+    assert not build_backend(off, "unused", model, tokenizer).capture
 
 
 @NO_CUDA

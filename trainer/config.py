@@ -41,6 +41,12 @@ class RolloutConfig(BaseModel):
     host, the `vllm` extra; weights synced after every update)."""
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1)
     """vLLM only: the share of GPU memory its engine may take (the trainer needs the rest)."""
+    capture: bool = True
+    """transformers backend only, on a CUDA device: decode Llama- and Qwen2-architecture models with a fixed-shape
+    step over a preallocated KV cache, captured as CUDA graphs (the uncaptured decode is bound by kernel launches on a
+    GPU); false (or off) = never capture. Nothing is captured on CPU. The captured step sums the attention in another
+    order, so its samples follow the same distribution but are not bitwise those of an uncaptured run: like
+    `train.threads`, it is not part of a job's identity. Awaits a GPU run (docs/rollout.md)."""
     prompts_per_step: int = Field(16, ge=1, le=MAX_RESPONSES)
     """Groups (prompts) in each optimisation batch; with dynamic sampling, the number that must survive
     the filter."""

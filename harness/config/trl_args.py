@@ -89,6 +89,8 @@ TABLE: dict[str, str] = {
     "objective.drop_correct": "TRL trains on every response it samples (no NSR batch subset): true is an error",
     "rollout.backend": "transformers → `use_vllm=False`; vllm → `use_vllm=True`, `vllm_mode=colocate`",
     "rollout.vllm_gpu_memory_utilization": "`vllm_gpu_memory_utilization`",
+    "rollout.capture": "unused by TRL's sampling (its own `generate` or vLLM); harness's backend, which evaluates "
+    "under this engine, captures as under harness's",
     "rollout.prompts_per_step": "`generation_batch_size` = prompts_per_step × group_size; prompts in harness's order, "
     "each sample its own prompt (the toy's noisy copies)",
     "rollout.group_size": "`num_generations`",

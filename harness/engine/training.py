@@ -78,7 +78,7 @@ def run_training(
     if cfg.train.engine == "trl":  # TRL samples for itself; harness's backend only evaluates
         from harness.engine.trl_training import TRLJob
 
-        backend: RolloutBackend = TransformersBackend(policy, tokenizer)
+        backend: RolloutBackend = TransformersBackend(policy, tokenizer, capture=cfg.rollout.capture)
         trainer: Trainer | TRLJob = TRLJob(cfg, policy, tokenizer, task)
     else:
         backend = build_backend(cfg, path, policy, tokenizer)
@@ -124,7 +124,7 @@ def build_backend(cfg: RunConfig, path: str, policy, tokenizer) -> RolloutBacken
         return VLLMBackend(
             path, tokenizer, dtype=dtype, seed=cfg.seed, gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization
         )
-    return TransformersBackend(policy, tokenizer)
+    return TransformersBackend(policy, tokenizer, capture=cfg.rollout.capture)
 
 
 def build_task(cfg: RunConfig) -> Task:
