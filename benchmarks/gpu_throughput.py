@@ -10,10 +10,11 @@ vocabulary, built here. Two measurements, each the median over repeats after a w
 - training: one optimiser step of the GRPO loss (forward, backward, AdamW) on the same shape, with
   micro-batches of `--micro-batch`, in trained tokens (prompt + response) per second.
 
-On a GPU: bf16 weights. `--size tiny` runs a 2-layer model instead, to check the script on a CPU.
+On a GPU: bf16 weights, and the decode step captured as CUDA graphs (`rollout.capture`) unless `--no-capture`, to
+compare the two. `--size tiny` runs a 2-layer model instead, to check the script on a CPU.
 Prints a table and writes results/benchmarks/gpu_throughput.json with the hardware named.
 
-    python benchmarks/gpu_throughput.py [--size 0.5b|tiny] [--prompts 8] [--group 8] [--new-tokens 256]
+    python benchmarks/gpu_throughput.py [--size 0.5b|tiny] [--prompts 8] [--group 8] [--new-tokens 256] [--no-capture]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from trainer.objective import PRESETS, Normaliser, ObjectiveSettings  # noqa: E4
 from trainer.objective.kl import token_logprobs  # noqa: E402
 from trainer.objective.loss import policy_loss  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402
-from trainer.rollout.hf import TransformersBackend  # noqa: E402
+from trainer.rollout.hf import TransformersBackend, pick_decoder  # noqa: E402
 
 SIZES = {  # Qwen2.5-0.5B's shape, and a tiny one for CPU checks
     "0.5b": dict(
@@ -99,13 +100,15 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-capture", action="store_true", help="decode uncaptured on a GPU (rollout.capture: false)")
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model, tokenizer = build(args.size, device, dtype)
     params = sum(p.numel() for p in model.parameters())
-    backend = TransformersBackend(model, tokenizer, eos_token_ids=set())  # every response runs the full budget
+    # every response runs the full budget
+    backend = TransformersBackend(model, tokenizer, eos_token_ids=set(), capture=not args.no_capture)
     n = args.prompts * args.group
     prompts = [
         " ".join(f"w{(17 * i + 31 * j) % 4000 + 1}" for j in range(args.prompt_tokens))
@@ -115,6 +118,7 @@ def main() -> None:
     sampling = SamplingParams(args.new_tokens, 1.0, 1.0)
     batch = backend.generate(prompts, sampling, seed=0)
     gen_s = median_time(lambda: backend.generate(prompts, sampling, seed=0), args.repeats)
+    decoder = pick_decoder(backend.decoder, backend.capture, device.type, model)
     gen_tokens = int(batch.lengths.sum())
 
     obj = ObjectiveSettings(**{**PRESETS["grpo"], "max_len": args.new_tokens})
@@ -147,7 +151,7 @@ def main() -> None:
             f"{args.prompts} prompts x {args.group} = {n} responses, "
             f"{args.prompt_tokens} prompt + {args.new_tokens} new tokens",
         ),
-        ("rollout", f"{gen_s:.3f} s, {gen_tokens / gen_s:,.0f} generated tokens/s"),
+        ("rollout", f"{gen_s:.3f} s, {gen_tokens / gen_s:,.0f} generated tokens/s (decoder {decoder})"),
         (
             "training step",
             f"{train_s:.3f} s, {train_tokens / train_s:,.0f} trained tokens/s (micro-batch {args.micro_batch})",
@@ -158,7 +162,7 @@ def main() -> None:
     for k, v in rows:
         print(f"{k:15s} {v}")
     write_json(
-        f"gpu_throughput_{args.size}",
+        f"gpu_throughput_{args.size}" + ("_uncaptured" if args.no_capture else ""),
         {
             "size": args.size,
             "parameters": params,
@@ -172,6 +176,7 @@ def main() -> None:
             "new_tokens": args.new_tokens,
             "micro_batch": args.micro_batch,
             "repeats": args.repeats,
+            "decoder": decoder,
             "rollout_s": gen_s,
             "rollout_tokens_per_s": gen_tokens / gen_s,
             "train_step_s": train_s,
