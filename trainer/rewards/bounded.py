@@ -1,10 +1,10 @@
 """Calls that a model's output can make slow, each under a hard budget of CPU time, memory and processes.
 
 A `BoundedService` runs one function, named `module:factory`, outside the caller: a helper process
-(trainer/rewards/helper.py) imports the module and calls `factory(init)` once (imports, warm-up, the user's module), then forks a
-child that answers requests; a request that uses its budget of CPU time (or `WALL_FACTOR` times it of
-wall-clock time, for a child that stalls) gets its child SIGKILLed and comes back timed out. A fresh child
-is forked from the warmed-up helper right after, within milliseconds, off the caller's path.
+(trainer/rewards/helper.py) imports the module and calls `factory(init)` once (imports, warm-up, the user's
+module), then forks a child that answers requests; a request that uses its budget of CPU time (or
+`WALL_FACTOR` times it of wall-clock time, for a child that stalls) gets its child SIGKILLed and comes back timed
+out. A fresh child is forked from the warmed-up helper right after, within milliseconds, off the caller's path.
 
 Why a process and not a signal or a thread: a signal cannot stop code that holds the GIL in C (a
 big-integer power), cannot go below a second, and works in the main thread only; a thread cannot be
