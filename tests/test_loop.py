@@ -140,14 +140,14 @@ def test_cuda_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_run
     reference = _trainer(tiny_run_overrides, "train.micro_batch_size=4")
     expected = [reference.step(s) for s in (1, 2)]
     tr = _trainer(tiny_run_overrides, "train.length_buckets=1")  # a whole mini-batch (16 responses) per forward
-    logits = tr._logits
+    stats = tr._stats
 
-    def small_only(model, t, rows, width):
+    def small_only(model, t, rows, width, entropy="none"):
         if rows.numel() > 4:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return logits(model, t, rows, width)
+        return stats(model, t, rows, width, entropy)
 
-    monkeypatch.setattr(tr, "_logits", small_only)
+    monkeypatch.setattr(tr, "_stats", small_only)
     got = [tr.step(s) for s in (1, 2)]
     assert tr.micro_size == 4 and [m[M.MICRO_BATCH] for m in got] == [4.0, 4.0]
     for a, b in zip(expected, got):
@@ -159,10 +159,10 @@ def test_cuda_out_of_memory_halves_the_micro_batch_and_keeps_the_update(tiny_run
 def test_out_of_memory_at_one_response_is_raised(tiny_run_overrides, monkeypatch):
     tr = _trainer(tiny_run_overrides, "train.micro_batch_size=1")
 
-    def never(model, t, rows, width):
+    def never(model, t, rows, width, entropy="none"):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(tr, "_logits", never)
+    monkeypatch.setattr(tr, "_stats", never)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         tr.step(1)
 

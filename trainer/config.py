@@ -105,6 +105,14 @@ class TrainConfig(BaseModel):
     """Forward/backward batches per mini-batch, of responses sorted by length, each padded only to its own
     longest response: less padding to compute through. The loss and gradient do not depend on it (only the order
     of float sums does), so, like `threads`, it is not part of a job's identity."""
+    logits_chunk_mb: float | None = Field(64.0, gt=0)
+    """The most memory, in MiB, that one chunk of the update's logits may take (float32, or the model's dtype when
+    wider): log-probabilities and entropies come from the decoder's last hidden states a chunk of positions at a time,
+    in the forward and again in the backward, never from the whole [responses, tokens, vocabulary] logits (at Qwen's
+    151,936 tokens, 64 MiB is 110 positions). A forward/backward batch whose logits fit in one chunk, or a model whose
+    logits are not its output layer on those hidden states (a soft cap, a scale), is computed whole; null = always
+    whole. The loss and gradient do not depend on it (only the order of float sums does), so it is not part of a job's
+    identity. On a large GPU, a few hundred MiB make fewer, more efficient matrix products."""
     max_gen_rounds: int = Field(8, ge=1, le=MAX_RESPONSES)
     """Dynamic sampling: generation rounds allowed per step to fill the batch before the run fails."""
     reference_kl: bool = True

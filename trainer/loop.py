@@ -19,6 +19,7 @@ import torch
 
 from trainer import metric_names as M
 from trainer.config import RolloutConfig, TrainConfig
+from trainer.logprobs import Entropy, ResponseScorer
 from trainer.objective import (
     EntropyCoefficient,
     Normaliser,
@@ -33,8 +34,6 @@ from trainer.objective import (
     policy_loss,
     shape_rewards,
     sign_flip_metrics,
-    token_entropy,
-    token_logprobs,
     trained_samples,
 )
 from trainer.rewards.grade import Grade
@@ -136,6 +135,7 @@ class Trainer:
         self.tokens_generated = 0  # the run explorer's "tokens seen" axis
         self.micro_size = self.cfg.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
         self.entropy_coef = EntropyCoefficient.of(self.obj)  # the entropy bonus's, across optimiser steps
+        self.scorer = ResponseScorer(self.roll.temperature, self.cfg.logits_chunk_mb)
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> Samples:
@@ -226,28 +226,28 @@ class Trainer:
             "prompt_len": torch.tensor(P),
         }
 
-    def _logits(
-        self, model: torch.nn.Module, t: dict[str, torch.Tensor], rows: torch.Tensor, width: int
-    ) -> torch.Tensor:
-        """Logits ([n, width, V], temperature applied) predicting the first `width` response tokens of `rows`
-        (the batch cut to P + width columns: nothing after them can change these logits)."""
+    def _stats(
+        self,
+        model: torch.nn.Module,
+        t: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        width: int,
+        entropy: Entropy = "none",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """([n, width] log-probabilities, entropies or None: see `ResponseScorer`) of the first `width` response
+        tokens of `rows` at the sampling temperature (the batch cut to P + width columns: nothing after them can
+        change these)."""
         P = int(t["prompt_len"])
         attn = t["attn"][rows, : P + width]
         pos = (attn.cumsum(1) - 1).clamp(min=0)
-        ids = t["ids"][rows, : P + width]
-        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=width + 1)
-        return out.logits[:, :-1, :].float() / self.roll.temperature
+        return self.scorer(model, t["ids"][rows, : P + width], attn, pos, width, entropy)
 
     def _logprobs(self, model: torch.nn.Module, t: dict[str, torch.Tensor]) -> torch.Tensor:
         """[N, L] log-probabilities of every response token under `model` (0 after a response's end)."""
-        P = int(t["prompt_len"])
         everything = torch.arange(t["ids"].shape[0], device=self.device)
 
         def work() -> torch.Tensor:
-            parts = [
-                (rows, token_logprobs(self._logits(model, t, rows, w), t["ids"][rows, P : P + w]))
-                for rows, w in self._micro(everything, t)
-            ]
+            parts = [(rows, self._stats(model, t, rows, w)[0]) for rows, w in self._micro(everything, t)]
             out = parts[0][1].new_zeros(t["resp_mask"].shape)
             for rows, logp in parts:
                 out[rows, : logp.shape[1]] = logp
@@ -260,15 +260,14 @@ class Trainer:
         """([len(rows), L] log-probability, entropy) of every response token of `rows` under the policy now (0 after
         its end): what a batch-wide statistic of the loss (the top-entropy quantile, the covariance selection of
         Clip-Cov and KL-Cov) is taken over, before the micro-batches of the update."""
-        P = int(t["prompt_len"])
 
         def work() -> tuple[torch.Tensor, torch.Tensor]:
-            shape, f32 = t["resp_mask"].shape, torch.float32  # the logits' dtype (`_logits`), whatever the default
-            logp, entropy = (torch.zeros(shape, dtype=f32, device=self.device) for _ in range(2))
+            logp = entropy = None
             for part, w in self._micro(rows, t):
-                logits = self._logits(self.policy, t, part, w)
-                logp[part, :w] = token_logprobs(logits, t["ids"][part, P : P + w])
-                entropy[part, :w] = token_entropy(logits)
+                lp, h = self._stats(self.policy, t, part, w, "value")
+                if logp is None:  # in the dtype of the log-probabilities (float32, or the model's when wider)
+                    logp, entropy = (lp.new_zeros(t["resp_mask"].shape) for _ in range(2))
+                logp[part, :w], entropy[part, :w] = lp, h
             return logp[rows], entropy[rows]
 
         with torch.no_grad():
@@ -306,7 +305,7 @@ class Trainer:
         self, step: int, t: dict[str, torch.Tensor], advantages: torch.Tensor, mask: torch.Tensor
     ) -> dict[str, float]:
         """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them."""
-        P, n = int(t["prompt_len"]), mask.shape[0]
+        n = mask.shape[0]
         several = self.cfg.mini_batches * self.cfg.epochs > 1
         old = self._logprobs(self.policy, t) if several else None  # else π_old = π_θ before the step
         ref = self._logprobs(self.ref, t) if self.ref is not None else None
@@ -348,8 +347,9 @@ class Trainer:
                 ) -> list[dict[str, float]]:
                     parts = []
                     for rows, w in self._micro(mini, t):
-                        logits = self._logits(self.policy, t, rows, w)
-                        logp = token_logprobs(logits, t["ids"][rows, P : P + w])
+                        logp, entropy = self._stats(
+                            self.policy, t, rows, w, "trained" if self.obj.entropy_bonus else "value"
+                        )
                         out = policy_loss(
                             logp,
                             old[rows, :w] if several else logp.detach(),
@@ -357,7 +357,7 @@ class Trainer:
                             mask[rows, :w],
                             self.obj,
                             ref_logp=None if ref is None else ref[rows, :w],
-                            entropy=token_entropy(logits if self.obj.entropy_bonus else logits.detach()),
+                            entropy=entropy,
                             norm=norm,
                             rollout_logp=t["rollout_logp"][rows, :w],
                             entropy_coef=coef,

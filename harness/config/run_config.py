@@ -285,11 +285,12 @@ NOT_IDENTITY = (
     "train.threads",
     "train.length_buckets",
     "rollout.capture",
+    "train.logits_chunk_mb",
     "task.custom.root",
 )
 """Fields (dotted) that do not change what a run computes: where it is logged, a label, where the toy build is
-cached, which device, how many CPU threads and length buckets, whether the decode is captured as CUDA graphs (these
-three change only the order of float sums).
+cached, which device, how many CPU threads, length buckets, whether the decode is captured as CUDA graphs and MiB
+per chunk of logits (these four change only the order of float sums).
 They are left out of the job id and are never an arm's switch; nor is the folder a custom task's relative paths are read
 from (the same sweep in another checkout is the same job).
 A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""

@@ -111,6 +111,7 @@ TABLE: dict[str, str] = {
     "train.micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps` = mini-batch / "
     "micro-batch (must divide: error)",
     "train.length_buckets": "unused (TRL pads each micro-batch to its longest response)",
+    "train.logits_chunk_mb": "unused (TRL computes its log-probabilities its own way)",
     "train.max_gen_rounds": "unused (dynamic sampling only)",
     "train.reference_kl": "TRL computes the KL only when beta > 0: true with kl_coef 0 is an error",
     "train.log_text": "the rollout table's prompt and response columns (HarnessCallback)",
