@@ -1,9 +1,7 @@
 """Rollout and training throughput (tokens/s) of the transformers path for a ~0.5B-parameter model.
 
-The model is Qwen2.5-0.5B's architecture (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864,
-vocab 151,936, tied embeddings: 494M parameters) with random weights: no checkpoint can be fetched
-here, and throughput does not depend on the weights. Its tokenizer is a word-level one over the same
-vocabulary, built here. Two measurements, each the median over repeats after a warm-up:
+The model is Qwen2.5-0.5B's architecture with random weights and a word-level tokenizer over its
+vocabulary (benchmarks/_qwen_shape.py). Two measurements, each the median over repeats after a warm-up:
 
 - rollout: `TransformersBackend.generate` on prompts × G responses of exactly `--new-tokens` tokens
   (end-of-sequence disabled), in generated tokens per second;
@@ -30,51 +28,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
+from benchmarks._qwen_shape import SIZES, build  # noqa: E402
 from benchmarks._report import write_json  # noqa: E402
 from trainer.objective import PRESETS, Normaliser, ObjectiveSettings  # noqa: E402
 from trainer.objective.kl import token_logprobs  # noqa: E402
 from trainer.objective.loss import policy_loss  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.rollout.hf import TransformersBackend, pick_decoder  # noqa: E402
-
-SIZES = {  # Qwen2.5-0.5B's shape, and a tiny one for CPU checks
-    "0.5b": dict(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-    ),
-    "tiny": dict(
-        vocab_size=4096,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-}
-
-
-def build(size: str, device: torch.device, dtype: torch.dtype):
-    shape = SIZES[size]
-    vocab = {f"w{i}": i for i in range(shape["vocab_size"] - 1)} | {"<eos>": shape["vocab_size"] - 1}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        **shape,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        eos_token_id=shape["vocab_size"] - 1,
-        pad_token_id=shape["vocab_size"] - 1,
-    )
-    return Qwen2ForCausalLM(config).to(device=device, dtype=dtype), tokenizer
 
 
 def median_time(fn, repeats: int) -> float:
@@ -111,7 +72,7 @@ def main() -> None:
     backend = TransformersBackend(model, tokenizer, eos_token_ids=set(), capture=not args.no_capture)
     n = args.prompts * args.group
     prompts = [
-        " ".join(f"w{(17 * i + 31 * j) % 4000 + 1}" for j in range(args.prompt_tokens))
+        "".join(str((17 * i + 31 * j) % 10) for j in range(args.prompt_tokens))  # a digit is a token
         for i in range(args.prompts)
         for _ in range(args.group)
     ]
