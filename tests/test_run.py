@@ -17,7 +17,7 @@ from trainer.models.fingerprint import weights_sha256
 from trainer.models.toy import ensure_toy_model
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
-NOT_DETERMINISTIC = (M.GENERATE_S, M.UPDATE_S, M.STEP_S, M.TOKENS_PER_S)
+NOT_DETERMINISTIC = (M.GENERATE_S, M.DECODE_STEP_S, M.UPDATE_S, M.STEP_S, M.TOKENS_PER_S)
 
 
 def _run(tmp_path, overrides, *extra):

@@ -138,11 +138,14 @@ class Trainer:
         self.scorer = ResponseScorer(self.roll.temperature, self.cfg.logits_chunk_mb)
 
     # ---- rollouts -------------------------------------------------------------------------
-    def _sample(self, step: int, round_: int) -> Samples:
+    def _sample(self, step: int, round_: int) -> tuple[Samples, float, int]:
+        """One generation round's samples, with the seconds its `generate` call took and that call's token steps
+        (its longest response)."""
         G = self.group_width
         groups = self.task.sample_groups(self.rng, self.roll.prompts_per_step, G)
         prompts = [p for g in groups for p in g.prompts]
         seed = int(np.random.SeedSequence([self.seed, step, round_]).generate_state(1)[0])
+        start = time.perf_counter()
         try:
             out = self.backend.generate(prompts, self.params, seed)
         except RuntimeError as error:  # e.g. sampling from NaN probabilities: say so when that is the cause
@@ -150,6 +153,7 @@ class Trainer:
                 raise self._diverged(step, "the policy's parameters or logits are non-finite") from error
             raise
         lengths, truncated = out.lengths.cpu(), out.truncated.cpu().bool()
+        decode_s = time.perf_counter() - start  # the lengths on the host: a GPU's queue has drained
         grades = []
         for k, text in enumerate(out.texts):
             grade = self.task.grade(groups[k // G], k % G, text)
@@ -159,7 +163,7 @@ class Trainer:
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(out.prompt_ids.cpu(), out.prompt_mask.cpu())]
         response_ids = [row[:n].tolist() for row, n in zip(out.response_ids.cpu(), lengths.tolist())]
         logprobs = [row[:n].tolist() for row, n in zip(out.logprobs.float().cpu(), lengths.tolist())]
-        return Samples(
+        samples = Samples(
             groups,
             prompt_ids,
             response_ids,
@@ -170,6 +174,7 @@ class Trainer:
             [round_] * len(prompts),
             logprobs,
         )
+        return samples, decode_s, int(lengths.max())
 
     def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         G = self.group_width
@@ -181,9 +186,11 @@ class Trainer:
     def collect(self, step: int) -> tuple[Samples, Samples, dict[str, float]]:
         """(every sample generated this step, the samples kept for training, group metrics)."""
         want, parts, kept_parts, dropped = self.roll.prompts_per_step, [], [], 0
+        decode_s, decode_steps = 0.0, 0
         for round_ in range(1, self.cfg.max_gen_rounds + 1):
-            s = self._sample(step, round_)
+            s, seconds, steps = self._sample(step, round_)
             parts.append(s)
+            decode_s, decode_steps = decode_s + seconds, decode_steps + steps
             if not self.obj.dynamic_sampling:
                 kept_parts.append(s)
                 break
@@ -202,7 +209,8 @@ class Trainer:
             )
         everything, kept = Samples.concat(parts), Samples.concat(kept_parts)
         kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.group_width)
-        return everything, kept, {M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)}
+        metrics = {M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)}
+        return everything, kept, {**metrics, M.DECODE_STEP_S: decode_s / max(decode_steps, 1)}
 
     # ---- update ---------------------------------------------------------------------------
     def _tensors(self, s: Samples, rows: list[int]) -> dict[str, torch.Tensor]:

@@ -64,6 +64,9 @@ ADV_SIGN_FLIP_FRAC = "adv/sign_flip_frac"
 
 # cost
 GENERATE_S = "time/generate_s"
+# The rollout backend's `generate` calls of a step (prefill and decode), over their token steps: each call's
+# longest response (a decode runs until its last row ends). What the GPU check compares with the bare backend.
+DECODE_STEP_S = "time/decode_step_s"
 UPDATE_S = "time/update_s"
 STEP_S = "time/step_s"
 TOKENS_PER_S = "throughput/tokens_per_s"
@@ -109,6 +112,7 @@ TRAINING = (
     ADV_ZERO_FRAC,
     ADV_SIGN_FLIP_FRAC,
     GENERATE_S,
+    DECODE_STEP_S,
     UPDATE_S,
     STEP_S,
     TOKENS_PER_S,
