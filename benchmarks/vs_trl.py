@@ -2,15 +2,18 @@
 
     pip install -c constraints-cpu.txt -e ".[bench]"     # TRL: a benchmark dependency only
     python benchmarks/vs_trl.py [--steps 12] [--prompts 8] [--group 8] [--max-new 96] [--threads 1]
+                                [--config RUN.yaml] [--set KEY=VALUE ...] [--name vs_trl]
 
-Both train the toy model (built or taken from the cache) with GRPO's loss (per-response token mean, std-scaled
-advantages), one optimiser step per rollout batch, no KL and no reference model, temperature 1, on one CPU thread.
-TRL draws the prompts once per group (its samples of a group share one prompt); harness's task gives each sample
-its own noisy copy, as in every harness run. A step is timed whole on both sides: TRL's from its start to its
-end, harness's `Trainer.step` call with its metrics and rollout table. The steps alternate, A B A B: a callback
-at the end of each TRL step runs one harness step, so both see the same machine load. Prints per-step medians,
-the generation / update split and the ratio harness / TRL (target <= 0.5), and writes
-results/benchmarks/vs_trl.json.
+Both train the run config's model (by default ablations/toy_run.yaml's toy model, built or taken from the cache; a
+`model.source: hf` config's model by path) on its task, on its `train.device`, in its `model.dtype`, with gradient
+checkpointing as `model.gradient_checkpointing` says on both sides (TRL's own default is on), with GRPO's loss
+(per-response token mean, std-scaled advantages), one optimiser step per rollout batch, no KL and no reference
+model, temperature 1, on `--threads` CPU threads. TRL draws the prompts once per group (its samples of a group share
+one prompt); harness's toy task gives each sample its own noisy copy (its math task does not). A step is timed whole on
+both sides: TRL's from its start to its end, harness's `Trainer.step` call with its metrics and rollout table. The
+steps alternate, A B A B: a callback at the end of each TRL step runs one harness step, so both see the same machine
+load. Prints per-step medians, the generation / update split, on a GPU each update's peak memory above what was
+allocated before it, and the ratio harness / TRL (target <= 0.5), and writes results/benchmarks/<name>.json.
 """
 
 from __future__ import annotations
@@ -31,19 +34,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_json
 
 from harness.config.run_config import load_run_config
+from harness.engine.training import build_task
 from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
-from trainer.models.load import load_policy
+from trainer.models.load import load_policy, pick_device
 from trainer.models.toy import ensure_toy_model
 from trainer.rollout.hf import TransformersBackend
-from trainer.tasks.toy_addition import ToyAdditionTask
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class PeakMemory:
+    """Peak device memory above what was allocated at `start()`, in GiB (None off CUDA)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.base = 0
+
+    def start(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+
+    def read(self) -> float | None:
+        if not self.cuda:
+            return None
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - self.base) / 2**30
+
+
 def harness_trainer(args: argparse.Namespace):
     cfg = load_run_config(
-        ROOT / "ablations" / "toy_run.yaml",
+        args.config,
         [
             "objective.preset=grpo",
             "objective.kl_coef=0",
@@ -55,19 +78,19 @@ def harness_trainer(args: argparse.Namespace):
             *args.set,
         ],
     )
-    path = ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)
-    policy, tokenizer = load_policy(str(path), torch.device("cpu"))
-    settings = TrainerSettings.of(cfg)
-    task = ToyAdditionTask(cfg.task.toy_addition)
-    return cfg, path, Trainer(policy, task, TransformersBackend(policy, tokenizer), tokenizer.pad_token_id, settings)
+    path = cfg.model.name_or_path if cfg.model.source == "hf" else ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)
+    device = pick_device(cfg.train.device)
+    policy, tokenizer = load_policy(str(path), device, cfg.model.dtype, cfg.model.gradient_checkpointing)
+    backend = TransformersBackend(policy, tokenizer)
+    return cfg, path, Trainer(policy, build_task(cfg), backend, tokenizer.pad_token_id, TrainerSettings.of(cfg))
 
 
-def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step_end):
+def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step_end, memory: PeakMemory):
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    task = ToyAdditionTask(cfg.task.toy_addition)
+    task = build_task(cfg)
     n = args.prompts * (args.steps + args.warmup + 1)
     groups = task.sample_groups(np.random.default_rng(cfg.seed + 1), n, 1)
     data = Dataset.from_dict({"prompt": [g.prompts[0] for g in groups], "problem": list(range(n))})
@@ -75,7 +98,8 @@ def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step
     def reward(prompts, completions, problem, **_):
         return [task.grade(groups[p], 0, c).reward for p, c in zip(problem, completions)]
 
-    policy, tokenizer = load_policy(str(path), torch.device("cpu"))
+    device = pick_device(cfg.train.device)
+    policy, tokenizer = load_policy(str(path), device, cfg.model.dtype)  # TRL turns checkpointing on itself
     config = GRPOConfig(
         output_dir=out_dir,
         per_device_train_batch_size=args.prompts * args.group,
@@ -96,8 +120,9 @@ def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step
         weight_decay=0.0,
         max_grad_norm=1.0,
         max_steps=args.steps + args.warmup,
-        use_cpu=True,
-        bf16=False,
+        use_cpu=device.type == "cpu",
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        bf16=False,  # no autocast on either side: each trains the weights in the dtype they were loaded in
         fp16=False,
         report_to="none",
         logging_steps=args.steps + args.warmup + 1,  # no log line per step
@@ -112,7 +137,9 @@ def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step
             self.start = time.perf_counter()
 
         def on_step_end(self, *a, **k):
-            on_step_end(time.perf_counter() - self.start)
+            seconds = time.perf_counter() - self.start
+            trainer.update_gib.append(memory.read())
+            on_step_end(seconds)
 
     trainer = GRPOTrainer(
         model=policy,
@@ -126,7 +153,7 @@ def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step
 
     trainer.remove_callback(PrinterCallback)  # no log line at the end
     generate = trainer._generate_and_score_completions
-    trainer.generate_s = []
+    trainer.generate_s, trainer.update_gib = [], []
 
     def timed(*a, **k):  # TRL's sampling, reward and advantage computation, once per step here
         start = time.perf_counter()
@@ -134,6 +161,7 @@ def trl_trainer(args: argparse.Namespace, cfg, path: Path, out_dir: str, on_step
             return generate(*a, **k)
         finally:
             trainer.generate_s.append(time.perf_counter() - start)
+            memory.start()  # what follows until the step's end is its update
 
     trainer._generate_and_score_completions = timed
     return trainer
@@ -147,7 +175,9 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--config", type=Path, default=ROOT / "ablations" / "toy_run.yaml", help="harness run config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="harness run-config override")
+    ap.add_argument("--name", default="vs_trl", help="results/benchmarks/<name>.json")
     args = ap.parse_args()
     try:
         import trl
@@ -156,6 +186,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cfg, path, ours = harness_trainer(args)
+    memory = PeakMemory(ours.device)
+    update, our_gib = ours.update, []
+
+    def measured_update(*a, **k):
+        memory.start()
+        try:
+            return update(*a, **k)
+        finally:
+            our_gib.append(memory.read())
+
+    ours.update = measured_update
     trl_steps: list[float] = []
     our_steps: list[dict[str, float]] = []
 
@@ -166,7 +207,7 @@ def main() -> None:
         our_steps.append({**metrics, "wall_s": time.perf_counter() - start})  # its metrics and rollout rows included
 
     with tempfile.TemporaryDirectory() as tmp:
-        theirs = trl_trainer(args, cfg, path, tmp, after_trl_step)
+        theirs = trl_trainer(args, cfg, path, tmp, after_trl_step, memory)
         theirs.train()
     w = args.warmup
     trl_step, trl_gen = trl_steps[w:], theirs.generate_s[w : len(trl_steps)]
@@ -177,13 +218,20 @@ def main() -> None:
             "step_s": statistics.median(trl_step),
             "generate_s": statistics.median(trl_gen),
             "update_s": statistics.median(s - g for s, g in zip(trl_step, trl_gen)),
+            "update_peak_gib": _largest(theirs.update_gib[w:]),
         },
         "harness": {
             "step_s": statistics.median(m["wall_s"] for m in ours_m),
             "generate_s": statistics.median(m[M.GENERATE_S] for m in ours_m),
             "update_s": statistics.median(m[M.UPDATE_S] for m in ours_m),
             "response_len_mean": statistics.median(m[M.LENGTH_MEAN] for m in ours_m),
+            "update_peak_gib": _largest(our_gib[w:]),
         },
+        "model": str(path),
+        "device": ours.device.type,
+        "dtype": str(ours.policy.dtype)[6:],
+        "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "micro_batch_size": cfg.train.micro_batch_size,
         "shape": {"prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new},
         "steps": args.steps,
         "threads": args.threads,
@@ -196,12 +244,17 @@ def main() -> None:
         f"\n{args.prompts} prompts x {args.group} samples x <= {args.max_new} new tokens, {args.threads} thread(s), "
         f"{args.steps} alternating steps each (load average {os.getloadavg()[0]:.1f})"
     )
-    print(f"{'':10} {'step s':>8} {'gen s':>8} {'update s':>9}")
+    print(f"{'':10} {'step s':>8} {'gen s':>8} {'update s':>9} {'update GiB':>11}")
     for name in ("trl", "harness"):
         r = row[name]
-        print(f"{name:10} {r['step_s']:8.3f} {r['generate_s']:8.3f} {r['update_s']:9.3f}")
+        gib = "-" if r["update_peak_gib"] is None else f"+{r['update_peak_gib']:.1f}"
+        print(f"{name:10} {r['step_s']:8.3f} {r['generate_s']:8.3f} {r['update_s']:9.3f} {gib:>11}")
     print(f"ratio harness / TRL: {row['ratio']:.2f} (target <= 0.5: {'met' if row['ratio'] <= 0.5 else 'NOT met'})")
-    write_json("vs_trl", row)
+    write_json(args.name, row)
+
+
+def _largest(values: list[float | None]) -> float | None:
+    return None if not values or values[0] is None else max(values)
 
 
 if __name__ == "__main__":
