@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.rollout.llama_decode import supports
+from trainer.rollout import static_decode
+from trainer.rollout.hf import pick_decoder
 
 ENV = (
     "ATEN_CPU_CAPABILITY",
@@ -38,6 +39,16 @@ ENV = (
     "TOKENIZERS_PARALLELISM",
 )
 """Environment variables that change which kernels run or how many threads they use."""
+
+
+_PATHS = {
+    "forward": "the model's forward",
+    "llama": "LlamaDecoder",
+    "static": "StaticDecoder",
+    "fixed": "StaticDecoder, fixed shapes",
+    "graph": "StaticDecoder, CUDA graphs",
+}
+"""Each decode step `pick_decoder` resolves to, as the table names it."""
 
 
 def threads_alive() -> list[str]:
@@ -143,6 +154,15 @@ def describe(backend, call):
             mask = kwargs.get("attention_mask")
             seen.append("none" if mask is None else f"{str(mask.dtype)[6:]} {list(mask.shape)}")
 
+    attend = static_decode.sdpa_attention_forward
+
+    def static_mask(module, query, key, value, attention_mask, **kwargs):  # StaticDecoder calls attention directly
+        if not seen:
+            mask = attention_mask
+            seen.append("none" if mask is None else f"{str(mask.dtype)[6:]} {list(mask.shape)}")
+        return attend(module, query, key, value, attention_mask, **kwargs)
+
+    static_decode.sdpa_attention_forward = static_mask
     traced = sys.gettrace() is not None or sys.getprofile() is not None  # a tracer slows every Python call
     before = allocator()
     window = Window(backend.device.type == "cuda")
@@ -153,6 +173,7 @@ def describe(backend, call):
     try:
         batch = call()
     finally:
+        static_decode.sdpa_attention_forward = attend
         window.stop()
         for hook in hooks:
             hook.remove()
@@ -165,8 +186,8 @@ def describe(backend, call):
     return batch, {
         "dtype": str(next(model.parameters()).dtype)[6:],
         "attn_implementation": model.config._attn_implementation,
-        "decode_path": "LlamaDecoder" if backend.fast_decode and supports(model) else "the model's forward",
-        "decode_mask": seen[0] if seen else "not seen (LlamaDecoder)",
+        "decode_path": _PATHS[pick_decoder(backend.decoder, backend.capture, backend.device.type, model)],
+        "decode_mask": seen[0] if seen else "not seen (a decode step that builds no mask)",
         "padded_prompt_share": round(1 - float(batch.prompt_mask.float().mean()), 3),
         "sdpa_kernels": sorted(sdpa),
         "sdpa_share": round(top[0] / 1e6 / window.wall, 3) if top else 0.0,
