@@ -241,7 +241,8 @@ def test_a_task_class_whose_init_hangs_fails_at_its_start_bound(folder):
     s = CustomTaskConfig.model_validate({"class": "slow_task.py:Slow", "root": str(folder), "start_s": 1})
     start = time.monotonic()
     problem = code_problem(s)
-    assert problem is not None and problem.startswith("task.custom.class:") and "\n" not in problem
+    assert problem is not None and problem.startswith("task.custom.class: slow_task.py:Slow") and "\n" not in problem
+    assert problem.endswith("(task.custom.start_s)")
     with pytest.raises(RewardFunctionError):
         ClassTask(s)
     assert time.monotonic() - start < 20

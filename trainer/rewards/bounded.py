@@ -94,7 +94,12 @@ class Reply:
 
 
 class StartError(RuntimeError):
-    """The helper could not start its function (the factory raised, or the process did not come up)."""
+    """The helper could not start its function (the factory raised, or the process did not come up); `late`: it was
+    not ready within its start bound."""
+
+    def __init__(self, message: str, late: bool = False):
+        super().__init__(message)
+        self.late = late
 
 
 class _Output:
@@ -102,11 +107,11 @@ class _Output:
 
     def __init__(self, fd: int, limit: int):
         self.fd, self.half, self.head, self.tail, self.total = fd, max(limit // 2, 1), b"", b"", 0
+        self.busy = False  # between a read and its bytes' keeping
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
     def _read(self) -> None:  # os.read, not a buffered reader: no lock left held by a daemon thread at exit
-        self.busy = False
         for chunk in iter(lambda: _read_some(self.fd), b""):
             self.busy = True
             self.total += len(chunk)
@@ -123,7 +128,7 @@ class _Output:
                 pending = select.select([self.fd], [], [], 0)[0]
             except (OSError, ValueError):
                 return
-            if not pending and not getattr(self, "busy", True):
+            if not pending and not self.busy:
                 return
             time.sleep(0.005)
 
@@ -245,7 +250,7 @@ class BoundedService:
                     if code is not None
                     else f"it was not ready within {self.start_s:g} s"
                 )
-                raise StartError(f"{self.label}: did not start ({how})") from None
+                raise StartError(f"{self.label}: did not start ({how})", late=code is None) from None
             if "error" in hello:
                 self._stop()
                 raise StartError(hello["error"])

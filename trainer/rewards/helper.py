@@ -105,8 +105,7 @@ class _Child:
 
     def cpu_s(self) -> float:
         """The child's CPU time so far (user + system, from /proc)."""
-        use = process_tree.usage([self.pid])
-        return use.cpu_s
+        return process_tree.cpu_s(self.pid)
 
     def wait(self) -> str:
         """How the child ended, in words (it has: its reply pipe closed)."""

@@ -90,6 +90,12 @@ def tagged(token: str) -> list[int]:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (0 once it is gone)."""
+    st = _stat(pid)
+    return 0.0 if st is None else st[1]
+
+
 def usage(pids: list[int]) -> Usage:
     """Processes, anonymous resident memory and CPU time of `pids` (those still alive)."""
     count, memory, cpu = 0, 0, 0.0

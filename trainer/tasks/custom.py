@@ -135,7 +135,7 @@ def _start_error(exc: StartError) -> str:
     text = str(exc)
     for prefix in ("ValueError: ", "RewardFunctionError: "):
         text = text.removeprefix(prefix)
-    return text.replace(" s)", " s: task.custom.start_s)") if "was not ready within" in text else text
+    return f"{text} (task.custom.start_s)" if exc.late else text
 
 
 def build_task(settings: CustomTaskConfig) -> Any:
