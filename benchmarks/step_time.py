@@ -1,9 +1,11 @@
 """RL step time on the toy model: generation vs update, tokens/s, and the share spent in tracking.
 
-    python benchmarks/step_time.py [--threads 1] [--steps 20] [--prompts 8] [--group 8] [--max-new 96]
+    python benchmarks/step_time.py [--threads 1] [--steps 20] [--prompts 8] [--group 8] [--max-new 96] [--ops 12]
 
 Prints a table and writes results/benchmarks/step_time.json. Target: ≤ 0.2 s per step on one
-core for 8 prompts × 8 samples × up to 96 new tokens; tracking ≤ 1% of step time.
+core for 8 prompts × 8 samples × up to 96 new tokens; tracking ≤ 1% of step time. The main job's shape:
+`--prompts 16 --max-new 128`. `--ops N` profiles the measured steps too (torch.profiler) and prints the N
+operators with the most self CPU time, each with its share (profiling slows the steps it times).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--preset", default="grpo")
+    ap.add_argument("--ops", type=int, default=0, help="print the N operators with the most self CPU time")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run-config override")
     ap.add_argument("--out", default=str(ROOT / "results" / "benchmarks" / "step_time.json"))
     args = ap.parse_args()
@@ -81,13 +84,18 @@ def main() -> None:
         with RunTracker(uri, prepare_store(uri, "bench"), config=cfg) as tracker:
             sink = TimedSink(tracker)
             steps = []
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.ops else None
             for step in range(1, args.steps + warmup + 1):
+                if profiler is not None and step == warmup + 1:
+                    profiler.start()
                 metrics = trainer.step(step)
                 if step == warmup + 1:
                     sink.seconds = 0.0
                 sink.log_metrics(step, metrics)
                 if step > warmup:
                     steps.append(metrics)
+            if profiler is not None:
+                profiler.stop()
             start = time.perf_counter()
             tracker.flush()
             sink.seconds += time.perf_counter() - start
@@ -124,10 +132,31 @@ def main() -> None:
         f"{row['step_s']:7.3f} {row['generate_s']:7.3f} {row['update_s']:7.3f} {row['tokens_per_s']:7.0f} "
         f"{row['response_len_mean']:5.1f} {100 * row['tracking_share']:7.2f}%"
     )
+    if profiler is not None:
+        row["ops"] = top_ops(profiler, args.ops)
+        print(f"{'operator':52} {'self CPU s':>10} {'share':>6} {'calls':>7}")
+        for op in row["ops"]:
+            print(f"{op['name'][:52]:52} {op['self_cpu_s']:10.3f} {100 * op['share']:5.1f}% {op['calls']:7d}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(row, indent=2))
     print(f"wrote {out}")
+
+
+def top_ops(profiler: torch.profiler.profile, n: int) -> list[dict]:
+    """The `n` operators with the most self CPU time over the profiled steps, with their share of the total."""
+    events = profiler.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:n]
+    return [
+        {
+            "name": e.key,
+            "self_cpu_s": e.self_cpu_time_total / 1e6,
+            "share": e.self_cpu_time_total / total,
+            "calls": e.count,
+        }
+        for e in ranked
+    ]
 
 
 if __name__ == "__main__":

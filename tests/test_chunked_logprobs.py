@@ -232,3 +232,15 @@ def test_the_chunked_update_equals_the_whole_logits_update_in_float64(arch, case
         for got, want in zip(step, step_whole, strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     assert max(g.abs().max().item() for g in grads[0]) > 1e-3  # the gradients compared are not all ~0
+
+
+def test_the_reference_forward_changes_no_gradient_and_no_metric_but_its_own():
+    """`train.reference_kl` off drops the initial policy's forward (`policy/kl`) and nothing else: the same metrics
+    and every gradient to the bit (which is why it is not part of a job's identity)."""
+    model, objective = _toy(), ObjectiveSettings.preset("grpo")
+    t = _batch(model.lm_head.weight.shape[0], prompts=[3, 5, 2, 4, 5, 3], responses=[12, 1, 7, 9, 4, 12])
+    _, with_kl, grads_kl = _update(model, objective, 1.0, {"reference_kl": True}, None, t)
+    _, without, grads = _update(model, objective, 1.0, {"reference_kl": False}, None, t)
+    assert set(with_kl) - set(without) == {"policy/kl"}
+    assert all(without[k] == with_kl[k] for k in without)
+    assert all(torch.equal(a, b) for step_a, step_b in zip(grads, grads_kl) for a, b in zip(step_a, step_b))

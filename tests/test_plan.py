@@ -74,6 +74,20 @@ def test_one_list_says_what_is_not_a_switch_for_the_planner_and_the_reader():
     assert defines_arm("model.toy.sft_steps") and not defines_arm("model.cache_dir")
 
 
+def test_a_logging_only_field_keeps_the_job_id_and_tells_no_arms_apart():
+    """`train.reference_kl` adds only `policy/kl`: off, the job is the one published with it on (the main job's ids
+    in docs/evidence/dr_grpo_bias.json), and two arms differing only in it are one run config."""
+    from harness.config.run_config import LOGGING_ONLY, defines_arm, load_run_config
+
+    on, off = (load_run_config(ABLATIONS / "toy_run.yaml", [f"train.reference_kl={v}"]) for v in ("true", "false"))
+    assert LOGGING_ONLY == {"train.reference_kl": True} and not defines_arm("train.reference_kl")
+    assert off.train.reference_kl is False and off.config_hash == on.config_hash and off.arm == on.arm
+    assert off.identity() == on.identity() and off.identity()["train"]["reference_kl"] is True
+    lr = load_run_config(ABLATIONS / "toy_run.yaml", ["train.reference_kl=false", "train.lr=1e-4"])
+    assert lr.config_hash != off.config_hash  # the other fields still count
+    assert plan_sweep(ABLATIONS / "dr_grpo_bias.yaml").jobs[0].job_id == "c76038c5ca93"
+
+
 def test_zip_exclude_include_and_cumulative_arms(tmp_path):
     path = _sweep(
         tmp_path,

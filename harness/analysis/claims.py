@@ -393,7 +393,7 @@ def gather(
 ) -> list[Evidence]:
     """Each claim's `evidence` on the sweep's finished runs; `keep` (a row mask of a claim's values: run_id, arm,
     seed, ...) restricts the runs, e.g. to the seeds of one look of a sequential sweep."""
-    settings = _arm_settings(data)
+    settings = logged_arm_settings(data)
     names = data.runs.set_index("run_id")["run_name"] if "run_name" in data.runs else None
     failed = failed_runs(data, settings)
     if keep is not None and not failed.empty:
@@ -428,7 +428,7 @@ def failed_runs(data: SweepData, settings: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "arm", "seed", *data.varying, "diverged"])
 
 
-def _arm_settings(data: SweepData) -> dict[str, dict]:
+def logged_arm_settings(data: SweepData) -> dict[str, dict]:
     """Each arm's label → the dotted settings of its first run (params as logged)."""
     first = data.runs.drop_duplicates("arm").set_index("arm")["run_id"]
     return {

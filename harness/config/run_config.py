@@ -255,19 +255,28 @@ class RunConfig(BaseModel):
         return self
 
     def identity(self, *, with_seed: bool = True) -> dict[str, Any]:
-        """What defines the run's result: every field but `NOT_IDENTITY` (and optionally the seed)."""
-        return self.model_dump(mode="json", exclude=self._exclude(with_seed))
+        """What defines the run's result: every field but `NOT_IDENTITY` (and optionally the seed), `LOGGING_ONLY`'s
+        fields at their values there."""
+        return self._as_trained().model_dump(mode="json", exclude=self._exclude(with_seed))
 
     @property
     def config_hash(self) -> str:
         """Hash of the config's identity: the job id (pydantic's JSON keeps the schema's field order, so the hash is
         stable without sorting keys)."""
-        return digest(self.model_dump_json(exclude=self._exclude(True)))
+        return digest(self._as_trained().model_dump_json(exclude=self._exclude(True)))
 
     @property
     def arm(self) -> str:
         """Hash of the identity without the seed: runs of one arm differ only in seed."""
-        return digest(self.model_dump_json(exclude=self._exclude(False)))
+        return digest(self._as_trained().model_dump_json(exclude=self._exclude(False)))
+
+    def _as_trained(self) -> RunConfig:
+        """This config with each `LOGGING_ONLY` field at its value there: the same run, as far as training goes."""
+        config = self
+        for dotted, value in LOGGING_ONLY.items():
+            if _get(config, dotted) != value:
+                config = _with(config, dotted, value)
+        return config
 
     def _exclude(self, with_seed: bool) -> dict[str, Any]:
         """`NOT_IDENTITY`, the seed unless `with_seed`, and each `LATER_FIELDS` entry at its default."""
@@ -294,6 +303,14 @@ per chunk of logits (these four change only the order of float sums).
 They are left out of the job id and are never an arm's switch; nor is the folder a custom task's relative paths are read
 from (the same sweep in another checkout is the same job).
 A task's or model's other kinds carry no fields at all (the unions above), so they cannot enter the id either."""
+
+
+LOGGING_ONLY: dict[str, Any] = {"train.reference_kl": True}
+"""Fields that change what a run logs, never what it trains, with the value job ids were published with: a run's
+identity holds each at that value, so turning one off keeps the job's id (and a finished run of the job counts as
+done either way). `train.reference_kl` adds a forward of the initial policy for `policy/kl`, no gradient and no
+randomness; with `objective.kl_coef` > 0 the KL is trained on whatever it says. Nor can such a field tell two arms
+apart."""
 
 
 LATER_FIELDS: dict[str, Any] = {
@@ -337,8 +354,16 @@ def _get(obj: Any, dotted: str) -> Any:
 
 
 def defines_arm(key: str) -> bool:
-    """Whether a flattened config key (a logged param) can tell two arms apart: not the seed or the name."""
-    return key not in ("seed", "name") and not any(key == f or key.startswith(f + ".") for f in NOT_IDENTITY)
+    """Whether a flattened config key (a logged param) can tell two arms apart: not the seed, the name, nor a field
+    of `NOT_IDENTITY` or `LOGGING_ONLY`."""
+    fields = NOT_IDENTITY + tuple(LOGGING_ONLY)
+    return key not in ("seed", "name") and not any(key == f or key.startswith(f + ".") for f in fields)
+
+
+def _with(config: Any, dotted: str, value: Any) -> Any:
+    """A copy of the model `config` with the dotted field set to `value` (the models above it copied too)."""
+    head, _, rest = dotted.partition(".")
+    return config.model_copy(update={head: _with(getattr(config, head), rest, value) if rest else value})
 
 
 def _exclude(dotted: tuple[str, ...]) -> dict[str, Any]:
