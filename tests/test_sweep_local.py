@@ -179,33 +179,6 @@ def test_ctrl_c_fails_running_runs_and_reraises(tmp_path, overrides):
         assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == "interrupted"
 
 
-def test_eta_counts_only_how_long_finished_jobs_ran(monkeypatch):
-    """Not a failed attempt before a retry, not a fast failure: 4 jobs on 2 workers, the ones left at the
-    mean run time of the finished ones (10 s and 30 s)."""
-    from harness.engine.executor import JobOutcome
-    from harness.engine.sweep import _Progress
-
-    now = [0.0]
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    view = _Progress("t", total=4, skipped=0, workers=2)
-    a, b, c = (type("J", (), {"job_id": i})() for i in "abc")
-
-    def at(t, kind, job, seconds=None):  # seconds: what the executor reports, counted from the first attempt
-        now[0] = t
-        status = "FAILED" if kind in ("failed", "retrying") else "FINISHED"
-        view.on_event(kind, job, JobOutcome(job.job_id, status, None, None, 1, seconds) if seconds else None)
-
-    at(0, "started", a), at(0, "started", b)
-    at(30, "finished", b, 30)
-    at(100, "retrying", a, 100)  # timed out after 100 s, tried again
-    at(100, "started", a)
-    at(110, "finished", a, 110)
-    at(110, "started", c)
-    at(111, "failed", c, 1)
-    assert view.seconds == [30, 10]
-    assert str(view.__rich__()).endswith("0:01:51 elapsed, ETA 0:00:20")  # 1 left at (30 + 10) / 2 s
-
-
 def test_the_logged_progress_line_counts_the_jobs_that_run():
     """Into a log, the line after a job ends waits for the queued job that takes its slot: with 2 workers busy it
     says 2 running, not the 1 of the instant between them; the last jobs print as they end."""
@@ -216,8 +189,8 @@ def test_the_logged_progress_line_counts_the_jobs_that_run():
     from harness.engine.sweep import _Progress
 
     buf = io.StringIO()
-    view = _Progress("t", total=3, skipped=0, workers=2, log=Console(file=buf, width=300))
-    a, b, c = (type("J", (), {"job_id": i})() for i in "abc")
+    a, b, c = (Job(config=load_run_config(TOY_RUN, [f"seed={seed}"]), arm="a") for seed in range(3))
+    view = _Progress("t", [a, b, c], [], workers=2, log=Console(file=buf, width=300))
     view.on_event("started", a, None), view.on_event("started", b, None)
     view.on_event("finished", a, None)
     assert buf.getvalue() == ""  # c is queued: its start prints the line

@@ -11,7 +11,8 @@ from collections import defaultdict
 from mlflow.entities import Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from harness.runs.layout import FAILURE_REASON_TAG, JOB_ID_TAG, STATUS_TAG, SWEEP_ID_TAG
+from harness.engine.cost import Measured
+from harness.runs.layout import ARM_TAG, FAILURE_REASON_TAG, JOB_ID_TAG, STATUS_TAG, SWEEP_ID_TAG
 from harness.runs.writer import store_client
 
 _PAGE = 1000
@@ -53,6 +54,17 @@ def finished_job_ids(tracking_uri: str, experiment_name: str, sweep_id: str) -> 
     return {
         job for job, statuses in job_runs(tracking_uri, experiment_name, sweep_id).items() if "FINISHED" in statuses
     }
+
+
+def measured_runs(tracking_uri: str, experiment_name: str, sweep_id: str) -> list[Measured]:
+    """How long each FINISHED job run of the sweep took, from MLflow's start and end times of the run (the worker's
+    training, model load and evaluation included; not its process start nor any queueing)."""
+    client = store_client(tracking_uri)
+    return [
+        Measured(run.data.tags[ARM_TAG], (run.info.end_time - run.info.start_time) / 1000)
+        for run in sweep_runs(client, experiment_name, sweep_id, "attributes.status = 'FINISHED'")
+        if run.data.tags.get(JOB_ID_TAG) and run.data.tags.get(ARM_TAG) and run.info.end_time and run.info.start_time
+    ]
 
 
 def end_failed(client: MlflowClient, run_id: str, reason: str) -> None:

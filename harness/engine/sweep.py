@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +27,9 @@ from rich.text import Text
 from harness.config.errors import SweepRunning
 from harness.config.job import Job
 from harness.config.plan import SweepPlan
+from harness.engine.cost import CostModel, Measured, cost_model, makespan, order_jobs
 from harness.engine.executor import Executor, JobOutcome, sigterm_raises, stop_reason
-from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, sweep_runs
+from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, measured_runs, sweep_runs
 from harness.runs.layout import (
     JOBS_ARTIFACT,
     N_JOBS_TAG,
@@ -67,7 +68,9 @@ def run_sweep(
     console: bool = True,
 ) -> SweepResult:
     """Run the plan's jobs (or `jobs`, some of them: a round of `--until-decided`) not yet FINISHED, under the
-    sweep's one parent run, which records the sweep file as read.
+    sweep's one parent run, which records the sweep file as read. They start longest first
+    (`harness.engine.cost.order_jobs`: the prior, calibrated by the sweep's runs already in the store); the order
+    changes no job, and the job table on the parent run keeps the plan's order.
 
     The parent run is FAILED if any job failed (or the executor raised, e.g. on Ctrl-C), else FINISHED.
     """
@@ -118,7 +121,8 @@ def _run_locked(
     fail_orphans(tracking_uri, experiment, sweep_id, ORPHAN_REASON)  # safe: no other invocation is alive
     done = finished_job_ids(tracking_uri, experiment, sweep_id)
     result = SweepResult(skipped=[job for job in jobs if job.job_id in done])
-    todo = [job for job in jobs if job.job_id not in done]
+    measured = measured_runs(tracking_uri, experiment, sweep_id)
+    todo = order_jobs([job for job in jobs if job.job_id not in done], cost_model(jobs, measured))
     result.parent_run_id = parent = parent_run(client, experiment_id, experiment, name, sweep_id, sweep_file)
     _log_plan(client, parent, jobs, cumulative=bool(sweep_file.get("cumulative")))
     out = Console(stderr=True, markup=False, emoji=False)  # a name is text, never Rich markup
@@ -130,9 +134,10 @@ def _run_locked(
 
     view = _Progress(
         name,
-        len(todo),
-        len(result.skipped),
+        todo,
+        result.skipped,
         getattr(executor, "workers", 1),
+        measured,
         log=out if console and not out.is_terminal else None,
     )
     try:
@@ -239,40 +244,65 @@ def end_parent(client: MlflowClient, run_id: str, *, failed: bool, reason: str =
 
 
 class _Progress:
-    """One status line: done / running / failed / skipped, and an ETA from how long finished jobs ran.
+    """One status line: done / running / failed / skipped, and an ETA.
+
+    The ETA is `harness.engine.cost.makespan` of the jobs left, in the order they will start, on `workers`: each
+    queued job at its expected seconds, each running one at its expected seconds less the time it has run (at least
+    0). Expected seconds come from `harness.engine.cost.cost_model`, calibrated by the sweep's runs measured in the
+    store before it started and by each job that finishes here (the time its successful attempt ran: no queueing,
+    failed attempts or builds). Until one run of the sweep is measured, the line says `ETA -`: the prior has no
+    unit; while some arms left are not measured yet, it says how many are (they are taken at the measured ones'
+    mean rate, see `harness.engine.cost`).
 
     Redrawn in place on a terminal (rich Live); into a log (`log`, a console that is not a terminal) it
     is printed as a whole line whenever a job ends, so that no other output runs into it. While jobs are
     queued, that line waits for the next job to take the freed slot, so that it counts the jobs that run
     rather than the instant between two of them."""
 
-    def __init__(self, name: str, total: int, skipped: int, workers: int, *, log: Console | None = None):
-        self.name, self.total, self.skipped, self.workers = name, total, skipped, max(1, workers)
-        self.log = log
+    def __init__(
+        self,
+        name: str,
+        todo: Sequence[Job],
+        skipped: Sequence[Job],
+        workers: int,
+        measured: Sequence[Measured] = (),
+        *,
+        log: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.name, self.total, self.skipped, self.workers = name, len(todo), len(skipped), max(1, workers)
+        self.log, self.clock = log, clock
         self.running = self.done = self.failed = self.retries = 0
-        self.seconds: list[float] = []
-        """How long each FINISHED job's successful attempt ran (no queueing, failed attempts or builds)."""
-        self._started: dict[str, float] = {}
+        self.measured: list[Measured] = list(measured)
+        """The sweep's runs measured in the store, then each job finished here."""
+        self._jobs = [*todo, *skipped]
+        self.model: CostModel = cost_model(self._jobs, self.measured)
+        self._pending: dict[str, Job] = {job.job_id: job for job in todo}
+        """Jobs not started, in the order they will start."""
+        self._started: dict[str, tuple[Job, float]] = {}
         self._line_due = False
-        self.start = time.monotonic()
+        self.start = clock()
 
     def on_event(self, kind: str, job: Job, outcome: JobOutcome | None) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if kind == "started":
             self.running += 1
-            self._started[job.job_id] = now
+            self._pending.pop(job.job_id, None)
+            self._started[job.job_id] = (job, now)
             if self._line_due:
                 self._print_line()
             return
         self.running -= 1
-        started = self._started.pop(job.job_id, now)
+        _, started = self._started.pop(job.job_id, (job, now))
         if kind == "retrying":
             self.retries += 1
+            self._pending = {job.job_id: job, **self._pending}  # a retry starts before any queued job
         else:
             self.done += kind == "finished"
             self.failed += kind == "failed"
             if kind == "finished":
-                self.seconds.append(now - started)
+                self.measured.append(Measured(job.arm_id, now - started))
+                self.model = cost_model(self._jobs, self.measured)
         queued = self.total - self.done - self.failed - self.running
         if queued > 0:
             self._line_due = True  # the next start prints it
@@ -285,21 +315,36 @@ class _Progress:
             self.log.print(self.__rich__(), soft_wrap=True)  # one line, however long
 
     def eta_s(self) -> float | None:
-        """Seconds left: the mean finished job's time for each job left, `workers` at a time."""
-        left = self.total - self.done - self.failed
-        if not self.seconds or not left:
+        """Seconds left (see the class docstring); None before any run is measured or when no job is left."""
+        if not self.model.rates or self.done + self.failed >= self.total:
             return None
-        return sum(self.seconds) / len(self.seconds) * left / min(self.workers, left)
+        now = self.clock()
+        running = [max(0.0, self._seconds(job) - (now - started)) for job, started in self._started.values()]
+        return makespan([self._seconds(job) for job in self._pending.values()], self.workers, running)
+
+    def _seconds(self, job: Job) -> float:
+        seconds = self.model.seconds(job.config)
+        assert seconds is not None, "a model with a rate has seconds for every job"
+        return seconds
+
+    def arms_left(self) -> tuple[int, int]:
+        """(measured, all) arms among the jobs queued or running."""
+        arms = {job.arm_id for job in self._pending.values()} | {job.arm_id for job, _ in self._started.values()}
+        return len(arms & self.model.rates.keys()), len(arms)
 
     def __rich__(self) -> Text:
         left = self.total - self.done - self.failed
         eta = self.eta_s()
-        eta_text = f"ETA {_hms(eta)}" if eta is not None else ("ETA -" if left else "done")
+        if eta is None:
+            eta_text = "ETA -" if left else "done"
+        else:
+            measured, arms = self.arms_left()
+            eta_text = f"ETA {_hms(eta)}" + (f" ({measured} of {arms} arms measured)" if measured < arms else "")
         return Text(
             f"sweep {self.name}: {self.done}/{self.total} done, {self.running} running, "
             f"{self.failed} failed, {self.skipped} skipped"
             + (f", {self.retries} retried" if self.retries else "")
-            + f" | {_hms(time.monotonic() - self.start)} elapsed, {eta_text}"
+            + f" | {_hms(self.clock() - self.start)} elapsed, {eta_text}"
         )
 
 
