@@ -81,6 +81,21 @@ def reinforce_pp_authors(rewards: np.ndarray, lengths: np.ndarray, baseline: boo
     return ((values - mean) / np.sqrt(var + 1e-8))[:, 0].reshape(rewards.shape)
 
 
+def rloo_verl(rewards: np.ndarray) -> np.ndarray:
+    """RLOO as verl computes it (`verl/trainer/ppo/core_algos.py`, `compute_rloo_outcome_advantage`): per group of
+    n > 1, the group mean m, then R · n/(n − 1) − m · n/(n − 1); a group of one keeps R (left out: harness gives 0)."""
+    n = rewards.shape[1]
+    m = rewards.mean(axis=1, keepdims=True)
+    return rewards * n / (n - 1) - m * n / (n - 1)
+
+
+def rloo_openrlhf(rewards: np.ndarray) -> np.ndarray:
+    """RLOO as OpenRLHF computes it (`advantage_estimator=rloo`, its experience maker): the baseline is the other
+    responses' mean, (Σ_j R_j − R_i)/(n − 1), subtracted from R_i."""
+    n = rewards.shape[1]
+    return rewards - (rewards.sum(axis=1, keepdims=True) - rewards) / (n - 1)
+
+
 def _lengths(r: np.ndarray) -> np.ndarray:
     """Each response's token count (1–40), drawn from the rewards' bytes so both sides see the same ones."""
     seed = int.from_bytes(r.tobytes()[:8].ljust(8, b"\0"), "little") % (2**32) + r.size
@@ -149,6 +164,16 @@ def _cases(rng: np.random.Generator, count: int, binary: bool = False) -> list[t
 
 
 VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
+    "RLOO (rloo) vs verl": (
+        lambda r: (ADVANTAGES["rloo"](torch.from_numpy(r), 0.0).numpy(), np.ones(r.shape, bool)),
+        lambda r: (rloo_verl(r), np.ones(r.shape, bool)),
+        lambda r: r.shape[1] > 1,
+    ),
+    "RLOO (rloo) vs OpenRLHF": (
+        lambda r: (ADVANTAGES["rloo"](torch.from_numpy(r), 0.0).numpy(), np.ones(r.shape, bool)),
+        lambda r: (rloo_openrlhf(r), np.ones(r.shape, bool)),
+        lambda r: r.shape[1] > 1,
+    ),
     "MC-GRPO (mc_grpo)": (
         lambda r: (ADVANTAGES["group_median_mad"](torch.from_numpy(r), 1e-3).numpy(), np.ones(r.shape, bool)),
         lambda r: (mc_grpo_authors(r), np.ones(r.shape, bool)),
@@ -229,7 +254,7 @@ def main() -> None:
         if undefined:
             print(f"{variant:44} left out: where the authors' code is not defined (rewards it does not take; BNPO's "
                   "batches of one success rate, where it divides by 0; REINFORCE++'s single token) or departs by "
-                  "design (BNPO's groups of one, named in its docstring): "
+                  "design (BNPO's and RLOO's groups of one, named in their docstrings): "
                   + ", ".join(f"{k} ({v})" for k, v in sorted(undefined.items())))  # fmt: skip
         report[variant] = {"largest": overall, "by_family": worst, "cases": counts, "undefined": undefined}
     write_json("advantages_vs_authors", {"cases": args.cases, "seed": args.seed, "variants": report})

@@ -28,6 +28,7 @@ T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 UNIT = (0.0, 1.0)
 NEW = (
+    "rloo",
     "batch_norm",
     "group_mean_batch_norm",
     "ngrpo",
@@ -48,6 +49,20 @@ def _settings(advantage: str, **over) -> ObjectiveSettings:
 # ---- REINFORCE++ (arXiv 2501.03262) --------------------------------------------------------
 SD_REWARDS = math.sqrt(420 / 1584)  # Bessel std of the 12 rewards: 7 ones, 5 zeros (mean 7/12)
 SD_CENTRED = math.sqrt(1.75 / 11)  # of the 12 group-centred values: 4 × 0.25² ... 3 × 0.25² + 0.75², sum 1.75
+
+
+def test_rloo_by_hand():
+    """Each response against the mean of the other three: 1 − 1/3 and 0 − 2/3 in a 2-of-4 group, 1 − 0 and 0 − 1/3
+    in a 1-of-4 group; a flat group and a group of one get 0 (nothing to compare with)."""
+    got = ADVANTAGES["rloo"](T([1, 0, 0, 1], [1, 1, 1, 1], [1, 0, 0, 0]), 0.0)
+    third = 1 / 3
+    expected = T([2 * third, -2 * third, -2 * third, 2 * third], [0, 0, 0, 0], [1, -third, -third, -third])
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-15)
+    assert ADVANTAGES["rloo"](T([0.7], [0.2]), 0.0).tolist() == [[0.0], [0.0]]
+    assert torch.equal(ADVANTAGES["rloo"](T([0.5, 0.5, 0.5]), 0.0), torch.zeros(1, 3, dtype=torch.float64))
+    continuous = T([0.2, 1.5, -0.4, 0.9, 0.0])
+    loo = torch.stack([continuous[0, i] - (continuous.sum() - continuous[0, i]) / 4 for i in range(5)])[None]
+    torch.testing.assert_close(ADVANTAGES["rloo"](continuous, 0.0), loo, rtol=0, atol=1e-15)
 
 
 def test_batch_norm_by_hand():
@@ -415,6 +430,7 @@ def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float],
 
 
 VARIANTS = {
+    "rloo": lambda: _settings("rloo"),
     "batch_norm": lambda: _settings("batch_norm"),
     "group_mean_batch_norm": lambda: _settings("group_mean_batch_norm"),
     "ngrpo": lambda: _settings("ngrpo"),

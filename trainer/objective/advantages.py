@@ -67,6 +67,25 @@ def batch_std(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     return _zero_flat_groups(_centred(rewards) / (std + eps), rewards)
 
 
+@ADVANTAGES.register("rloo")
+def rloo(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j = G/(G−1) · (R_i − mean_g R): each response's baseline is the mean reward of
+    the other G − 1 responses to its prompt, so it never includes the response itself.
+
+    RLOO: Kool et al. 2019, Buy 4 REINFORCE Samples, Get a Baseline for Free! (ICLR 2019 workshop); Ahmadian et al.
+    2024, Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs
+    (arXiv 2402.14740), §3.2. The same as verl's `algorithm.adv_estimator=rloo` (`verl/trainer/ppo/core_algos.py`,
+    `compute_rloo_outcome_advantage`) and OpenRLHF's `advantage_estimator=rloo` (the baseline (Σ_j R_j − R_i)/(G − 1)).
+    No std scale: it is group_mean's advantage times G/(G − 1). `eps` is unused.
+    Departs from verl's release: a group of one gets 0 here (no other response to be its baseline; verl keeps R_i),
+    and a flat group exactly 0 (verl's G/(G−1)·R_i − G/(G−1)·mean may round to ±1e-16 there).
+    """
+    g = rewards.shape[1]
+    if g == 1:
+        return torch.zeros_like(rewards)
+    return _zero_flat_groups(_centred(rewards) * (g / (g - 1)), rewards)
+
+
 @ADVANTAGES.register("group_median")
 def group_median(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """A_i = R_i − median_g R (for even G the median is the midpoint of the two middle rewards).

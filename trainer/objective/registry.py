@@ -61,6 +61,7 @@ ADVANTAGES: Registry = Registry(
         "group_std",
         "group_mean",
         "batch_std",
+        "rloo",
         "group_median",
         "group_median_mad",
         "baseline_free",
