@@ -96,6 +96,12 @@ def rloo_openrlhf(rewards: np.ndarray) -> np.ndarray:
     return rewards - (rewards.sum(axis=1, keepdims=True) - rewards) / (n - 1)
 
 
+def opo_verl(rewards: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """OPO as verl computes it (`compute_opo_outcome_advantage`): per group of n > 1, the baseline Σ T_j R_j / Σ T_j
+    with T_j a response's mask length, subtracted from each R_i; a group of one keeps R (left out: harness gives 0)."""
+    return rewards - (lengths * rewards).sum(axis=1, keepdims=True) / lengths.sum(axis=1, keepdims=True)
+
+
 def _lengths(r: np.ndarray) -> np.ndarray:
     """Each response's token count (1–40), drawn from the rewards' bytes so both sides see the same ones."""
     seed = int.from_bytes(r.tobytes()[:8].ljust(8, b"\0"), "little") % (2**32) + r.size
@@ -172,6 +178,11 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
     "RLOO (rloo) vs OpenRLHF": (
         lambda r: (ADVANTAGES["rloo"](torch.from_numpy(r), 0.0).numpy(), np.ones(r.shape, bool)),
         lambda r: (rloo_openrlhf(r), np.ones(r.shape, bool)),
+        lambda r: r.shape[1] > 1,
+    ),
+    "OPO (opo) vs verl": (
+        lambda r: (_ours_tokens(r, "opo"), np.ones(r.shape, bool)),
+        lambda r: (opo_verl(r, _lengths(r)), np.ones(r.shape, bool)),
         lambda r: r.shape[1] > 1,
     ),
     "MC-GRPO (mc_grpo)": (
@@ -254,7 +265,7 @@ def main() -> None:
         if undefined:
             print(f"{variant:44} left out: where the authors' code is not defined (rewards it does not take; BNPO's "
                   "batches of one success rate, where it divides by 0; REINFORCE++'s single token) or departs by "
-                  "design (BNPO's and RLOO's groups of one, named in their docstrings): "
+                  "design (BNPO's, RLOO's and OPO's groups of one, named in their docstrings): "
                   + ", ".join(f"{k} ({v})" for k, v in sorted(undefined.items())))  # fmt: skip
         report[variant] = {"largest": overall, "by_family": worst, "cases": counts, "undefined": undefined}
     write_json("advantages_vs_authors", {"cases": args.cases, "seed": args.seed, "variants": report})

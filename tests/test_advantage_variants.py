@@ -29,6 +29,7 @@ REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 UNIT = (0.0, 1.0)
 NEW = (
     "rloo",
+    "opo",
     "batch_norm",
     "group_mean_batch_norm",
     "ngrpo",
@@ -63,6 +64,20 @@ def test_rloo_by_hand():
     continuous = T([0.2, 1.5, -0.4, 0.9, 0.0])
     loo = torch.stack([continuous[0, i] - (continuous.sum() - continuous[0, i]) / 4 for i in range(5)])[None]
     torch.testing.assert_close(ADVANTAGES["rloo"](continuous, 0.0), loo, rtol=0, atol=1e-15)
+
+
+def test_opo_by_hand():
+    """The baseline weighs each reward by its response's length: (10·1 + 3·0 + 7·0 + 1·1) / 21 = 11/21 in a 2-of-4
+    group, so the long correct response and the short one get the same 10/21; a flat group and a group of one get 0."""
+    lengths = torch.tensor([[10, 3, 7, 1], [5, 5, 2, 9]])
+    got = ADVANTAGES["opo"](T([1, 0, 0, 1], [1, 1, 1, 1]), 0.0, lengths)
+    b = 11 / 21
+    torch.testing.assert_close(got, T([1 - b, -b, -b, 1 - b], [0, 0, 0, 0]), rtol=0, atol=1e-15)
+    equal = torch.full((1, 4), 6)
+    torch.testing.assert_close(  # equal lengths: the plain group mean, Dr. GRPO's advantage
+        ADVANTAGES["opo"](T([1, 0, 0, 1]), 0.0, equal), ADVANTAGES["group_mean"](T([1, 0, 0, 1]), 0.0), rtol=0, atol=0
+    )
+    assert ADVANTAGES["opo"](T([0.3], [0.9]), 0.0, torch.tensor([[4], [2]])).tolist() == [[0.0], [0.0]]
 
 
 def test_batch_norm_by_hand():
@@ -431,6 +446,7 @@ def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float],
 
 VARIANTS = {
     "rloo": lambda: _settings("rloo"),
+    "opo": lambda: _settings("opo"),
     "batch_norm": lambda: _settings("batch_norm"),
     "group_mean_batch_norm": lambda: _settings("group_mean_batch_norm"),
     "ngrpo": lambda: _settings("ngrpo"),

@@ -86,6 +86,28 @@ def rloo(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     return _zero_flat_groups(_centred(rewards) * (g / (g - 1)), rewards)
 
 
+@ADVANTAGES.register("opo", needs_lengths=True)
+def opo(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i − b, b = Σ_j T_j R_j / Σ_j T_j: the group's rewards averaged with each response weighted by its
+    length T_j (its tokens), the baseline that minimises the gradient's variance when a response's gradient norm
+    grows with its length.
+
+    OPO: Hao et al. 2025, On-Policy RL with Optimal Reward Baseline (arXiv 2505.23585), as verl computes it
+    (`algorithm.adv_estimator=opo`, `verl/trainer/ppo/core_algos.py`, `compute_opo_outcome_advantage`, with each
+    response's length from its response mask). No std scale. `lengths`: [groups, G] response tokens; `eps` unused.
+    Departs from verl's release: a group of one gets 0 here (verl: R_i, its baseline 0), a flat group exactly 0,
+    and a group whose responses have no token a baseline of its plain mean (verl divides by 0).
+    """
+    if rewards.shape[1] == 1:
+        return torch.zeros_like(rewards)
+    t = lengths.to(rewards.dtype)
+    total = t.sum(dim=1, keepdim=True)
+    weighted = torch.where(
+        total > 0, (t * rewards).sum(dim=1, keepdim=True) / total.clamp(min=1), rewards.mean(1, True)
+    )
+    return _zero_flat_groups(rewards - weighted, rewards)
+
+
 @ADVANTAGES.register("group_median")
 def group_median(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """A_i = R_i − median_g R (for even G the median is the midpoint of the two middle rewards).

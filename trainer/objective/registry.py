@@ -62,6 +62,7 @@ ADVANTAGES: Registry = Registry(
         "group_mean",
         "batch_std",
         "rloo",
+        "opo",
         "group_median",
         "group_median_mad",
         "baseline_free",
