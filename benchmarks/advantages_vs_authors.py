@@ -102,6 +102,16 @@ def opo_verl(rewards: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return rewards - (lengths * rewards).sum(axis=1, keepdims=True) / lengths.sum(axis=1, keepdims=True)
 
 
+def passk_verl(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Pass@k as verl computes it (`compute_grpo_passk_outcome_advantage`, std on): per group of n ≥ 2, 0 everywhere
+    but the top response (its `topk` index), which gets (R_max − R_second) / (std + ε), std with ddof 1."""
+    out = np.zeros_like(rewards)
+    for g, row in enumerate(rewards):
+        order = np.argsort(-row, kind="stable")
+        out[g, order[0]] = (row[order[0]] - row[order[1]]) / (row.std(ddof=1) + eps)
+    return out
+
+
 def _lengths(r: np.ndarray) -> np.ndarray:
     """Each response's token count (1–40), drawn from the rewards' bytes so both sides see the same ones."""
     seed = int.from_bytes(r.tobytes()[:8].ljust(8, b"\0"), "little") % (2**32) + r.size
@@ -185,6 +195,11 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
         lambda r: (opo_verl(r, _lengths(r)), np.ones(r.shape, bool)),
         lambda r: r.shape[1] > 1,
     ),
+    "pass@k (passk) vs verl": (
+        lambda r: (ADVANTAGES["passk"](torch.from_numpy(r), 1e-6).numpy(), np.ones(r.shape, bool)),
+        lambda r: (passk_verl(r), np.ones(r.shape, bool)),
+        lambda r: r.shape[1] > 1,
+    ),
     "MC-GRPO (mc_grpo)": (
         lambda r: (ADVANTAGES["group_median_mad"](torch.from_numpy(r), 1e-3).numpy(), np.ones(r.shape, bool)),
         lambda r: (mc_grpo_authors(r), np.ones(r.shape, bool)),
@@ -265,7 +280,7 @@ def main() -> None:
         if undefined:
             print(f"{variant:44} left out: where the authors' code is not defined (rewards it does not take; BNPO's "
                   "batches of one success rate, where it divides by 0; REINFORCE++'s single token) or departs by "
-                  "design (BNPO's, RLOO's and OPO's groups of one, named in their docstrings): "
+                  "design (BNPO's, RLOO's, OPO's and pass@k's groups of one, named in their docstrings): "
                   + ", ".join(f"{k} ({v})" for k, v in sorted(undefined.items())))  # fmt: skip
         report[variant] = {"largest": overall, "by_family": worst, "cases": counts, "undefined": undefined}
     write_json("advantages_vs_authors", {"cases": args.cases, "seed": args.seed, "variants": report})

@@ -28,6 +28,7 @@ T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 REWARDS = T([1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 1])
 UNIT = (0.0, 1.0)
 NEW = (
+    "passk",
     "rloo",
     "opo",
     "batch_norm",
@@ -78,6 +79,18 @@ def test_opo_by_hand():
         ADVANTAGES["opo"](T([1, 0, 0, 1]), 0.0, equal), ADVANTAGES["group_mean"](T([1, 0, 0, 1]), 0.0), rtol=0, atol=0
     )
     assert ADVANTAGES["opo"](T([0.3], [0.9]), 0.0, torch.tensor([[4], [2]])).tolist() == [[0.0], [0.0]]
+
+
+def test_passk_by_hand():
+    """Only a group's best response moves, by its lead over the runner-up over the group's std: one correct of four
+    gets 1 / (std of [1, 0, 0, 0] = 1/2) = 2; two correct tie at the top and get 0, as a flat group and a group of one;
+    graded rewards 0.9 over 0.5 (std of [0.5, 0.9, 0.2] ≈ 0.351) give 0.4 / 0.351 to the 0.9 alone."""
+    got = ADVANTAGES["passk"](T([0, 1, 0, 0], [1, 0, 0, 1], [1, 1, 1, 1]), 0.0)
+    torch.testing.assert_close(got, T([0, 2, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]), rtol=0, atol=1e-15)
+    graded = T([0.5, 0.9, 0.2])
+    lead = 0.4 / float(graded.std())
+    torch.testing.assert_close(ADVANTAGES["passk"](graded, 0.0), T([0, lead, 0]), rtol=0, atol=1e-15)
+    assert ADVANTAGES["passk"](T([0.3], [1.0]), 0.0).tolist() == [[0.0], [0.0]]
 
 
 def test_batch_norm_by_hand():
@@ -427,11 +440,13 @@ def _batch(seed: int = 0, b: int = 8, t: int = 10, v: int = 5):
     return logits, tokens, mask, old_logp
 
 
-def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float], torch.Tensor]:
+def _update(
+    s: ObjectiveSettings, splits: int, rewards: torch.Tensor = GROUP_REWARDS
+) -> tuple[float, dict[str, float], torch.Tensor]:
     """Loss, metrics and gradient of one batch, its advantages computed once over the whole batch (as the loop does),
     the loss accumulated over `splits` micro-batches with batch-wide counts."""
     logits, tokens, mask, old_logp = _batch()
-    adv = compute_advantages(GROUP_REWARDS, s, lengths=LENGTHS.view(GROUP_REWARDS.shape)).flatten()
+    adv = compute_advantages(rewards, s, lengths=LENGTHS.view(rewards.shape)).flatten()
     norm = Normaliser.from_mask(mask, s.max_len)
     total, parts = 0.0, []
     for rows in torch.arange(8).chunk(splits):
@@ -446,6 +461,7 @@ def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float],
 
 VARIANTS = {
     "rloo": lambda: _settings("rloo"),
+    "passk": lambda: _settings("passk"),
     "opo": lambda: _settings("opo"),
     "batch_norm": lambda: _settings("batch_norm"),
     "group_mean_batch_norm": lambda: _settings("group_mean_batch_norm"),
@@ -463,13 +479,17 @@ VARIANTS = {
 }
 
 
+REWARDS_FOR = {"passk": T([1, 0, 0, 0], [0, 0, 1, 0])}
+"""A variant's own batch where GROUP_REWARDS gives it no signal (pass@k: two correct responses tie at the top)."""
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_micro_batch_invariance(variant):
-    s = VARIANTS[variant]()
-    loss1, metrics1, grad1 = _update(s, 1)
+    s, rewards = VARIANTS[variant](), REWARDS_FOR.get(variant, GROUP_REWARDS)
+    loss1, metrics1, grad1 = _update(s, 1, rewards)
     assert metrics1["policy/clip_frac"] > 0  # the check covers clipped tokens too
     for splits in (2, 4):
-        loss_k, metrics_k, grad_k = _update(s, splits)
+        loss_k, metrics_k, grad_k = _update(s, splits, rewards)
         assert abs(loss_k - loss1) < 1e-9
         assert (grad_k - grad1).abs().max().item() < 1e-9
         assert metrics_k == pytest.approx(metrics1, abs=1e-9)
@@ -477,6 +497,7 @@ def test_micro_batch_invariance(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_each_variant_changes_the_update_from_grpos(variant):
-    _, _, grpo = _update(ObjectiveSettings.preset("grpo"), 1)
-    _, _, mine = _update(VARIANTS[variant](), 1)
+    rewards = REWARDS_FOR.get(variant, GROUP_REWARDS)
+    _, _, grpo = _update(ObjectiveSettings.preset("grpo"), 1, rewards)
+    _, _, mine = _update(VARIANTS[variant](), 1, rewards)
     assert (mine - grpo).abs().max().item() > 1e-3

@@ -108,6 +108,31 @@ def opo(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tenso
     return _zero_flat_groups(rewards - weighted, rewards)
 
 
+@ADVANTAGES.register("passk")
+def passk(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """Only each group's best response gets a signal: A_best = (R_max − R_second) / (std_g R + ε), every other
+    response 0 (std with Bessel's correction). The group is rewarded for its best sample, not its average: with 0/1
+    rewards only a group with exactly one correct response moves.
+
+    verl's `algorithm.adv_estimator=grpo_passk` (`verl/trainer/ppo/core_algos.py`,
+    `compute_grpo_passk_outcome_advantage`, with `norm_adv_by_std_in_grpo` on, its default), which cites Walder &
+    Karkhanis 2025, Pass@K Policy Optimization (arXiv 2503.19595): R_max − R_second is the leave-one-out max@k
+    advantage at k = G (each other response's leave-one-out maximum is R_max itself); the paper's estimators for
+    k < G are not built here. Ties at the top give R_max − R_second = 0, so which tied response is "best" does not
+    matter.
+    Departs from verl's release: a group of one gets 0 (verl refuses it); without the std (verl's
+    `norm_adv_by_std_in_grpo: false`) is not offered.
+    """
+    if rewards.shape[1] == 1:
+        return torch.zeros_like(rewards)
+    top = rewards.topk(2, dim=1).values
+    std = rewards.std(dim=1, keepdim=True, unbiased=True)
+    best = rewards.argmax(dim=1, keepdim=True)
+    return _zero_flat_groups(
+        torch.zeros_like(rewards).scatter(1, best, (top[:, :1] - top[:, 1:2]) / (std + eps)), rewards
+    )
+
+
 @ADVANTAGES.register("group_median")
 def group_median(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """A_i = R_i − median_g R (for even G the median is the midpoint of the two middle rewards).

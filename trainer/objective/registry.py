@@ -63,6 +63,7 @@ ADVANTAGES: Registry = Registry(
         "batch_std",
         "rloo",
         "opo",
+        "passk",
         "group_median",
         "group_median_mad",
         "baseline_free",
