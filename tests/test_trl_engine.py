@@ -172,6 +172,26 @@ def test_settings_read_back_from_grpo_config_are_the_run_config():
         )
 
 
+def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_names():
+    """What harness has no switch for is not logged as the nearest harness setting: TRL's multi-reward
+    normalise-then-sum (it ignores scale_rewards), its bias-corrected KL (on by default) and a refreshed reference,
+    and a delta at or below 1 + ε_high (it then caps positive-advantage tokens too: not a dual clip)."""
+    trl = pytest.importorskip("trl")
+
+    def back(**kw):
+        args = trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **kw)
+        return settings_of(args, args.max_steps, [])["objective"]
+
+    plain = back(beta=0.0)
+    assert (plain["advantage"], plain["kl_estimator"], plain["dual_clip"]) == ("group_std", "k3", None)
+    assert back(multi_objective_aggregation="normalize_then_sum")["advantage"] == "trl:normalize_then_sum"
+    assert back(beta=0.04)["kl_estimator"] == "trl:k3+bias_correction"
+    assert back(beta=0.04, use_bias_correction_kl=False)["kl_estimator"] == "k3"
+    assert back(beta=0.04, use_bias_correction_kl=False, sync_ref_model=True)["kl_estimator"] == "trl:k3+sync_ref_model"
+    assert back(delta=1.1, epsilon_high=0.28)["dual_clip"] == "trl:delta=1.1"
+    assert back(delta=4.0, epsilon_high=0.28)["dual_clip"] == 4.0
+
+
 def test_trl_clip_fractions_are_mapped_only_in_their_own_unit():
     from harness.integrations.trl import trl_logs
 

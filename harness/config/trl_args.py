@@ -292,9 +292,16 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
     adaptive = bool(getattr(args, "use_adaptive_entropy", False))
     correction = bool(args.use_vllm and getattr(args, "vllm_importance_sampling_correction", False))
     per_generation = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+    # TRL settings harness has no switch for are logged as `trl:` names where they change the objective
+    aggregate = getattr(args, "multi_objective_aggregation", "sum_then_normalize")  # normalize_then_sum ignores scale
+    advantage = inverse(SCALE_REWARDS, scale) if aggregate == "sum_then_normalize" else f"trl:{aggregate}"
+    kl_parts = ["bias_correction"] if args.beta and getattr(args, "use_bias_correction_kl", False) else []
+    kl_parts += ["sync_ref_model"] if args.beta and getattr(args, "sync_ref_model", False) else []
+    # TRL's delta caps the ratio of every token: a dual clip only above 1 + ε_high, where no positive token reaches it
+    dual = args.delta if args.delta is None or args.delta > 1 + high else f"trl:delta={args.delta:g}"
     return {
         "objective": {
-            "advantage": inverse(SCALE_REWARDS, scale),
+            "advantage": advantage,
             "adv_eps": TRL_STD_EPS,
             "reward_range": None,
             "bnpo_params": None,
@@ -309,7 +316,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "ratio": inverse(IS_LEVELS, args.importance_sampling_level),
             "clip_low": args.epsilon,
             "clip_high": high - 1 if surrogate == "cispo" else high,
-            "dual_clip": args.delta,
+            "dual_clip": dual,
             "sapo_temperature": [args.sapo_temperature_pos, args.sapo_temperature_neg] if surrogate == "sapo" else None,
             "vespo_k": [args.vespo_k_pos, args.vespo_k_neg] if surrogate == "vespo" else None,
             "vespo_lambda": [args.vespo_lambda_pos, args.vespo_lambda_neg] if surrogate == "vespo" else None,
@@ -327,7 +334,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "rollout_correction_min": args.vllm_importance_sampling_clip_min if correction else None,
             "rollout_correction_max": args.vllm_importance_sampling_clip_max if correction else None,
             "kl_coef": args.beta,
-            "kl_estimator": "k3",
+            "kl_estimator": "k3" if not kl_parts else "trl:" + "+".join(["k3", *kl_parts]),
             "overlong_filter": bool(args.mask_truncated_completions),
             "overlong_penalty": overlong is not None,
             "overlong_cache_len": getattr(overlong, "soft_punish_cache", None),
