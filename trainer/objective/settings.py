@@ -354,7 +354,7 @@ _COMMON: dict[str, Any] = dict(
 """Every preset's value of the switches it does not name: off."""
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # GRPO (arXiv 2402.03300) as TRL/verl ship it, β = 0.
+    # GRPO (arXiv 2402.03300) as TRL ships it, β = 0 (verl's loss adds a dual clip, c = 3: objective.dual_clip: 3).
     "grpo": {
         **_COMMON,
         "advantage": "group_std",
@@ -495,7 +495,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # REINFORCE++ as verl 0.9.1 computes it (arXiv 2501.03262; verl's reinforce_plus_plus and
     # reinforce_plus_plus_baseline): the reward whitened over the batch's tokens, without and with the group mean;
-    # verl's token-mean loss and clip 0.2; the KL off (verl's examples can put it in the reward).
+    # verl's token-mean loss and clip 0.2, without the dual clip verl's vanilla loss always applies (c = 3: add
+    # objective.dual_clip: 3 for verl's exact loss); the KL off (verl's examples can put it in the reward).
     "reinforce_pp": {
         **_COMMON,
         "advantage": "batch_norm_tokens",
