@@ -127,6 +127,7 @@ def test_the_normaliser_counts_the_g_trained_responses_by_hand(mode):
         "token_mean": -sum(x * n for x, n in zip(a, T)) / sum(T),
         "constant": -sum(x * n for x, n in zip(a, T)) / (4 * 10),
         "seq_mean_token_sum": -sum(x * n for x, n in zip(a, T)) / 4,
+        "token_sum": -sum(x * n for x, n in zip(a, T)),
     }
     assert got == pytest.approx(expected[mode], abs=1e-12)
 

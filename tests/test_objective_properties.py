@@ -172,7 +172,7 @@ def test_micro_batch_invariance_of_the_newer_switches(name):
 def test_fully_masked_micro_batch_adds_nothing_and_keeps_its_count(mode):
     """Row 6 of `_batch` is fully masked (e.g. overlong-filtered). Alone in a micro-batch it adds 0 to the
     loss and gradient, the split sums to the full batch, and B = 8 counts it: dropping the row instead
-    scales the loss by 8/7 under the modes divided by B (token_mean does not depend on B)."""
+    scales the loss by 8/7 under the modes divided by B (token_mean and token_sum do not depend on B)."""
     s = ObjectiveSettings.preset("grpo", aggregation=mode, max_len=16)
     logits, tokens, mask, old_logp, ref_logp, adv = _batch(2)
     norm = Normaliser.from_mask(mask, s.max_len)
@@ -192,7 +192,7 @@ def test_fully_masked_micro_batch_adds_nothing_and_keeps_its_count(mode):
     dropped = policy_loss(
         token_logprobs(logits[keep].detach(), tokens[keep]), old_logp[keep], adv[keep], mask[keep], s
     ).loss.item()
-    assert full == pytest.approx(dropped * (1.0 if mode == "token_mean" else 7 / 8), rel=1e-12)
+    assert full == pytest.approx(dropped * (1.0 if mode in ("token_mean", "token_sum") else 7 / 8), rel=1e-12)
 
 
 def test_micro_batch_counts_are_the_pitfall():
@@ -261,7 +261,7 @@ def test_all_equal_groups_give_zero_advantage_and_finite_loss(preset, advantage,
     )
     rewards = torch.tensor([[1.0] * 4, [0.0] * 4])
     strata = torch.tensor([[0, 1, 1, 0]] * 2) if s.stratum_key is not None else None
-    adv = compute_advantages(rewards, s, strata)
+    adv = compute_advantages(rewards, s, strata, lengths=torch.tensor([[3, 1, 4, 1]] * 2))
     assert torch.equal(adv, torch.zeros_like(adv))
     logp = torch.randn(8, 8, requires_grad=True)
     out = policy_loss(logp, logp.detach() + 0.1, adv.flatten(), torch.ones(8, 8), s, entropy=torch.ones(8, 8))

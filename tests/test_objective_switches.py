@@ -88,6 +88,8 @@ def test_flat_groups_get_exactly_zero(name, rewards):
     kwargs = {k: params[k] for k in ADVANTAGES.meta(name).get("params", ())}
     if ADVANTAGES.meta(name).get("needs_strata"):  # strata of one response and of several: all flat
         kwargs["strata"] = torch.arange(rewards.numel()).view_as(rewards) % 2
+    if ADVANTAGES.meta(name).get("needs_lengths"):  # unequal lengths: a length-weighted mean of equal rewards
+        kwargs["lengths"] = torch.arange(1, rewards.numel() + 1).view_as(rewards) * 7
     adv = ADVANTAGES[name](rewards, 0.0, **kwargs)  # eps 0
     assert torch.equal(adv, torch.zeros_like(rewards))
 
@@ -243,6 +245,7 @@ AGG_MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])  # third res
         ("token_mean", 15 / 5, [1 / 5, 1 / 5]),  # 3.0; 1/Σ T_i
         ("constant", 15 / (3 * 4), [1 / 12, 1 / 12]),  # 1.25 with L_max = 4; 1/(B·L_max)
         ("seq_mean_token_sum", 15 / 3, [1 / 3, 1 / 3]),  # 5.0; 1/B
+        ("token_sum", 15.0, [1.0, 1.0]),  # verl's token-sum: no divisor
     ],
 )
 def test_aggregation_modes(mode, expected, token_grads):
@@ -260,7 +263,13 @@ def test_aggregation_modes(mode, expected, token_grads):
 
 @pytest.mark.parametrize(
     "mode, scale",
-    [("seq_mean_token_mean", 15 / 16), ("token_mean", 1.0), ("constant", 15 / 16), ("seq_mean_token_sum", 15 / 16)],
+    [
+        ("seq_mean_token_mean", 15 / 16),
+        ("token_mean", 1.0),
+        ("constant", 15 / 16),
+        ("seq_mean_token_sum", 15 / 16),
+        ("token_sum", 1.0),
+    ],
 )
 def test_masked_response_stays_in_the_batch_count(mode, scale):
     """1 of 16 responses filtered (overlong): the other 15's loss is scaled by 15/16, not left at 1/15

@@ -172,6 +172,15 @@ def test_settings_read_back_from_grpo_config_are_the_run_config():
         )
 
 
+def test_trl_cannot_express_verls_token_sum_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        load_run_config(TOY_RUN, ["train.engine=trl", *EXPRESSIBLE, "objective.aggregation=token_sum"])
+    assert "\n" not in str(err.value) and str(err.value).endswith(
+        "train.engine: trl cannot express objective.aggregation: token_sum with objective.surrogate clip "
+        "(TRL's loss_type has no equivalent)"
+    )
+
+
 def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_names():
     """What harness has no switch for is not logged as the nearest harness setting: TRL's multi-reward
     normalise-then-sum (it ignores scale_rewards), its bias-corrected KL (on by default) and a refreshed reference,

@@ -79,7 +79,7 @@ ADVANTAGES: Registry = Registry(
 AGGREGATIONS: Registry = Registry(
     "loss aggregation",
     "trainer.objective.aggregation",
-    ("seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum"),
+    ("seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum", "token_sum"),
 )
 RATIOS: Registry = Registry(
     "importance ratio level", "trainer.objective.ratios", ("token", "sequence", "sequence_token")
