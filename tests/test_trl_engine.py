@@ -181,6 +181,17 @@ def test_trl_cannot_express_verls_token_sum_in_one_line():
     )
 
 
+@pytest.mark.parametrize("mode, refused", [("sequence_mask", True), ("sequence_truncate", True), ("token_mask", False)])
+def test_trl_refuses_vespo_with_a_sequence_level_rollout_correction(mode, refused):
+    """TRL 1.16's trainer raises on VESPO with a sequence-level vLLM correction: refused before any job instead."""
+    o = ObjectiveSettings.preset(
+        "vespo", adv_eps=1e-4, rollout_correction=mode, rollout_correction_min=0.5, rollout_correction_max=2.0
+    )
+    problems = trl_problems(o, RolloutConfig(backend="vllm"), TrainConfig(reference_kl=False))
+    line = f"objective.rollout_correction: {mode} with objective.surrogate vespo (TRL's VESPO takes only "
+    assert any(p.startswith(line) for p in problems) == refused
+
+
 def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_names():
     """What harness has no switch for is not logged as the nearest harness setting: TRL's multi-reward
     normalise-then-sum (it ignores scale_rewards), its bias-corrected KL (on by default) and a refreshed reference,

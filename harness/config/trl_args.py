@@ -68,7 +68,8 @@ TABLE: dict[str, str] = {
     "harness over the optimisation batch: the same when they coincide)",
     "objective.off_policy_threshold": "`off_policy_mask_threshold`",
     "objective.rollout_correction": "`vllm_importance_sampling_correction=True`, `vllm_importance_sampling_mode`; "
-    "TRL corrects only vLLM's log-probabilities: needs rollout.backend vllm (error)",
+    "TRL corrects only vLLM's log-probabilities: needs rollout.backend vllm (error); with VESPO only token_truncate "
+    "or token_mask (error)",
     "objective.rollout_correction_min": "`vllm_importance_sampling_clip_min`",
     "objective.rollout_correction_max": "`vllm_importance_sampling_clip_max`",
     "objective.dual_clip": "`delta` (INTELLECT-2's cap on the ratio: the same loss and gradient when c > 1 + "
@@ -154,6 +155,11 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(
             f"objective.rollout_correction: {o.rollout_correction} (TRL corrects only vLLM's log-probabilities: "
             "set rollout.backend=vllm)"
+        )
+    if o.surrogate == "vespo" and o.rollout_correction not in (None, "token_truncate", "token_mask"):
+        out.append(
+            f"objective.rollout_correction: {o.rollout_correction} with objective.surrogate vespo (TRL's VESPO takes "
+            "only token_truncate or token_mask)"
         )
     if o.aggregation == "constant" and o.max_len != r.max_new_tokens:
         out.append(
