@@ -60,8 +60,11 @@ TABLE: dict[str, str] = {
     "objective.kl_cov_coef": "TRL has no KL-Cov",
     "objective.clip_cov_ratio": "TRL has no Clip-Cov: set is an error",
     "objective.clip_cov_bounds": "TRL has no Clip-Cov",
-    "objective.entropy_coef": "`entropy_coef`",
-    "objective.entropy_target": "`use_adaptive_entropy=True`, `entropy_target`, `entropy_coef_min=0`",
+    "objective.entropy_coef": "`entropy_coef` (TRL's bonus is the token mean of each micro-batch divided by the "
+    "accumulation steps, harness's the mean over the optimisation batch's trained tokens: the same with one "
+    "micro-batch per step or equal token counts)",
+    "objective.entropy_target": "`use_adaptive_entropy=True`, `entropy_target`, `entropy_coef_min=0` (the bonus as "
+    "`entropy_coef`'s)",
     "objective.entropy_coef_step": "`entropy_coef_delta`",
     "objective.entropy_coef_max": "`entropy_coef_max`",
     "objective.top_entropy_quantile": "`top_entropy_quantile` (TRL takes the quantile over each micro-batch, "
