@@ -121,7 +121,8 @@ def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, norm: Normaliser)
 def token_sum(loss: torch.Tensor, mask: torch.Tensor, norm: Normaliser) -> torch.Tensor:
     """L = Σ_i Σ_t m_it ℓ_it: every loss token's term, not divided by anything.
 
-    verl's `token-sum` (`verl/trainer/ppo/core_algos.py`, `agg_loss`; on one data-parallel rank). No normaliser, so
+    verl's `token-sum` (Sheng et al. 2024, HybridFlow, arXiv 2409.19256; `verl/trainer/ppo/core_algos.py`,
+    `agg_loss`, on one data-parallel rank). No normaliser, so
     the update's size grows with the batch's loss tokens: the same direction as `token_mean`, Σ_i T_i times longer.
     """
     return masked(loss, mask).sum()
