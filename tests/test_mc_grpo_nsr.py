@@ -287,9 +287,9 @@ def _fake_trainer(objective: ObjectiveSettings, group_size: int = 4, **train):
     seen = []
     update = tr.update
 
-    def spy(step, t, advantages, mask):
+    def spy(step, t, advantages, mask, *precomputed):
         seen.append((t, advantages.tolist(), mask))
-        return update(step, t, advantages, mask)
+        return update(step, t, advantages, mask, *precomputed)
 
     tr.update = spy
     return tr, backend, seen

@@ -214,9 +214,9 @@ def _fake_trainer(objective: ObjectiveSettings):
     seen = []
     update = tr.update
 
-    def spy(step, t, advantages, mask):
+    def spy(step, t, advantages, mask, *precomputed):
         seen.append(advantages.tolist())
-        return update(step, t, advantages, mask)
+        return update(step, t, advantages, mask, *precomputed)
 
     tr.update = spy
     return tr, seen

@@ -29,6 +29,7 @@ from trainer.objective import (
     covariance_selection,
     dynamic_sampling_filter,
     group_outcome_metrics,
+    kl_reward_penalty,
     loss_mask,
     merge_metrics,
     policy_loss,
@@ -122,7 +123,7 @@ class Trainer:
         self.group_width = self.roll.group_size + self.obj.extra_samples  # responses each group draws
         self.params = SamplingParams(self.roll.max_new_tokens, self.roll.temperature, self.roll.top_p)
         self.ref = None
-        if self.cfg.reference_kl or self.obj.kl_coef > 0:
+        if self.cfg.reference_kl or self.obj.needs_reference:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
         self.optimiser = torch.optim.AdamW(
             policy.parameters(), lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay
@@ -310,13 +311,24 @@ class Trainer:
                     torch.cuda.empty_cache()
 
     def update(
-        self, step: int, t: dict[str, torch.Tensor], advantages: torch.Tensor, mask: torch.Tensor
+        self,
+        step: int,
+        t: dict[str, torch.Tensor],
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        old: torch.Tensor | None = None,
+        ref: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them."""
+        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them. `old`, `ref`: the
+        [N, L] log-probs of π_old and π_ref when already computed (for the KL in the reward), else computed here."""
         n = mask.shape[0]
         several = self.cfg.mini_batches * self.cfg.epochs > 1
-        old = self._logprobs(self.policy, t) if several else None  # else π_old = π_θ before the step
-        ref = self._logprobs(self.ref, t) if self.ref is not None else None
+        if several and old is None:
+            old = self._logprobs(self.policy, t)
+        elif not several:
+            old = None  # π_old = π_θ before the step
+        if ref is None and self.ref is not None:
+            ref = self._logprobs(self.ref, t)
         gen = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, step, 7]).generate_state(1)[0]))
         per_step: list[dict[str, float]] = []
         self.policy.train()
@@ -432,15 +444,25 @@ class Trainer:
         everything, kept, metrics = self.collect(step)
         generated = time.perf_counter()
         shaped, correct = self._rewards(kept)
+        penalised, every, old, ref = shaped, None, None, None
+        if self.obj.kl_reward_coef > 0:  # the KL in the reward: π_old's and π_ref's log-probs before the advantages
+            every = self._tensors(kept, list(range(shaped.numel())))
+            old, ref = self._logprobs(self.policy, every), self._logprobs(self.ref, every)
+            penalty = kl_reward_penalty(old, ref, every["resp_mask"], self.obj).double().cpu()
+            penalised = shaped - penalty.view(shaped.shape)
+            metrics[M.KL_REWARD_PENALTY] = penalty.mean().item()
         strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
-        grouped = compute_advantages(shaped, self.obj, strata, kept.lengths.view(shaped.shape))
-        trained = trained_samples(shaped, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
+        grouped = compute_advantages(penalised, self.obj, strata, kept.lengths.view(shaped.shape))
+        trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
         advantages = grouped.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()
         if rows:  # none under drop_correct when every response is correct: nothing to train this step
-            t = self._tensors(kept, rows)
+            t = every if every is not None and len(rows) == len(kept.grades) else self._tensors(kept, rows)
+            if old is not None and ref is not None:  # the trained rows' log-probs, cut to their batch's width
+                width = t["resp_mask"].shape[1]
+                old, ref = old[rows, :width], ref[rows, :width]
             resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
-            metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask))
+            metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask, old, ref))
             self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
         done = time.perf_counter()
         shaped_all, correct_all = self._rewards(everything)
@@ -449,7 +471,7 @@ class Trainer:
         metrics.update(rollout_metrics(everything, shaped_all))
         if rows:
             metrics.update(advantage_metrics(advantages[rows]))
-        metrics.update(sign_flip_metrics(shaped, grouped, trained))
+        metrics.update(sign_flip_metrics(penalised, grouped, trained))
         G = self.group_width
         metrics.update(
             self.task.step_metrics(
@@ -541,8 +563,8 @@ def rollout_rows(
     group_size: int,
     with_text: bool,
 ) -> list[dict[str, Any]]:
-    """One row per generated sample (reward = the task's, shaped_reward = what the advantage saw);
-    samples of dropped groups have kept=False and no advantage."""
+    """One row per generated sample (reward = the task's, shaped_reward = what the advantage saw, before the KL
+    penalty in the reward, objective.kl_reward_coef); samples of dropped groups have kept=False and no advantage."""
     adv_of = {
         (id(g), j): advantages[k * group_size + j].item() for k, g in enumerate(kept.groups) for j in range(group_size)
     }

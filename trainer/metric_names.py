@@ -54,6 +54,10 @@ RATIO_MEAN = "policy/ratio_mean"
 RATIO_MIN = "policy/ratio_min"
 RATIO_MAX = "policy/ratio_max"
 
+# The KL penalty in the reward (objective.kl_reward_coef > 0 only): the mean over the kept responses of β Σ_t kl_t,
+# what the advantage's reward lost; train/reward_mean and train/accuracy stay the task's own.
+KL_REWARD_PENALTY = "reward/kl_penalty_mean"
+
 # advantages
 ADV_MEAN = "adv/mean"
 ADV_ABS_MEAN = "adv/abs_mean"

@@ -342,6 +342,8 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.positive_weight": None,
     "objective.stratum_key": None,
     "objective.stratum_blend": 1.0,
+    "objective.kl_reward_coef": 0.0,
+    "objective.kl_reward_estimator": "k1",
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

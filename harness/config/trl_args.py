@@ -79,6 +79,9 @@ TABLE: dict[str, str] = {
     "clip_high; error otherwise)",
     "objective.kl_coef": "`beta`, with `use_bias_correction_kl=False` (harness's KL term has no ratio weight)",
     "objective.kl_estimator": "TRL's KL is k3: k1 or k2 with kl_coef > 0 is an error",
+    "objective.kl_reward_coef": "TRL's GRPOTrainer has no KL in the reward (its RLOOTrainer's `beta` is one, "
+    "another trainer): > 0 is an error",
+    "objective.kl_reward_estimator": "unused (the KL in the reward only, which TRL's GRPOTrainer has not)",
     "objective.overlong_filter": "`mask_truncated_completions`",
     "objective.overlong_penalty": "TRL's `get_soft_overlong_punishment(max_len, overlong_cache_len)` as a second "
     "reward function",
@@ -178,6 +181,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         )
     if o.kl_coef > 0 and o.kl_estimator != "k3":
         out.append(f"objective.kl_estimator: {o.kl_estimator} (TRL's KL is k3)")
+    if o.kl_reward_coef > 0:
+        out.append(f"objective.kl_reward_coef: {o.kl_reward_coef:g} (TRL's GRPOTrainer has no KL in the reward)")
     if o.dynamic_sampling:
         out.append("objective.dynamic_sampling: true (TRL has no dynamic sampling)")
     if o.median_pivot:
@@ -344,6 +349,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "rollout_correction_max": args.vllm_importance_sampling_clip_max if correction else None,
             "kl_coef": args.beta,
             "kl_estimator": "k3" if not kl_parts else "trl:" + "+".join(["k3", *kl_parts]),
+            "kl_reward_coef": 0.0,
+            "kl_reward_estimator": "k1",
             "overlong_filter": bool(args.mask_truncated_completions),
             "overlong_penalty": overlong is not None,
             "overlong_cache_len": getattr(overlong, "soft_punish_cache", None),

@@ -22,7 +22,7 @@ _HOMES = {
     "terms": ["PolicyTerms"],
     "aggregation": ["AGGREGATIONS", "Normaliser"],
     "clipping": ["Surrogate", "clipped_surrogate"],
-    "kl": ["KL_ESTIMATORS", "token_entropy", "token_logprobs"],
+    "kl": ["KL_ESTIMATORS", "kl_reward_penalty", "token_entropy", "token_logprobs"],
     "loss": ["ObjectiveOutput", "compute_advantages", "loss_mask", "merge_metrics", "policy_loss", "shape_rewards"],
     "overlong": ["overlong_filter", "soft_overlong_penalty"],
     "ratios": ["RATIOS"],
@@ -71,6 +71,7 @@ __all__ = [
     "median_pivot",
     "trained_samples",
     "sign_flip_metrics",
+    "kl_reward_penalty",
     "token_entropy",
     "token_logprobs",
 ]

@@ -98,6 +98,16 @@ class ObjectiveSettings(BaseModel):
     DAPO, TRL). β > 0 needs reference log-probs."""
     kl_estimator: str
     """KL estimator for the loss and the policy/kl metric: k1, k2 or k3 (GRPO uses k3)."""
+    kl_reward_coef: float = Field(ge=0, allow_inf_nan=False)
+    """β of the KL penalty in the reward (verl's `use_kl_in_reward` with `kl_ctrl.kl_coef`, TRL's RLOOTrainer
+    `beta`): each response's reward becomes R_i − β Σ_t kl_t before the advantage, kl_t the estimator
+    `kl_reward_estimator` of log π_old(o_t) − log π_ref(o_t); no gradient flows through it. Independent of kl_coef
+    (the KL in the loss): both may be on, as in verl. 0 = off (the default, no extra forward); > 0 needs the
+    reference policy. See `kl_reward_penalty`."""
+    kl_reward_estimator: str
+    """The estimator of the KL in the reward: k1 (verl's default `algorithm.kl_penalty: kl`, TRL's RLOOTrainer,
+    OpenRLHF's recommendation), k2 or k3. Its own setting, as verl's `kl_penalty` is apart from the loss's
+    `kl_loss_type`. Other than k1 only with kl_reward_coef > 0."""
     kl_cov_ratio: float | None = Field(gt=0, le=1)
     """KL-Cov's k: the share of the batch's loss tokens, those of highest covariance of log π and A, that get the
     |log r| penalty (the paper's 2e-3 for 7B models, 2e-4 for 32B); null unless surrogate is kl_cov."""
@@ -171,7 +181,9 @@ class ObjectiveSettings(BaseModel):
         for the defaults a preset derives (dapo: overlong_cache_len = max_len // 5)."""
         return cls(**preset_fields(name, overrides))
 
-    @field_validator("advantage", "aggregation", "ratio", "kl_estimator", "surrogate", "rollout_correction")
+    @field_validator(
+        "advantage", "aggregation", "ratio", "kl_estimator", "kl_reward_estimator", "surrogate", "rollout_correction"
+    )
     @classmethod
     def _registered(cls, name: str | None, info: ValidationInfo) -> str | None:
         registry = _REGISTRIES[info.field_name]
@@ -238,6 +250,10 @@ class ObjectiveSettings(BaseModel):
             raise ValueError("clip_cov_ratio and clip_cov_bounds are set together or not at all")
         if self.clip_cov_bounds is not None and not self.clip_cov_bounds[0] < self.clip_cov_bounds[1]:
             raise ValueError(f"clip_cov_bounds must be (low, high) with low < high, got {list(self.clip_cov_bounds)}")
+        if self.kl_reward_estimator != "k1" and self.kl_reward_coef == 0:
+            raise ValueError(
+                f"kl_reward_estimator ({self.kl_reward_estimator}) needs kl_reward_coef > 0 (the reward has no KL)"
+            )
         if self.dual_clip is not None and self.surrogate != "clip":
             raise ValueError(f"dual_clip caps the clip surrogate's loss; surrogate '{self.surrogate}' has no clip")
         if self.surrogate == "vespo" and self.per_sequence_ratio:
@@ -274,6 +290,11 @@ class ObjectiveSettings(BaseModel):
         return bool(RATIOS.meta(self.ratio)["per_sequence"])
 
     @property
+    def needs_reference(self) -> bool:
+        """Whether the objective reads the reference policy's log-probs: a KL in the loss or in the reward."""
+        return self.kl_coef > 0 or self.kl_reward_coef > 0
+
+    @property
     def entropy_bonus(self) -> bool:
         """Whether the loss carries an entropy term (so the entropy needs its gradient)."""
         return self.entropy_coef > 0 or self.entropy_target is not None
@@ -308,6 +329,7 @@ _REGISTRIES: dict[str, Registry] = {
     "aggregation": AGGREGATIONS,
     "ratio": RATIOS,
     "kl_estimator": KL_ESTIMATORS,
+    "kl_reward_estimator": KL_ESTIMATORS,
     "surrogate": SURROGATES,
     "rollout_correction": ROLLOUT_CORRECTIONS,
 }
@@ -323,6 +345,8 @@ _COMMON: dict[str, Any] = dict(
     dual_clip=None,
     kl_coef=0.0,
     kl_estimator="k3",
+    kl_reward_coef=0.0,
+    kl_reward_estimator="k1",
     overlong_filter=False,
     overlong_penalty=False,
     overlong_cache_len=None,
