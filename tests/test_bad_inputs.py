@@ -877,6 +877,28 @@ CASES += [
     ),
 ]
 
+# The KL penalty in the reward (kl_reward_coef, kl_reward_estimator).
+CASES += [
+    Case(
+        "run: negative kl_reward_coef",
+        "run",
+        "objective:\n  preset: grpo\n  kl_reward_coef: -0.1\n",
+        "objective.kl_reward_coef",
+    ),
+    Case(
+        "run: kl_reward_estimator with the KL in the reward off",
+        "run",
+        "objective:\n  preset: grpo\n  kl_reward_estimator: k3\n",
+        "kl_reward_estimator",
+    ),
+    Case(
+        "kl_reward_coef under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.kl_reward_coef: 0.01\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.kl_reward_coef",
+    ),
+]
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(
