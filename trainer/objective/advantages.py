@@ -255,8 +255,9 @@ def batch_norm_tokens(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) 
     the mean and variance by its length, and an all-equal group of unequal lengths keeps a signal. `lengths`:
     [groups, G] response tokens. `eps` is unused (verl's 1e-8).
     Hu et al. 2025, REINFORCE++ (arXiv 2501.03262). `batch_norm` is the per-response whitening harness had before.
-    Departs from the authors' release: the KL term is in the loss (`objective.kl_coef`), where verl's examples can
-    put it in the reward.
+    Departs from the authors' release: verl's examples put the KL in the reward per token, so token t's return holds
+    the KL from t on; harness's `objective.kl_reward_coef` gives every token the response's whole sum (or
+    `objective.kl_coef` puts it in the loss).
     """
     return _token_whiten(rewards, lengths)
 
@@ -267,7 +268,7 @@ def group_mean_batch_norm_tokens(rewards: torch.Tensor, eps: float, lengths: tor
     token of the batch as `batch_norm_tokens`: REINFORCE++ with the group baseline as verl 0.9.1 computes it
     (`reinforce_plus_plus_baseline`), Hu et al. 2025 (arXiv 2501.03262). `group_mean_batch_norm` is the
     per-response whitening harness had before.
-    Departs from the authors' release: the KL term is in the loss, as `batch_norm_tokens`.
+    Departs from the authors' release: the KL's placement, as `batch_norm_tokens`.
     """
     centred = rewards - rewards.mean(dim=1, keepdim=True) if rewards.shape[1] > 1 else rewards
     return _token_whiten(centred, lengths)

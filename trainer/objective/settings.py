@@ -520,7 +520,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # REINFORCE++ as verl 0.9.1 computes it (arXiv 2501.03262; verl's reinforce_plus_plus and
     # reinforce_plus_plus_baseline): the reward whitened over the batch's tokens, without and with the group mean;
     # verl's token-mean loss and clip 0.2, without the dual clip verl's vanilla loss always applies (c = 3: add
-    # objective.dual_clip: 3 for verl's exact loss); the KL off (verl's examples can put it in the reward).
+    # objective.dual_clip: 3 for verl's exact loss); the KL off (verl's examples put it in the reward:
+    # objective.kl_reward_coef).
     "reinforce_pp": {
         **_COMMON,
         "advantage": "batch_norm_tokens",
