@@ -7,7 +7,9 @@ from types import SimpleNamespace
 
 import torch
 
+from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBatch
+from trainer.tasks.base import Group
 
 
 class FakeBackend:
@@ -42,3 +44,23 @@ class FakeLM(torch.nn.Module):
     def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0):
         logits = self.out(self.emb(input_ids))
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+
+
+class TableTask:
+    """A task whose groups are problems p0, p1, ... (by position in the step) and whose reward for sample j of problem
+    p is `rewards[p][j]` (correct at 1.0), whatever the completion says."""
+
+    name = "fake"
+
+    def __init__(self, rewards: dict[str, list[float]]):
+        self.rewards = rewards
+
+    def sample_groups(self, rng, num_groups, group_size):
+        return [Group(f"p{k}", "", tuple(f"{k}:{j}" for j in range(group_size))) for k in range(num_groups)]
+
+    def grade(self, group, index, completion):
+        reward = self.rewards[group.problem_id][index]
+        return Grade(reward, reward == 1.0)
+
+    def step_metrics(self, groups, grades, lengths):
+        return {}

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_loop import FakeBackend, FakeLM
+from fake_loop import FakeBackend, FakeLM, TableTask
 from pydantic import ValidationError
 
 from harness.config.run_config import LATER_FIELDS, RunConfig, load_run_config
@@ -15,8 +15,6 @@ from trainer.config import RolloutConfig, TrainConfig
 from trainer.loop import Trainer, TrainerSettings
 from trainer.objective import ObjectiveSettings, compute_advantages, kl_reward_penalty
 from trainer.objective.kl import token_logprobs
-from trainer.rewards.grade import Grade
-from trainer.tasks.base import Group
 
 TOY_RUN = Path(__file__).resolve().parents[1] / "ablations" / "toy_run.yaml"
 EXPRESSIBLE = ["objective.adv_eps=0.0001", "train.reference_kl=false"]  # as tests/test_trl_engine.py's
@@ -100,20 +98,6 @@ FLAT = {"p0": [1.0] * 5, "p1": [0.0] * 5}
 """Every group flat: without the KL in the reward, every advantage is 0."""
 
 
-class FlatTask:
-    name = "fake"
-
-    def sample_groups(self, rng, num_groups, group_size):
-        return [Group(f"p{k}", "", tuple(f"{k}:{j}" for j in range(group_size))) for k in range(num_groups)]
-
-    def grade(self, group, index, completion):
-        reward = FLAT[group.problem_id][index]
-        return Grade(reward, reward == 1.0)
-
-    def step_metrics(self, groups, grades, lengths):
-        return {}
-
-
 def _trainer(objective: ObjectiveSettings, **train):
     settings = TrainerSettings(
         objective,
@@ -121,7 +105,7 @@ def _trainer(objective: ObjectiveSettings, **train):
         TrainConfig(**{"steps": 1, "device": "cpu", "reference_kl": False, **train}),
         0,
     )
-    tr = Trainer(FakeLM(), FlatTask(), FakeBackend(), 0, settings)
+    tr = Trainer(FakeLM(), TableTask(FLAT), FakeBackend(), 0, settings)
     if tr.ref is not None:  # a reference the policy has moved away from: a different log-prob for every token
         with torch.no_grad():
             tr.ref.out.bias.copy_(torch.linspace(-1.0, 1.0, 32))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fake_loop import FakeBackend, FakeLM
+from fake_loop import FakeBackend, FakeLM, TableTask
 from pydantic import ValidationError
 
 from harness.config.run_config import RunConfig
@@ -28,8 +28,6 @@ from trainer.objective import (
     trained_samples,
 )
 from trainer.objective.masks import sign_weight
-from trainer.rewards.grade import Grade
-from trainer.tasks.base import Group
 
 F64 = torch.float64
 MC = {"advantage": "group_median", "median_pivot": True}
@@ -261,20 +259,6 @@ REWARDS = {"p0": [0.3, 0.0, 1.0, 0.2, 0.1], "p1": [1.0, 0.0, 0.0, 1.0, 0.0]}
 """Each problem's reward by sample index. p0: median 0.2 (pivot index 3); p1: median 0 (pivot index 1, the first 0)."""
 
 
-class FakeTask:
-    name = "fake"
-
-    def sample_groups(self, rng, num_groups, group_size):
-        return [Group(f"p{k}", "", tuple(f"{k}:{j}" for j in range(group_size))) for k in range(num_groups)]
-
-    def grade(self, group, index, completion):
-        reward = REWARDS[group.problem_id][index]
-        return Grade(reward, reward == 1.0)
-
-    def step_metrics(self, groups, grades, lengths):
-        return {}
-
-
 def _fake_trainer(objective: ObjectiveSettings, group_size: int = 4, **train):
     settings = TrainerSettings(
         objective,
@@ -283,7 +267,7 @@ def _fake_trainer(objective: ObjectiveSettings, group_size: int = 4, **train):
         0,
     )
     backend = FakeBackend()
-    tr = Trainer(FakeLM(), FakeTask(), backend, 0, settings)
+    tr = Trainer(FakeLM(), TableTask(REWARDS), backend, 0, settings)
     seen = []
     update = tr.update
 
