@@ -407,3 +407,24 @@ def test_a_p_value_bound_reads_as_a_bound():
     from dashboard.verdicts import _p
 
     assert _p("p", "< 0.001") == "p \\< 0.001" and _p("Holm p", "0.0292") == "Holm p = 0.0292"  # < escaped
+
+
+def test_the_kl_to_the_reference_and_the_reward_penalty_are_drawn_where_logged(tmp_path, monkeypatch):
+    """The entropy page draws `policy/kl` and the KL penalty in the reward for the arms that log them, and says so
+    when none does."""
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    base = {M.CLIP_FRAC: [0.0] * 3, M.ENTROPY: [1.0] * 3}
+    runs = [
+        FakeRun("loss_kl", 0, values={**base, M.KL: [0.0, 0.01, 0.02]}),
+        FakeRun("reward_kl", 0, values={**base, M.KL: [0.0, 0.02, 0.03], M.KL_REWARD_PENALTY: [0.0, 0.004, 0.002]}),
+    ]
+    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "entropy_clipping")
+    fig = _figure(at, "KL penalty in the reward (β Σ_t kl_t, mean over responses)")
+    names = {trace.get("name") for trace in fig["data"]}
+    assert "KL to the initial policy (`policy/kl`, token mean)" in [a.get("text") for a in fig["layout"]["annotations"]]
+    assert names, fig["data"]
+    at = _visit(_app(_fake_store(tmp_path / "none", [FakeRun("a", 0, values=base)]), monkeypatch), "entropy_clipping")
+    assert any("No arm logged a KL to the reference" in c.value for c in at.caption), [c.value for c in at.caption]

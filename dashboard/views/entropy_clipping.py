@@ -67,3 +67,23 @@ if missing:
     )
 if len(groups) < 2:
     st.caption("Every arm of this sweep uses the same ratio level; `ablations/gspo_vs_grpo.yaml` compares them.")
+
+st.subheader("KL to the reference policy")
+kl, penalty = data.by_arm(M.KL, x), data.by_arm(M.KL_REWARD_PENALTY, x)
+panels = [
+    (title, series)
+    for title, series in (
+        ("KL to the initial policy (`policy/kl`, token mean)", kl),
+        ("KL penalty in the reward (β Σ_t kl_t, mean over responses)", penalty),
+    )
+    if series
+]
+if panels:
+    st.plotly_chart(figures.curves_by_arm(panels, data.arms, fit_y=True, **kw), key="ent_kl")
+    st.caption(
+        "`policy/kl` is logged when `train.reference_kl` is on or the loss has a KL term (`objective.kl_coef`); the "
+        "penalty only for arms with `objective.kl_reward_coef` > 0, where it is subtracted from the reward before "
+        "the advantage."
+    )
+else:
+    st.caption("No arm logged a KL to the reference (`train.reference_kl` off and no KL term in the loss or reward).")
