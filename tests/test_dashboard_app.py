@@ -146,7 +146,8 @@ def _figure(at: AppTest, title: str) -> dict:
     return found[0]
 
 
-def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
+def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tmp_path, monkeypatch):
+    """Also the KL panels: `policy/kl` for every arm here, the KL penalty in the reward for clip_higher's only."""
     from fake_sweep import FakeRun
 
     from trainer import metric_names as M
@@ -159,6 +160,8 @@ def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
             M.CLIP_FRAC_HIGH: high,
             M.CLIP_FRAC: [a + b for a, b in zip(low, high)],
             M.ENTROPY: [1.0] * 6,
+            M.KL: [0.01 * scale * s for s in range(6)],
+            **({M.KL_REWARD_PENALTY: [0.002 * s for s in range(6)]} if scale > 1 else {}),
         }
 
     runs = [
@@ -173,6 +176,8 @@ def test_clip_fraction_axes_fit_their_values(tmp_path, monkeypatch):
     # the low clip fraction (≤ 0.0023 here) fills its panel instead of lying flat on a 0–1 axis
     assert ranges[0][0] == 0 and 0.002 < ranges[0][1] < 0.003, ranges
     assert 0.2 < ranges[1][1] < 0.3 and ranges[2][1] < 0.3, ranges
+    kl = _figure(at, "KL penalty in the reward (β Σ_t kl_t, mean over responses)")
+    assert "KL to the initial policy (`policy/kl`, token mean)" in [a.get("text") for a in kl["layout"]["annotations"]]
 
 
 def test_the_clip_panel_says_why_an_on_policy_arm_clips_nothing(tmp_path, monkeypatch):
@@ -188,6 +193,7 @@ def test_the_clip_panel_says_why_an_on_policy_arm_clips_nothing(tmp_path, monkey
     at = _visit(_app(_fake_store(tmp_path, [run("a", "1", "1"), run("b", "1", "1")]), monkeypatch), "entropy_clipping")
     notes = [i.value for i in at.info if "nothing is clipped, by construction" in i.value]
     assert len(notes) == 1 and notes[0].startswith("Every arm takes one optimiser step"), [i.value for i in at.info]
+    assert any("No arm logged a KL to the reference" in c.value for c in at.caption), [c.value for c in at.caption]
     at = _visit(
         _app(_fake_store(tmp_path / "mixed", [run("a", "1", "1"), run("b", "4", "1")]), monkeypatch), "entropy_clipping"
     )
@@ -407,24 +413,3 @@ def test_a_p_value_bound_reads_as_a_bound():
     from dashboard.verdicts import _p
 
     assert _p("p", "< 0.001") == "p \\< 0.001" and _p("Holm p", "0.0292") == "Holm p = 0.0292"  # < escaped
-
-
-def test_the_kl_to_the_reference_and_the_reward_penalty_are_drawn_where_logged(tmp_path, monkeypatch):
-    """The entropy page draws `policy/kl` and the KL penalty in the reward for the arms that log them, and says so
-    when none does."""
-    from fake_sweep import FakeRun
-
-    from trainer import metric_names as M
-
-    base = {M.CLIP_FRAC: [0.0] * 3, M.ENTROPY: [1.0] * 3}
-    runs = [
-        FakeRun("loss_kl", 0, values={**base, M.KL: [0.0, 0.01, 0.02]}),
-        FakeRun("reward_kl", 0, values={**base, M.KL: [0.0, 0.02, 0.03], M.KL_REWARD_PENALTY: [0.0, 0.004, 0.002]}),
-    ]
-    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "entropy_clipping")
-    fig = _figure(at, "KL penalty in the reward (β Σ_t kl_t, mean over responses)")
-    names = {trace.get("name") for trace in fig["data"]}
-    assert "KL to the initial policy (`policy/kl`, token mean)" in [a.get("text") for a in fig["layout"]["annotations"]]
-    assert names, fig["data"]
-    at = _visit(_app(_fake_store(tmp_path / "none", [FakeRun("a", 0, values=base)]), monkeypatch), "entropy_clipping")
-    assert any("No arm logged a KL to the reference" in c.value for c in at.caption), [c.value for c in at.caption]
