@@ -67,7 +67,11 @@ class CostModel:
 def cost_model(jobs: Iterable[Job], measured: Iterable[Measured]) -> CostModel:
     """The model of a sweep: each arm of `jobs` with measured runs gets their total seconds over their total work;
     runs of arms not among `jobs` (whose work is unknown here) are left out."""
-    work_of = {job.arm_id: work(job.config) for job in jobs}
+    return rates_of({job.arm_id: work(job.config) for job in jobs}, measured)
+
+
+def rates_of(work_of: dict[str, int], measured: Iterable[Measured]) -> CostModel:
+    """`cost_model` from each arm's `work` (arm id → work of one of its jobs), for a caller that keeps it."""
     seconds: dict[str, float] = defaultdict(float)
     runs: dict[str, int] = defaultdict(int)
     for m in measured:

@@ -27,7 +27,7 @@ from rich.text import Text
 from harness.config.errors import SweepRunning
 from harness.config.job import Job
 from harness.config.plan import SweepPlan
-from harness.engine.cost import CostModel, Measured, cost_model, makespan, order_jobs
+from harness.engine.cost import CostModel, Measured, cost_model, makespan, order_jobs, rates_of, work
 from harness.engine.executor import Executor, JobOutcome, sigterm_raises, stop_reason
 from harness.engine.resume import end_failed, fail_orphans, finished_job_ids, measured_runs, sweep_runs
 from harness.runs.layout import (
@@ -275,9 +275,13 @@ class _Progress:
         self.running = self.done = self.failed = self.retries = 0
         self.measured: list[Measured] = list(measured)
         """The sweep's runs measured in the store, then each job finished here."""
-        self._jobs = [*todo, *skipped]
-        self.model: CostModel = cost_model(self._jobs, self.measured)
-        self._pending: dict[str, Job] = {job.job_id: job for job in todo}
+        jobs = [*todo, *skipped]
+        # each job's arm and work once: the ETA is redrawn twice a second, and a config's hash is not free
+        self._arm_of = {job.job_id: job.arm_id for job in jobs}
+        self._work_of = {job_id: work(job.config) for job_id, job in zip(self._arm_of, jobs)}
+        self._arm_work = {self._arm_of[job_id]: w for job_id, w in self._work_of.items()}
+        self.model: CostModel = rates_of(self._arm_work, self.measured)
+        self._pending: dict[str, Job] = {job_id: job for job_id, job in zip(self._arm_of, todo)}
         """Jobs not started, in the order they will start."""
         self._started: dict[str, tuple[Job, float]] = {}
         self._line_due = False
@@ -287,6 +291,8 @@ class _Progress:
         now = self.clock()
         if kind == "started":
             self.running += 1
+            if job.job_id not in self._arm_of:  # not one of the jobs it was given: counted all the same
+                self._arm_of[job.job_id], self._work_of[job.job_id] = job.arm_id, work(job.config)
             self._pending.pop(job.job_id, None)
             self._started[job.job_id] = (job, now)
             if self._line_due:
@@ -301,8 +307,8 @@ class _Progress:
             self.done += kind == "finished"
             self.failed += kind == "failed"
             if kind == "finished":
-                self.measured.append(Measured(job.arm_id, now - started))
-                self.model = cost_model(self._jobs, self.measured)
+                self.measured.append(Measured(self._arm_of.get(job.job_id) or job.arm_id, now - started))
+                self.model = rates_of(self._arm_work, self.measured)
         queued = self.total - self.done - self.failed - self.running
         if queued > 0:
             self._line_due = True  # the next start prints it
@@ -319,17 +325,17 @@ class _Progress:
         if not self.model.rates or self.done + self.failed >= self.total:
             return None
         now = self.clock()
-        running = [max(0.0, self._seconds(job) - (now - started)) for job, started in self._started.values()]
-        return makespan([self._seconds(job) for job in self._pending.values()], self.workers, running)
+        running = [max(0.0, self._seconds(job_id) - (now - started)) for job_id, (_, started) in self._started.items()]
+        return makespan([self._seconds(job_id) for job_id in self._pending], self.workers, running)
 
-    def _seconds(self, job: Job) -> float:
-        seconds = self.model.seconds(job.config)
-        assert seconds is not None, "a model with a rate has seconds for every job"
-        return seconds
+    def _seconds(self, job_id: str) -> float:
+        rate = self.model.rate(self._arm_of[job_id])
+        assert rate is not None, "a model with a rate has seconds for every job"
+        return rate * self._work_of[job_id]
 
     def arms_left(self) -> tuple[int, int]:
         """(measured, all) arms among the jobs queued or running."""
-        arms = {job.arm_id for job in self._pending.values()} | {job.arm_id for job, _ in self._started.values()}
+        arms = {self._arm_of[job_id] for job_id in [*self._pending, *self._started]}
         return len(arms & self.model.rates.keys()), len(arms)
 
     def __rich__(self) -> Text:
