@@ -21,13 +21,14 @@ from harness.analysis import sequential as seq
 from harness.analysis.claims import gather, logged_arm_settings
 from harness.analysis.replay import seeds_of
 from harness.config.claims import claim_arms
+from harness.config.errors import DataError
 from harness.runs.evidence_file import read_evidence
 from harness.until_decided import more_seeds, state
 
 
 def replay(path: Path, first: int, batch: int, max_seeds: int, alpha: float) -> dict:
     """The design's looks on the evidence file at `path`, as printed rows, and the jobs it ran."""
-    ev = read_evidence(path)
+    ev = read_evidence(path, "EVIDENCE")
     runs = ev.data.runs
     done = runs[runs["state"] == "done"] if "state" in runs else runs
     seeds = sorted(set(done["seed"]))
@@ -78,7 +79,10 @@ def main() -> None:
     ap.add_argument("--max-seeds", type=int, default=7)
     ap.add_argument("--alpha", type=float, default=0.05)
     args = ap.parse_args()
-    results = [replay(p, args.first, args.batch, args.max_seeds, args.alpha) for p in args.evidence]
+    try:
+        results = [replay(p, args.first, args.batch, args.max_seeds, args.alpha) for p in args.evidence]
+    except (DataError, ValueError) as error:  # not an evidence file, or a design Design refuses: one line
+        raise SystemExit(f"sequential_cost: {error}") from None
     for r in results:
         print(f"{r['evidence']}: fixed design {r['fixed_design_jobs']} jobs (seeds {r['seeds_in_file']})")
         for lk in r["looks"]:

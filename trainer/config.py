@@ -116,8 +116,9 @@ class TrainConfig(BaseModel):
     max_gen_rounds: int = Field(8, ge=1, le=MAX_RESPONSES)
     """Dynamic sampling: generation rounds allowed per step to fill the batch before the run fails."""
     reference_kl: bool = True
-    """Track KL to the initial policy (policy/kl) every step; always on when the objective's kl_coef > 0. Otherwise it
-    costs a forward of the initial policy per step and changes no gradient: off is the same job (the same id)."""
+    """Track KL to the initial policy (policy/kl) every step; always on when the objective reads the reference
+    (kl_coef or kl_reward_coef > 0). Otherwise it costs a forward of the initial policy per step and changes no
+    gradient: off is the same job (the same id)."""
     log_text: bool = True
     """Store each response's text in the rollout table (for the dashboard's rollout viewer)."""
     device: Device = "auto"
