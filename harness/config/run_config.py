@@ -309,8 +309,8 @@ LOGGING_ONLY: dict[str, Any] = {"train.reference_kl": True}
 """Fields that change what a run logs, never what it trains, with the value job ids were published with: a run's
 identity holds each at that value, so turning one off keeps the job's id (and a finished run of the job counts as
 done either way). `train.reference_kl` adds a forward of the initial policy for `policy/kl`, no gradient and no
-randomness; with `objective.kl_coef` or `kl_reward_coef` > 0 the reference is there whatever it says. Nor can such a field tell two arms
-apart."""
+randomness; with `objective.kl_coef` or `kl_reward_coef` > 0 the reference is there whatever it says. Nor can such
+a field tell two arms apart."""
 
 
 LATER_FIELDS: dict[str, Any] = {
