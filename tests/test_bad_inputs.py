@@ -514,6 +514,14 @@ CASES = [
         "claims[0] (c).contrast.since",
     ),
     Case(
+        "claim on policy/kl in a sweep that does not log it",
+        "sweep",
+        SWEEP
+        + "set:\n  train.reference_kl: false\ngrid:\n  train.lr: [0.1, 0.2]\n"
+        + NEVER.format(m="policy/kl", at="last-10", c="{effect: train.lr, from: 0.1, to: 0.2}"),
+        "claims[0] (c).metric: policy/kl is not logged",
+    ),
+    Case(
         "claim at a step beyond train.steps",
         "sweep",
         SWEEP

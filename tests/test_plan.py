@@ -145,6 +145,8 @@ def test_shipped_ablation_files_plan(tmp_path):
         "all_wrong_groups": 18,
         "normalisation": 12,
         "strata": 9,
+        "kl_placement": 12,
+        "two_rollouts": 6,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"

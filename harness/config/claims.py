@@ -352,6 +352,7 @@ def check_claims(
             if unknown := _unknown_keys(ref, arms):
                 raise ConfigError(f"{key}.{name}: {', '.join(unknown)} is no setting of this sweep's arms")
         _check_steps(f"{where}: claims[{i}] ({claim.id})", claim, arms)
+        _check_logged(f"{where}: claims[{i}] ({claim.id}).metric", claim, arms)
         if c.since is not None:
             if c.arm is not None and not any(picks(c.arm, label, s) for label, s in arms.items()):
                 raise ConfigError(f"{key}.arm: {_ref_text(c.arm)!r} matches no arm (arms: {'; '.join(arms)})")
@@ -391,6 +392,19 @@ def _check_steps(key: str, claim: Claim, arms: dict[str, dict[str, Any]]) -> Non
                 f"{key}.{name}: step {at.n} is beyond the {min(steps)} train.steps of the arms it reads: "
                 "it can never be judged"
             )
+
+
+def _check_logged(key: str, claim: Claim, arms: dict[str, dict[str, Any]]) -> None:
+    """policy/kl is logged only where the reference policy is run: `train.reference_kl` on, or a KL in the loss or
+    the reward. `train.reference_kl` is not part of a run's identity, so the claim is checked here, before any job."""
+    if M.KL not in claim.metrics:
+        return
+    for label in sorted(claim_arms(claim, arms)):
+        s = arms[label]
+        if s.get("train.reference_kl") is False and not (
+            s.get("objective.kl_coef", 0) > 0 or s.get("objective.kl_reward_coef", 0) > 0
+        ):
+            raise ConfigError(f"{key}: {M.KL} is not logged in arm {label!r}, which sets train.reference_kl: false")
 
 
 def _check_pool(key: str, c: Contrast, sides: dict[str, set[str]], arms: dict[str, dict[str, Any]]) -> None:
