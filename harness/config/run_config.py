@@ -344,6 +344,9 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.stratum_blend": 1.0,
     "objective.kl_reward_coef": 0.0,
     "objective.kl_reward_estimator": "k1",
+    "objective.dppo_bounds": None,
+    "objective.dppo_ratio_cap": None,
+    "objective.dro_beta": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

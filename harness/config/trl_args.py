@@ -34,6 +34,14 @@ LOSS_TYPES = {
 }
 """(surrogate, aggregation) → TRL's `loss_type`, which names both at once."""
 IS_LEVELS = {"token": "token", "sequence": "sequence"}
+ELSEWHERE = {
+    "gmpo": "TRL's GMPO is trl.experimental.gmpo.GMPOTrainer, not a loss_type of the GRPOTrainer harness runs",
+    "dppo_tv": "TRL has no DPPO",
+    "dppo_kl": "TRL has no DPPO",
+    "dro": "TRL has no DRO",
+    "gpg": "TRL has no GPG loss",
+}
+"""Surrogates TRL's GRPOTrainer has no loss_type for, with why: refused by name, whatever the aggregation."""
 
 TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
@@ -47,9 +55,14 @@ TABLE: dict[str, str] = {
     "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
     "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
     "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
-    "objective.surrogate": "`loss_type` (see objective.aggregation)",
+    "objective.surrogate": "`loss_type` (see objective.aggregation); gmpo is TRL's experimental GMPOTrainer, another "
+    "trainer than the GRPOTrainer harness's engine runs, and TRL has no dppo_tv, dppo_kl, dro or gpg (error)",
+    "objective.dppo_bounds": "TRL has no DPPO (objective.surrogate dppo_tv, dppo_kl is an error)",
+    "objective.dppo_ratio_cap": "TRL has no DPPO",
+    "objective.dro_beta": "TRL has no DRO (objective.surrogate dro is an error)",
     "objective.max_len": "TRL's dr_grpo divides by `max_completion_length`: must equal rollout.max_new_tokens (error)",
-    "objective.ratio": "`importance_sampling_level`: token, sequence; sequence_token has none (error)",
+    "objective.ratio": "`importance_sampling_level`: token, sequence; sequence_token has none, sequence_product is "
+    "TRL's RLOOTrainer's, another trainer (error)",
     "objective.clip_low": "`epsilon`",
     "objective.clip_high": "`epsilon_high`; under cispo `epsilon_high` = 1 + clip_high (TRL's cap is the weight's "
     "bound itself)",
@@ -150,7 +163,9 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.advantage: {o.advantage} (TRL's scale_rewards is group, batch or none)")
     elif SCALE_REWARDS[o.advantage] != "none" and o.adv_eps != TRL_STD_EPS:
         out.append(f"objective.adv_eps: {o.adv_eps:g} (TRL adds a fixed 1e-4 to the std: set objective.adv_eps=1e-4)")
-    if (o.surrogate, o.aggregation) not in LOSS_TYPES:
+    if o.surrogate in ELSEWHERE:
+        out.append(f"objective.surrogate: {o.surrogate} ({ELSEWHERE[o.surrogate]})")
+    elif (o.surrogate, o.aggregation) not in LOSS_TYPES:
         out.append(
             f"objective.aggregation: {o.aggregation} with objective.surrogate {o.surrogate} "
             "(TRL's loss_type has no equivalent)"
@@ -173,7 +188,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
             f"rollout.max_new_tokens = {r.max_new_tokens})"
         )
     if o.ratio not in IS_LEVELS:
-        out.append(f"objective.ratio: {o.ratio} (TRL's importance_sampling_level is token or sequence)")
+        elsewhere = "; Π_t r_t is its RLOOTrainer's, another trainer" if o.ratio == "sequence_product" else ""
+        out.append(f"objective.ratio: {o.ratio} (TRL's importance_sampling_level is token or sequence{elsewhere})")
     if o.dual_clip is not None and o.dual_clip <= 1 + o.clip_high:
         out.append(
             f"objective.dual_clip: {o.dual_clip:g} (TRL's delta equals a dual clip only above 1 + clip_high "
@@ -336,6 +352,9 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "vespo_lambda": [args.vespo_lambda_pos, args.vespo_lambda_neg] if surrogate == "vespo" else None,
             "kl_cov_ratio": None,
             "kl_cov_coef": None,
+            "dppo_bounds": None,
+            "dppo_ratio_cap": None,
+            "dro_beta": None,
             "clip_cov_ratio": None,
             "clip_cov_bounds": None,
             "entropy_coef": args.entropy_coef,

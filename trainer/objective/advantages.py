@@ -108,6 +108,38 @@ def opo(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tenso
     return _zero_flat_groups(rewards - weighted, rewards)
 
 
+@ADVANTAGES.register("gpg")
+def gpg(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A_i = α·(R_i − mean_g R), α = B/(B − M): B the batch's responses, M those in groups whose rewards are all
+    equal (whose advantage is 0), so the batch's mean gradient is scaled back up to its informative responses.
+
+    GPG: Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning
+    (arXiv 2504.02546), with F_norm = 1 (no std), the README's best row; the authors' code, `AMAP-ML/GPG`,
+    `open-r1/src/open_r1/gpg_trainer.py` (`_generate_and_score_completions`: inverse_alpha = the share of groups
+    whose rewards vary, at most 1; `compute_loss` divides the loss by it). A batch of flat groups gets 0; `eps` is
+    unused. Departs from the authors' release: their β_th refill (sampling more until that share reaches β_th) is
+    not here (objective.dynamic_sampling drops flat groups instead), and α is taken over the rewards given, without
+    the groups their refill would have drawn. verl's `gpg` estimator counts otherwise (`gpg_nonzero`).
+    """
+    adv = _zero_flat_groups(_centred(rewards), rewards)
+    flat = (rewards == rewards[:, :1]).all(dim=1)
+    informative = int((~flat).sum())
+    return adv * (rewards.shape[0] / informative) if informative else adv
+
+
+@ADVANTAGES.register("gpg_nonzero")
+def gpg_nonzero(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A_i = α·(R_i − mean_g R), α = B/max(#{j : R_j ≠ 0}, 1): GPG's advantage (arXiv 2504.02546) as verl 0.9.1
+    computes it (`algorithm.adv_estimator=gpg`, `verl/trainer/ppo/core_algos.py`, `compute_gpg_outcome_advantage`,
+    f_norm 1),
+    whose α counts the responses with a non-zero reward (the correct ones, for 0/1 rewards), not those of groups
+    with a signal as the paper's B/(B − M) does (`gpg`). `eps` is unused.
+    Departs from verl's release: a group of one gets 0 here (verl: α·R_i, its mean 0), and a flat group exactly 0.
+    """
+    nonzero = int((rewards != 0).sum())
+    return _zero_flat_groups(_centred(rewards), rewards) * (rewards.numel() / max(nonzero, 1))
+
+
 @ADVANTAGES.register("passk")
 def passk(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """Only each group's best response gets a signal: A_best = (R_max − R_second) / (std_g R + ε), every other

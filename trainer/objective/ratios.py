@@ -48,3 +48,18 @@ def sequence_token(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
     """
     seq = sequence(logp.detach(), old_logp, mask)
     return torch.where(mask.bool(), seq + logp - logp.detach(), torch.zeros_like(logp))
+
+
+@RATIOS.register("sequence_product", per_sequence=True)
+def sequence_product(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log w_i = Σ_t m_it log r_it, broadcast to every token of response i: w_i = Π_t r_it, the whole response's
+    importance ratio (no 1/T_i, unlike GSPO's geometric mean).
+
+    TRL 1.16's `RLOOTrainer` (`trl/trainer/rloo_trainer.py`, `_compute_loss`: the sequence log-probs' difference,
+    exponentiated and PPO-clipped once per response, averaged over responses) after Ahmadian et al. 2024, Back to
+    Basics (arXiv 2402.14740), which treats the whole response as one action. With the clip surrogate and
+    seq_mean_token_mean it is TRL's loss; a response with no loss token gets 0 here (TRL: −A_i, with no gradient).
+    """
+    m = mask.to(logp.dtype)
+    per_seq = _token_log_ratio(logp, old_logp, mask).sum(-1) * (m.sum(-1) > 0)
+    return per_seq.unsqueeze(-1).expand_as(logp)

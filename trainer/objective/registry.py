@@ -63,6 +63,8 @@ ADVANTAGES: Registry = Registry(
         "batch_std",
         "rloo",
         "opo",
+        "gpg",
+        "gpg_nonzero",
         "passk",
         "group_median",
         "group_median_mad",
@@ -82,11 +84,15 @@ AGGREGATIONS: Registry = Registry(
     ("seq_mean_token_mean", "token_mean", "constant", "seq_mean_token_sum", "token_sum"),
 )
 RATIOS: Registry = Registry(
-    "importance ratio level", "trainer.objective.ratios", ("token", "sequence", "sequence_token")
+    "importance ratio level",
+    "trainer.objective.ratios",
+    ("token", "sequence", "sequence_token", "sequence_product"),
 )
 KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3"))
 SURROGATES: Registry = Registry(
-    "surrogate (clipping form)", "trainer.objective.surrogates", ("clip", "cispo", "sapo", "vespo", "kl_cov")
+    "surrogate (clipping form)",
+    "trainer.objective.surrogates",
+    ("clip", "cispo", "sapo", "vespo", "kl_cov", "gmpo", "dppo_tv", "dppo_kl", "dro", "gpg"),
 )
 ROLLOUT_CORRECTIONS: Registry = Registry(
     "rollout correction",

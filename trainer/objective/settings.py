@@ -1,5 +1,5 @@
 """The objective's settings: one validated object, and the named presets (grpo, dr_grpo, dapo, gspo, cispo, sapo,
-luspo, vespo, lite_ppo, ngrpo)."""
+luspo, vespo, lite_ppo, ngrpo, gmpo, dppo_tv, dppo_kl, gpg, ...)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ class ObjectiveSettings(BaseModel):
     std, no group baseline), group_mean_batch_norm (REINFORCE++ w/ baseline), ngrpo (NGRPO: a virtual
     maximum-reward sample in each group's mean and std; needs reward_range), bnpo (BNPO: divided by a Beta
     density that follows the success rate; needs reward_range), stratified (Stratified GRPO: mean and std within
-    each stratum of the group; needs stratum_key). The std switch of the Dr. GRPO ablation."""
+    each stratum of the group; needs stratum_key), gpg (GPG: the group-mean advantage times B/(B − M), M the
+    responses of flat groups), gpg_nonzero (verl's GPG: times B/#non-zero rewards). The std switch of the Dr. GRPO
+    ablation."""
     adv_eps: float = Field(ge=0)
     """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
     verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
@@ -70,20 +72,37 @@ class ObjectiveSettings(BaseModel):
     """L_max, the generation budget in tokens: the constant normaliser and the soft overlong
     punishment use it. A run fills it from its max_new_tokens when left null."""
     ratio: str
-    """Importance-ratio level: token (PPO/GRPO), sequence (GSPO), sequence_token (GSPO-token).
-    Ratio-level clipping only acts when the policy moves between sampling and update (several
-    optimiser steps per rollout batch)."""
+    """Importance-ratio level: token (PPO/GRPO), sequence (GSPO), sequence_token (GSPO-token), sequence_product
+    (Π_t r_t, the whole response's ratio: TRL's RLOOTrainer). Ratio-level clipping only acts when the policy moves
+    between sampling and update (several optimiser steps per rollout batch)."""
     surrogate: str
     """The clipping form, how the ratio enters the loss: clip (PPO's clipped surrogate; GRPO, DAPO, GSPO), cispo
     (MiniMax-M1: the ratio capped at 1 + clip_high and detached, times A·log π), sapo (a smooth gate in place of
     the clip, temperatures `sapo_temperature`), vespo (a Gamma weight of the sequence's ratio, `vespo_k` and
-    `vespo_lambda`; needs the token ratio), kl_cov (KL-Cov: the unclipped ratio, with a |log r| penalty on the
-    tokens of highest covariance, `kl_cov_ratio` and `kl_cov_coef`)."""
+    `vespo_lambda`), kl_cov (KL-Cov: the unclipped ratio, with a |log r| penalty on the tokens of highest
+    covariance, `kl_cov_ratio` and `kl_cov_coef`), gmpo (GMPO: the geometric mean of the token ratios, each
+    clipped in log space to [−clip_low, clip_high]; one loss per response, needs seq_mean_token_mean), dppo_tv and
+    dppo_kl (DPPO: −A·sg(min(r, c))·log π on the tokens inside a TV or binary-KL trust region, `dppo_bounds` and
+    `dppo_ratio_cap`), dro (−A·log π + ½β(log r)², `dro_beta`), gpg (GPG: −A·log π, no ratio). vespo, gmpo, dppo_*,
+    dro and gpg read the tokens' own probabilities: they need ratio token."""
     clip_low: float = Field(ge=0, lt=1)
-    """ε_low: the ratio is clipped below at 1 − ε_low (0.2; GSPO 3e-4). Used by the clip surrogate only."""
+    """ε_low: the ratio is clipped below at 1 − ε_low (0.2; GSPO 3e-4); GMPO clips each token's log-ratio below at
+    −ε_low (its paper's 0.4). Used by the clip and gmpo surrogates only."""
     clip_high: float = Field(ge=0)
     """ε_high: the ratio is clipped above at 1 + ε_high (0.2; DAPO clip-higher 0.28; GSPO 4e-4); CISPO caps its
-    weight at 1 + ε_high (ScaleRL's cap 5 is ε_high 4)."""
+    weight at 1 + ε_high (ScaleRL's cap 5 is ε_high 4); GMPO clips each token's log-ratio above at ε_high (0.4)."""
+    dppo_bounds: tuple[float, float] | None = Field(strict=False)
+    """DPPO's trust region (δ_low, δ_high), each > 0 (arXiv 2602.04879): a token with A > 0 leaves the loss once
+    its divergence from π_old exceeds δ_high while π rose, one with A ≤ 0 once it exceeds δ_low while π fell; the
+    divergence is π − π_old under dppo_tv (the recipe's 0.15), the binary KL under dppo_kl (0.05). Set exactly when
+    surrogate is dppo_tv or dppo_kl."""
+    dppo_ratio_cap: float | None = Field(gt=0, allow_inf_nan=False)
+    """c of DPPO's truncated importance weight sg(min(r, c)) (verl's `clip_ratio_c`; the authors' recipe 10000, so
+    nearly never binding: their §5.4 warns that a low cap biases the gradient). Set exactly when surrogate is
+    dppo_tv or dppo_kl."""
+    dro_beta: float | None = Field(gt=0, allow_inf_nan=False)
+    """β of DRO's quadratic penalty ½β(log π − log π_old)² on every loss token (verl's `policy_loss.dro_beta`, its
+    PR's example 0.05). Set exactly when surrogate is dro."""
     sapo_temperature: tuple[float, float] | None = Field(strict=False)
     """SAPO's gate temperatures (τ for A > 0, τ for A < 0), each > 0 (the paper's 1.0 and 1.05); null unless
     surrogate is sapo."""
@@ -256,8 +275,32 @@ class ObjectiveSettings(BaseModel):
             )
         if self.dual_clip is not None and self.surrogate != "clip":
             raise ValueError(f"dual_clip caps the clip surrogate's loss; surrogate '{self.surrogate}' has no clip")
-        if self.surrogate == "vespo" and self.per_sequence_ratio:
-            raise ValueError("surrogate 'vespo' weighs the sequence's ratio itself: it needs ratio 'token'")
+        if self.surrogate in TOKEN_RATIO_SURROGATES and self.ratio != "token":
+            raise ValueError(
+                f"surrogate '{self.surrogate}' reads each token's own probabilities: it needs ratio 'token' "
+                f"(ratio: {self.ratio})"
+            )
+        dppo = self.surrogate in ("dppo_tv", "dppo_kl")
+        if dppo != (self.dppo_bounds is not None) or dppo != (self.dppo_ratio_cap is not None):
+            raise ValueError(
+                f"dppo_bounds and dppo_ratio_cap are set exactly when surrogate is 'dppo_tv' or 'dppo_kl' "
+                f"(surrogate: {self.surrogate})"
+            )
+        if self.dppo_bounds is not None and not min(self.dppo_bounds) > 0:
+            raise ValueError(f"dppo_bounds must be two divergences > 0, got {list(self.dppo_bounds)}")
+        if (self.surrogate == "dro") != (self.dro_beta is not None):
+            raise ValueError(f"dro_beta is set exactly when surrogate is 'dro' (surrogate: {self.surrogate})")
+        if self.surrogate == "gmpo":
+            if self.aggregation != "seq_mean_token_mean":
+                raise ValueError(
+                    f"surrogate 'gmpo' is one loss per response, averaged over responses: it needs aggregation "
+                    f"'seq_mean_token_mean' (aggregation: {self.aggregation})"
+                )
+            if self.top_entropy_quantile < 1 or self.clip_cov_ratio is not None:
+                raise ValueError(
+                    "surrogate 'gmpo' is one loss per response: a per-token mask (top_entropy_quantile < 1, "
+                    "clip_cov_ratio) does not apply to it"
+                )
         adaptive = (self.entropy_target, self.entropy_coef_step, self.entropy_coef_max)
         if any(v is not None for v in adaptive) and any(v is None for v in adaptive):
             raise ValueError("entropy_target, entropy_coef_step and entropy_coef_max are set together or not at all")
@@ -321,6 +364,9 @@ _REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo")
 _STRATUM_ADVANTAGES = ("stratified",)
 """The advantage estimators that read each response's stratum (stratum_key)."""
 
+TOKEN_RATIO_SURROGATES = ("vespo", "gmpo", "dppo_tv", "dppo_kl", "dro", "gpg")
+"""The surrogates that compute from each token's own log-ratio or log-probability: they need ratio token."""
+
 MEDIAN_ADVANTAGES = ("group_median_mad", "group_median")
 """The advantage estimators with a median baseline, whose median response median_pivot leaves out."""
 
@@ -363,6 +409,9 @@ _COMMON: dict[str, Any] = dict(
     vespo_lambda=None,
     kl_cov_ratio=None,
     kl_cov_coef=None,
+    dppo_bounds=None,
+    dppo_ratio_cap=None,
+    dro_beta=None,
     clip_cov_ratio=None,
     clip_cov_bounds=None,
     entropy_coef=0.0,
@@ -535,6 +584,54 @@ PRESETS: dict[str, dict[str, Any]] = {
         "advantage": "group_mean_batch_norm_tokens",
         "aggregation": "token_mean",
         "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    # GMPO (arXiv 2507.20673; verl's examples/gmpo_trainer, TRL's GMPOConfig): the geometric mean of the token
+    # ratios, each clipped in log space to [−0.4, 0.4], one loss per response, GRPO's advantage. KL off as in
+    # harness's GRPO (verl's example adds a k3 KL in the loss at 0.001: objective.kl_coef).
+    "gmpo": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "seq_mean_token_mean",
+        "ratio": "token",
+        "surrogate": "gmpo",
+        "clip_low": 0.4,
+        "clip_high": 0.4,
+    },
+    # DPPO-Binary-TV and -KL as their authors' recipe trains them (arXiv 2602.04879; verl's
+    # examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh): GRPO's advantage, δ 0.15 (TV) or 0.05 (KL) both ways,
+    # the weight's cap 10000, verl's seq-mean-token-sum-norm (here constant: Σ ℓ / (B·L_max)), no KL.
+    "dppo_tv": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "constant",
+        "ratio": "token",
+        "surrogate": "dppo_tv",
+        "dppo_bounds": (0.15, 0.15),
+        "dppo_ratio_cap": 10000.0,
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    "dppo_kl": {
+        **_COMMON,
+        "advantage": "group_std",
+        "aggregation": "constant",
+        "ratio": "token",
+        "surrogate": "dppo_kl",
+        "dppo_bounds": (0.05, 0.05),
+        "dppo_ratio_cap": 10000.0,
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    # GPG (arXiv 2504.02546; AMAP-ML/GPG's gpg_trainer.py, verl's examples/gpg_trainer): −A·log π with A = α(R −
+    # mean_g), α = B/(B − M), no std, a token mean, no clip, no KL.
+    "gpg": {
+        **_COMMON,
+        "advantage": "gpg",
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "surrogate": "gpg",
         "clip_low": 0.2,
         "clip_high": 0.2,
     },
