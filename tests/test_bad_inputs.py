@@ -907,6 +907,52 @@ CASES += [
     ),
 ]
 
+# GMPO, DPPO, DRO, GPG and the sequence ratio Π_t r_t (surrogate gmpo, dppo_tv, dppo_kl, dro, gpg; advantage gpg;
+# ratio sequence_product).
+_RUN = "objective:\n  preset: grpo\n"
+CASES += [
+    Case("run: dppo_tv without its trust region", "run", _RUN + "  surrogate: dppo_tv\n", "dppo_bounds"),
+    Case("run: dppo_bounds with the clip surrogate", "run", _RUN + "  dppo_bounds: [0.1, 0.1]\n", "dppo_bounds"),
+    Case("run: a dppo bound of 0", "run", "objective:\n  preset: dppo_tv\n  dppo_bounds: [0.0, 0.1]\n", "dppo_bounds"),
+    Case("run: dppo_ratio_cap of 0", "run", "objective:\n  preset: dppo_kl\n  dppo_ratio_cap: 0\n", "dppo_ratio_cap"),
+    Case("run: dro without dro_beta", "run", _RUN + "  surrogate: dro\n", "dro_beta"),
+    Case("run: a negative dro_beta", "run", _RUN + "  surrogate: dro\n  dro_beta: -1\n", "objective.dro_beta"),
+    Case(
+        "run: gmpo with a token mean", "run", "objective:\n  preset: gmpo\n  aggregation: token_mean\n", "aggregation"
+    ),
+    Case("run: gmpo at the sequence ratio", "run", "objective:\n  preset: gmpo\n  ratio: sequence\n", "ratio"),
+    Case(
+        "run: gmpo with a top-entropy mask",
+        "run",
+        "objective:\n  preset: gmpo\n  top_entropy_quantile: 0.2\n",
+        "top_entropy_quantile",
+    ),
+    Case(
+        "run: dro at the sequence ratio",
+        "run",
+        _RUN + "  surrogate: dro\n  dro_beta: 0.1\n  ratio: sequence\n",
+        "ratio",
+    ),
+    Case(
+        "gmpo under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.preset: gmpo\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.surrogate",
+    ),
+    Case(
+        "the sequence product ratio under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.ratio: sequence_product\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.ratio",
+    ),
+    Case(
+        "gpg's advantage under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.advantage: gpg\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.advantage",
+    ),
+]
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(

@@ -119,6 +119,12 @@ NEW_SWITCHES = {
     "vespo_rollout": ("vespo", {"rollout_correction": "token_truncate", "rollout_correction_max": 1.2}),
     "kl_cov": ("grpo", {"surrogate": "kl_cov", "kl_cov_ratio": 0.1, "kl_cov_coef": 1.0}),
     "clip_cov": ("grpo", {"clip_cov_ratio": 0.1, "clip_cov_bounds": (0.0, 5.0)}),
+    "gmpo": ("gmpo", {"clip_low": 0.1, "clip_high": 0.1}),
+    "gmpo_rollout": ("gmpo", {"rollout_correction": "token_truncate", "rollout_correction_max": 1.2}),
+    "dppo_tv": ("dppo_tv", {"dppo_bounds": (0.02, 0.03), "dppo_ratio_cap": 1.1}),
+    "dppo_kl": ("dppo_kl", {"dppo_bounds": (0.005, 0.01), "dppo_ratio_cap": 1.1}),
+    "dro": ("grpo", {"surrogate": "dro", "dro_beta": 0.5}),
+    "gpg": ("gpg", {}),
 }
 
 
@@ -152,9 +158,9 @@ def _run_all(s, logits, tokens, mask, old_logp, rollout_logp, adv, splits):
 
 @pytest.mark.parametrize("name", NEW_SWITCHES)
 def test_micro_batch_invariance_of_the_newer_switches(name):
-    """CISPO, SAPO, LUSPO, VESPO, the entropy bonus, the top-entropy mask, the off-policy mask and the rollout
-    correction: split into 2 or 4 micro-batches with batch-wide counts (the entropy quantile taken over the batch),
-    the same loss, gradient and metrics as the whole batch."""
+    """CISPO, SAPO, LUSPO, VESPO, the entropy bonus, the top-entropy mask, the off-policy mask, the rollout
+    correction, GMPO, DPPO, DRO and GPG: split into 2 or 4 micro-batches with batch-wide counts (the entropy
+    quantile taken over the batch), the same loss, gradient and metrics as the whole batch."""
     preset, over = NEW_SWITCHES[name]
     s = ObjectiveSettings.preset(preset, max_len=16, **over)
     logits, tokens, mask, old_logp, _, adv = _batch(0)

@@ -63,7 +63,13 @@ def test_presets_match_the_guide_table():
         ),  # fmt: skip
         "nsr": ("baseline_free", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
         "w_reinforce": ("baseline_free", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),
+        "gmpo": ("group_std", "seq_mean_token_mean", "gmpo", 0.4, 0.4, "token", False, False, False),  # log space
+        "dppo_tv": ("group_std", "constant", "dppo_tv", 0.2, 0.2, "token", False, False, False),  # clip unused
+        "dppo_kl": ("group_std", "constant", "dppo_kl", 0.2, 0.2, "token", False, False, False),
+        "gpg": ("gpg", "token_mean", "gpg", 0.2, 0.2, "token", False, False, False),  # no clip
     }
+    assert (PRESETS["dppo_tv"]["dppo_bounds"], PRESETS["dppo_kl"]["dppo_bounds"]) == ((0.15, 0.15), (0.05, 0.05))
+    assert PRESETS["dppo_tv"]["dppo_ratio_cap"] == PRESETS["dppo_kl"]["dppo_ratio_cap"] == 10000.0
     assert PRESETS["ngrpo"]["reward_range"] == (0.0, 1.0)
     assert PRESETS["sapo"]["sapo_temperature"] == (1.0, 1.05)
     assert (PRESETS["vespo"]["vespo_k"], PRESETS["vespo"]["vespo_lambda"]) == ((2.0, 3.0), (3.0, 2.0))

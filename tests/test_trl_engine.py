@@ -90,6 +90,14 @@ def test_dapo_without_dynamic_sampling_maps_its_other_switches():
             ["objective.rollout_correction=token_truncate", "objective.rollout_correction_max=2"],
             "objective.rollout_correction",
         ),
+        (["objective.preset=gmpo", "objective.adv_eps=1e-4"], "objective.surrogate"),
+        (["objective.preset=dppo_tv", "objective.adv_eps=1e-4", "objective.max_len=128"], "objective.surrogate"),
+        (["objective.preset=dppo_kl", "objective.adv_eps=1e-4", "objective.max_len=128"], "objective.surrogate"),
+        (["objective.surrogate=dro", "objective.dro_beta=0.05"], "objective.surrogate"),
+        (["objective.surrogate=gpg"], "objective.surrogate"),
+        (["objective.advantage=gpg"], "objective.advantage"),
+        (["objective.advantage=gpg_nonzero"], "objective.advantage"),
+        (["objective.ratio=sequence_product"], "objective.ratio"),
     ],
 )
 def test_a_switch_trl_cannot_express_is_a_one_line_error_naming_it(sets, key):
@@ -170,6 +178,21 @@ def test_settings_read_back_from_grpo_config_are_the_run_config():
         assert not trl_problems(
             ObjectiveSettings(**back["objective"], dynamic_sampling_key="correct"), cfg.rollout, cfg.train
         )
+
+
+def test_trl_names_the_trainer_it_would_take_for_gmpo_and_the_sequence_product_ratio():
+    """GMPO is TRL's experimental GMPOTrainer and Π_t r_t its RLOOTrainer's: other trainers than the GRPOTrainer
+    harness's engine runs, said so in the one line."""
+    o = ObjectiveSettings.preset("gmpo", adv_eps=1e-4)
+    assert (
+        "objective.surrogate: gmpo (TRL's GMPO is trl.experimental.gmpo.GMPOTrainer"
+        in trl_problems(o, RolloutConfig(), TrainConfig(reference_kl=False))[0]
+    )
+    o = ObjectiveSettings.preset("grpo", adv_eps=1e-4, ratio="sequence_product")
+    assert trl_problems(o, RolloutConfig(), TrainConfig(reference_kl=False)) == [
+        "objective.ratio: sequence_product (TRL's importance_sampling_level is token or sequence; Π_t r_t is its "
+        "RLOOTrainer's, another trainer)"
+    ]
 
 
 def test_trl_cannot_express_verls_token_sum_in_one_line():
