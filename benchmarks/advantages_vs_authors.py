@@ -112,6 +112,21 @@ def passk_verl(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     return out
 
 
+def gpg_verl(rewards: np.ndarray) -> np.ndarray:
+    """GPG as verl computes it (`compute_gpg_outcome_advantage`, f_norm 1): α = B / max(#non-zero rewards, 1) over the
+    batch, A = α·(R − the group mean); a group of one has mean 0 (left out: harness gives 0)."""
+    alpha = rewards.size / max(np.count_nonzero(rewards), 1)
+    return alpha * (rewards - rewards.mean(axis=1, keepdims=True))
+
+
+def gpg_authors(rewards: np.ndarray) -> np.ndarray:
+    """GPG as its authors compute it (`AMAP-ML/GPG`, `open-r1/src/open_r1/gpg_trainer.py`, F_norm 1, one generation
+    round): A = R − the group mean; inverse_alpha = min(1, #groups whose std is not 0 / #groups), and `compute_loss`
+    divides the loss −A·log π by it, the same as A / inverse_alpha. Not defined when every group is flat (÷ 0)."""
+    valid = (rewards.std(axis=1, ddof=1) != 0).sum()
+    return (rewards - rewards.mean(axis=1, keepdims=True)) / min(1.0, valid / rewards.shape[0])
+
+
 def _lengths(r: np.ndarray) -> np.ndarray:
     """Each response's token count (1–40), drawn from the rewards' bytes so both sides see the same ones."""
     seed = int.from_bytes(r.tobytes()[:8].ljust(8, b"\0"), "little") % (2**32) + r.size
@@ -200,6 +215,16 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
         lambda r: (passk_verl(r), np.ones(r.shape, bool)),
         lambda r: r.shape[1] > 1,
     ),
+    "GPG (gpg) vs the authors": (
+        lambda r: (ADVANTAGES["gpg"](torch.from_numpy(r), 0.0).numpy(), np.ones(r.shape, bool)),
+        lambda r: (gpg_authors(r), np.ones(r.shape, bool)),
+        lambda r: r.shape[1] > 1 and bool((r.std(axis=1) > 0).any()),
+    ),
+    "GPG (gpg_nonzero) vs verl": (
+        lambda r: (ADVANTAGES["gpg_nonzero"](torch.from_numpy(r), 0.0).numpy(), np.ones(r.shape, bool)),
+        lambda r: (gpg_verl(r), np.ones(r.shape, bool)),
+        lambda r: r.shape[1] > 1,
+    ),
     "MC-GRPO (mc_grpo)": (
         lambda r: (ADVANTAGES["group_median_mad"](torch.from_numpy(r), 1e-3).numpy(), np.ones(r.shape, bool)),
         lambda r: (mc_grpo_authors(r), np.ones(r.shape, bool)),
@@ -242,8 +267,16 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
 code is defined). MC-GRPO's pivot is left out of the comparison (which tied median response, docs/objective.md)."""
 
 
-BINARY_ONLY = ("NSR (nsr)", "W-REINFORCE (w_reinforce)", "BNPO (bnpo)", "NGRPO (ngrpo)")
-"""Variants whose authors' code is defined on 0/1 (BNPO: [0, 1]) rewards only: run on `--cases` more 0/1 cases."""
+BINARY_ONLY = (
+    "NSR (nsr)",
+    "W-REINFORCE (w_reinforce)",
+    "BNPO (bnpo)",
+    "NGRPO (ngrpo)",
+    "GPG (gpg) vs the authors",
+    "GPG (gpg_nonzero) vs verl",
+)
+"""Variants run on `--cases` more 0/1 cases: those whose authors' code is defined on 0/1 (BNPO: [0, 1]) rewards only,
+and GPG's, whose α moves with the flat groups (the authors') and the correct answers (verl's) those cases hold."""
 
 
 def main() -> None:
@@ -279,8 +312,9 @@ def main() -> None:
         print(f"{variant:44} {'all':30} {sum(counts.values()):5d} {overall:21.3g}")
         if undefined:
             print(f"{variant:44} left out: where the authors' code is not defined (rewards it does not take; BNPO's "
-                  "batches of one success rate, where it divides by 0; REINFORCE++'s single token) or departs by "
-                  "design (BNPO's, RLOO's, OPO's and pass@k's groups of one, named in their docstrings): "
+                  "batches of one success rate, where it divides by 0; REINFORCE++'s single token; GPG's all-flat "
+                  "batches, where the authors' divides by 0) or departs by design (BNPO's, RLOO's, OPO's, pass@k's "
+                  "and GPG's groups of one, named in their docstrings): "
                   + ", ".join(f"{k} ({v})" for k, v in sorted(undefined.items())))  # fmt: skip
         report[variant] = {"largest": overall, "by_family": worst, "cases": counts, "undefined": undefined}
     write_json("advantages_vs_authors", {"cases": args.cases, "seed": args.seed, "variants": report})
