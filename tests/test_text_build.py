@@ -134,3 +134,43 @@ def test_a_text_build_enters_a_job_s_identity_only_when_set():
     task = {"name": "custom", "custom": {"data": "d.jsonl", "reward": "r.py:f"}}
     plain, built = _config(task), _config(task, {})
     assert "text" not in json.dumps(plain.identity()["model"]) and plain.config_hash != built.config_hash
+
+
+def test_a_custom_task_the_addition_toy_cannot_read_gets_a_base_model_of_its_own(tmp_path):
+    """Rows and functions of the user's: refused on the addition toy, naming the character; with `model.toy.text`,
+    a build over its rows' characters (its answers among them) that a run loads."""
+    from harness.engine.base_model import policy_path, task_source
+    from harness.engine.preflight import custom_task_problem
+    from harness.engine.training import build_task
+
+    rows = [{"problem": f"Reverse «{w}»:", "answer": w[::-1]} for w in ("abc", "dog", "Zebra", "ünï")]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "reward.py").write_text(
+        "def exact(completion, reference, prompt):\n    return completion == reference['answer']\n"
+    )
+    task = {"name": "custom", "custom": {"data": "rows.jsonl", "reward": "reward.py:exact", "root": str(tmp_path)}}
+    plain = _config(task)
+    assert custom_task_problem(plain).startswith("task.custom.data: the prompt of row 0 has ' :R«»', which the toy")
+    toy = {"text": {}, "sft_steps": 2, "eval_samples": 4, "min_clean_accuracy": 0.0}
+    data = {
+        "objective": {"preset": "grpo"},
+        "task": task,
+        "model": {"source": "toy", "cache_dir": str(tmp_path), "toy": toy},
+    }
+    cfg = validate(RunConfig, data, "run.yaml")
+    assert custom_task_problem(cfg) is None
+    built = build_task(cfg)
+    try:
+        source = task_source(cfg, built)
+        assert "Zebra"[::-1] in source.texts and "Reverse «abc»:" in source.texts
+        path = policy_path(cfg, built)
+    finally:
+        built.close()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert tokenizer.unk_token_id not in tokenizer("Reverse «ünï»: ïnü")["input_ids"]
+    moved = cfg.model_copy(
+        update={
+            "task": cfg.task.model_copy(update={"custom": cfg.task.custom.model_copy(update={"root": "/elsewhere"})})
+        }
+    )
+    assert task_source(moved, built).settings == source.settings  # where the files are is not part of the key
