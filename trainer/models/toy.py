@@ -62,7 +62,7 @@ def config_hash(config: ToyModelConfig, source: TaskSource | None = None) -> str
     holds its task's settings, vocabulary and traces instead (`text_build.key_payload`)."""
     if config.text is not None:
         payload = {"version": BUILD_VERSION, "config": config.model_dump(mode="json")}
-        payload |= key_payload(_source(config, source), config.text.slip_prob, _seed(config))
+        payload |= key_payload(_source(source), config.text.slip_prob, _seed(config))
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
     task = ToyAdditionTask(config.task)
     rng = np.random.default_rng(config.seed)
@@ -78,7 +78,7 @@ def config_hash(config: ToyModelConfig, source: TaskSource | None = None) -> str
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _source(config: ToyModelConfig, source: TaskSource | None) -> TaskSource:
+def _source(source: TaskSource | None) -> TaskSource:
     if source is None:
         raise ValueError("model.toy.text builds on the run's task: its TaskSource is needed")
     return source
@@ -177,7 +177,7 @@ def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike, sourc
     """
     final = toy_model_dir(config, cache_root, source)
     final.parent.mkdir(parents=True, exist_ok=True)
-    text = None if config.text is None else _source(config, source)
+    text = None if config.text is None else _source(source)
     tokenizer = build_char_tokenizer(CHARS if text is None else text_chars(text.texts))
     start = time.perf_counter()
     caller_threads = torch.get_num_threads()
