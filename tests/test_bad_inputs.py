@@ -9,6 +9,7 @@ load is measured by benchmarks/bad_input_latency.py (figures in docs/benchmarks.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import resource
@@ -953,6 +954,50 @@ CASES += [
     ),
 ]
 
+# A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
+REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
+
+
+def _rg(generator: str = "spell_backward", extra: str = "") -> str:
+    return f"task:\n  name: reasoning_gym\n  reasoning_gym:\n    generator: {generator}\n    size: 50\n{extra}"
+
+
+CASES += [
+    Case("run: reasoning_gym, seed in the generator's config", "run", _rg(extra="    config: {seed: 3}\n"), "seed"),
+    Case("run: reasoning_gym, generator not a name", "run", _rg("Chain Sum"), "task.reasoning_gym.generator"),
+    Case("run: text build on the addition task", "run", "model:\n  toy:\n    text: {}\n", "model.toy.text"),
+    Case(
+        "run: text build on a task class",
+        "run",
+        "task:\n  name: custom\n  custom:\n    class: m.py:C\nmodel:\n  toy:\n    text: {}\n",
+        "model.toy.text",
+    ),
+    Case("run: text build's slips at 1", "run", "model:\n  toy:\n    text: {slip_prob: 1}\n", "text.slip_prob"),
+]
+if REASONING_GYM:  # reasoning-gym is imported in the task's bounded helper, as a reward function is
+    CASES += [
+        Case(
+            "run: reasoning_gym, no such generator",
+            "run",
+            _rg("chain_sums"),
+            "task.reasoning_gym.generator: no generator 'chain_sums' in reasoning-gym; close names: chain_sum",
+        ),
+        Case(
+            "run: reasoning_gym, a prompt the toy cannot read",
+            "run",
+            _rg(),
+            "task.reasoning_gym: the prompt of problem 0 has 'S', which the toy model cannot read",
+        ),
+        Case(
+            "run: reasoning_gym, settings the generator refuses",
+            "run",
+            _rg("chain_sum", "    config: {min_terms: 5, max_terms: 2}\n"),
+            "task.reasoning_gym.config: chain_sum refused its settings",
+        ),
+    ]
+else:
+    CASES.append(Case("run: reasoning_gym without its extra", "run", _rg(), "the reasoning-gym extra"))
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(
@@ -1021,7 +1066,8 @@ def _check(case: Case, workdir: Path) -> str | None:
     args = [*(case.setup(workdir) if case.setup else []), *case.args]
     before = _snapshot(workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(PYTHONPATH=str(ROOT), **case.env)
+    paths = [str(ROOT), os.environ.get("PYTHONPATH")]  # the caller's after ours: where an extra may be installed
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, paths)), **case.env)
     code, _, err, cpu = _run_cli([case.command, path, *args], cwd=workdir, env=env, preexec_fn=_limit_memory)
     if code is None:
         return f"no answer in {HANG_S} s"

@@ -68,6 +68,15 @@ def test_trl_is_an_extra_pinned_to_the_tested_series_never_a_core_dependency():
     assert all(str(Requirement(r).specifier) == str(Requirement(TRL_REQUIREMENT).specifier) for r in extras["bench"])
 
 
+def test_reasoning_gym_is_an_extra_pinned_to_one_release_that_ci_installs():
+    """A reasoning-gym release may change what a generator draws for a seed: the extra pins one, the lock pins it and
+    its dependencies, and dev (what CI and the README install) holds it, so the task's tests run in CI."""
+    extras = PROJECT["optional-dependencies"]
+    assert extras["reasoning-gym"] == ["reasoning-gym==0.1.25"] and "reasoning-gym==0.1.25" in extras["dev"]
+    assert all(Requirement(r).name != "reasoning-gym" for r in PROJECT["dependencies"])
+    assert "reasoning-gym==0.1.25" in (ROOT / "constraints-cpu.txt").read_text().splitlines()
+
+
 def test_the_lock_pins_every_dependency_within_pyproject_ranges():
     """constraints-cpu.txt (made by `.ci/newest --write-lock`) pins each requirement of harness[dev] at a version its
     range admits: a range changed in pyproject.toml without a new lock fails here, not in a newcomer's install."""

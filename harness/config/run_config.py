@@ -23,6 +23,7 @@ from trainer.data.settings import FieldsConfig
 from trainer.models.toy_config import ToyModelConfig
 from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
 from trainer.tasks.custom_config import CustomTaskConfig
+from trainer.tasks.reasoning_gym_config import ReasoningGymConfig
 from trainer.tasks.toy_addition_config import ToyAdditionConfig
 
 
@@ -110,7 +111,8 @@ class ToyTask(BaseModel):
     model_config = _STRICT
 
     name: Literal["toy_addition"] = "toy_addition"
-    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own."""
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own;
+    reasoning_gym: one of reasoning-gym's generators."""
     toy_addition: ToyAdditionConfig = ToyAdditionConfig()
     """Settings of the toy addition task."""
 
@@ -121,7 +123,8 @@ class MathTask(BaseModel):
     model_config = _STRICT
 
     name: Literal["math"]
-    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own."""
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own;
+    reasoning_gym: one of reasoning-gym's generators."""
     math: MathTaskConfig = MathTaskConfig()
     """Settings of the math task."""
 
@@ -132,13 +135,29 @@ class CustomTask(BaseModel):
     model_config = _STRICT
 
     name: Literal["custom"]
-    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own."""
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own;
+    reasoning_gym: one of reasoning-gym's generators."""
     custom: CustomTaskConfig
     """Settings of the custom task."""
 
 
+class ReasoningGymTask(BaseModel):
+    """One of reasoning-gym's seeded generators, scored by its own `score_answer` (the `reasoning-gym` extra)."""
+
+    model_config = _STRICT
+
+    name: Literal["reasoning_gym"]
+    """toy_addition: the CPU toy; math: a math dataset graded with math-verify; custom: the user's own;
+    reasoning_gym: one of reasoning-gym's generators."""
+    reasoning_gym: ReasoningGymConfig
+    """Settings of the reasoning-gym task."""
+
+
 TaskConfig = Annotated[
-    Annotated[ToyTask, Tag("toy_addition")] | Annotated[MathTask, Tag("math")] | Annotated[CustomTask, Tag("custom")],
+    Annotated[ToyTask, Tag("toy_addition")]
+    | Annotated[MathTask, Tag("math")]
+    | Annotated[CustomTask, Tag("custom")]
+    | Annotated[ReasoningGymTask, Tag("reasoning_gym")],
     tagged("name", "toy_addition"),
 ]
 """Where prompts and rewards come from: `name` picks the task, and only that task's settings exist."""
@@ -222,6 +241,23 @@ class RunConfig(BaseModel):
                     f"{key}: {new} new tokens after a prompt of up to {prompt} exceed the toy model's "
                     f"{positions} positions (model.toy.max_position_embeddings)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _text_build_has_pairs(self) -> RunConfig:
+        if not isinstance(self.model, ToyModel) or self.model.toy.text is None:
+            return self
+        if isinstance(self.task, ToyTask):
+            raise ValueError(
+                "model.toy.text: builds a base model on the run's task's (prompt, answer) pairs; the toy addition "
+                "task has its own build (model.toy.task): remove text, or name another task"
+            )
+        rows = isinstance(self.task, CustomTask) and self.task.custom.task_class is None
+        if not rows and not isinstance(self.task, ReasoningGymTask):
+            raise ValueError(
+                f"model.toy.text: builds on a task's pool of (prompt, answer) pairs; task {self.task.name!r} "
+                "has none (reasoning_gym, or custom rows and functions, have)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -68,6 +68,8 @@ def _problem(cfg: RunConfig) -> str | None:
         return f"TMPDIR: {' '.join(str(exc).split())}"
     if cfg.task.name == "custom" and (problem := custom_task_problem(cfg)):
         return problem
+    if cfg.task.name == "reasoning_gym" and (problem := reasoning_gym_problem(cfg)):
+        return problem
     model = cfg.model
     if model.source == "toy":
         return unwritable(model.cache_dir, "model.cache_dir")
@@ -93,23 +95,67 @@ def custom_task_problem(cfg: RunConfig) -> str | None:
             )
     if problem := _code_problem(settings.model_dump_json()):
         return problem
-    if cfg.model.source == "toy":
+    if cfg.model.source == "toy" and cfg.model.toy.text is None:  # a text build reads every row's characters
         from trainer.tasks.toy_addition import CHARS
 
-        positions = cfg.model.toy.max_position_embeddings
         for i, prompt in enumerate(prompts):
             odd = sorted(set(prompt) - set(CHARS))
             if odd:
                 return (
                     f"task.custom.data: the prompt of row {i} has {''.join(odd)!r}, which the toy model cannot read "
-                    f"(its characters: {CHARS})"
+                    f"(its characters: {CHARS}; model.toy.text builds one for the task)"
                 )
-            if len(prompt) + 1 + cfg.rollout.max_new_tokens > positions:
+    return _too_long(cfg, prompts, "task.custom.data", "the prompt of row")
+
+
+def reasoning_gym_problem(cfg: RunConfig) -> str | None:
+    """Why a reasoning-gym task cannot run: the extra is not installed, the generator is not there (close names
+    listed) or refuses its settings, its pool is malformed; on the toy model, a prompt with a character the model
+    cannot read or too long for it. reasoning-gym is imported in the task's bounded helper, never here."""
+    from importlib.util import find_spec
+
+    if find_spec("reasoning_gym") is None:
+        return "task.name: reasoning_gym needs the reasoning-gym extra: pip install -e '.[reasoning-gym]'"
+    try:
+        prompts = _reasoning_gym_prompts(cfg.task.reasoning_gym.model_dump_json())
+    except RuntimeError as exc:  # ReasoningGymError: one line naming the setting
+        return str(exc)
+    if cfg.model.source == "toy" and cfg.model.toy.text is None:  # a text build reads every prompt's characters
+        from trainer.tasks.toy_addition import CHARS
+
+        for i, prompt in enumerate(prompts):
+            odd = next((c for c in prompt if c not in CHARS), None)
+            if odd is not None:
                 return (
-                    f"task.custom.data: the prompt of row {i} ({len(prompt)} characters) and rollout.max_new_tokens "
-                    f"{cfg.rollout.max_new_tokens} exceed the toy model's {positions} positions"
+                    f"task.reasoning_gym: the prompt of problem {i} has {odd!r}, which the toy model cannot read "
+                    f"(its characters: {CHARS}; model.toy.text builds one for the task)"
                 )
+    return _too_long(cfg, prompts, "task.reasoning_gym", "the prompt of problem")
+
+
+def _too_long(cfg: RunConfig, prompts: tuple[str, ...], key: str, what: str) -> str | None:
+    """A prompt that, with the generation budget, does not fit the toy model's positions."""
+    if cfg.model.source != "toy":
+        return None
+    positions = cfg.model.toy.max_position_embeddings
+    for i, prompt in enumerate(prompts):
+        if len(prompt) + 1 + cfg.rollout.max_new_tokens > positions:
+            return (
+                f"{key}: {what} {i} ({len(prompt)} characters) and rollout.max_new_tokens "
+                f"{cfg.rollout.max_new_tokens} exceed the toy model's {positions} positions"
+            )
     return None
+
+
+@lru_cache(maxsize=8)
+def _reasoning_gym_prompts(settings_json: str) -> tuple[str, ...]:
+    """The prompts of a reasoning-gym pool (built once per settings in a bounded helper: a sweep checks every arm)."""
+    from trainer.tasks.reasoning_gym import ReasoningGymTask
+    from trainer.tasks.reasoning_gym_config import ReasoningGymConfig
+
+    task = ReasoningGymTask(ReasoningGymConfig.model_validate_json(settings_json))
+    task.close()
+    return tuple(task.prompts)
 
 
 @lru_cache(maxsize=8)

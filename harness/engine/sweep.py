@@ -161,26 +161,36 @@ def _run_locked(
 
 def _build_models(name: str, jobs: Sequence[Job], out: Console | None) -> None:
     """Build the toy models the jobs need, once, before any job starts: a phase of its own, so that no job's
-    time (nor the ETA drawn from it) includes a build, and parallel workers do not wait on one."""
+    time (nor the ETA drawn from it) includes a build, and parallel workers do not wait on one. A toy built for
+    the jobs' own task (`model.toy.text`) is keyed by that task's settings too."""
     toys = {
-        (toy.model_dump_json(), job.config.model.cache_dir): (toy, job.config.model.cache_dir)
+        (toy.model_dump_json(), job.config.task.model_dump_json(), job.config.model.cache_dir): job.config
         for job in jobs
         if job.config.model.source == "toy"
         for toy in [job.config.model.toy.for_run(job.config.seed)]
     }
     if not toys:
         return
+    from harness.engine.base_model import task_source
+    from harness.engine.training import build_task
     from trainer.models.toy import ensure_toy_model, toy_model_ready
 
-    for toy, cache_dir in toys.values():
-        if toy_model_ready(toy, cache_dir):
-            continue
-        start = time.monotonic()
-        if out is not None:
-            out.print(f"sweep {name}: building the toy model in {cache_dir}", soft_wrap=True)
-        ensure_toy_model(toy, cache_dir)
-        if out is not None:
-            out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}", soft_wrap=True)
+    for config in toys.values():
+        toy, cache_dir = config.model.toy.for_run(config.seed), config.model.cache_dir
+        task = build_task(config) if toy.text is not None else None
+        try:
+            source = task_source(config, task)
+            if toy_model_ready(toy, cache_dir, source):
+                continue
+            start = time.monotonic()
+            if out is not None:
+                out.print(f"sweep {name}: building the toy model in {cache_dir}", soft_wrap=True)
+            ensure_toy_model(toy, cache_dir, source)
+            if out is not None:
+                out.print(f"sweep {name}: toy model built in {_hms(time.monotonic() - start)}", soft_wrap=True)
+        finally:
+            if task is not None:
+                task.close()
 
 
 def parent_run(

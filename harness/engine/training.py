@@ -10,6 +10,7 @@ import transformers
 from tqdm import tqdm
 
 from harness.config.run_config import RunConfig
+from harness.engine.base_model import policy_path
 from harness.runs.layout import (
     ARM_LABEL_TAG,
     LENGTH_TAKEOFF_TAG,
@@ -24,7 +25,6 @@ from trainer import metric_names as M
 from trainer.loop import Trainer, TrainerSettings
 from trainer.models.fingerprint import Machine, gpu_name, weights_sha256
 from trainer.models.load import load_policy, pick_device
-from trainer.models.toy import ensure_toy_model
 from trainer.rollout.base import RolloutBackend
 from trainer.rollout.hf import TransformersBackend
 from trainer.takeoff import TakeoffDetector
@@ -64,17 +64,17 @@ def run_training(
     transformers.utils.logging.disable_progress_bar()  # our own progress line is the one to read
     uri, experiment_id = tracking_target(cfg, tracking_uri)
     device = pick_device(cfg.train.device)
-    # the toy build (SFT on batches of 64) uses every core; the tiny RL steps run best on train.threads
-    path = (
-        str(ensure_toy_model(cfg.model.toy.for_run(cfg.seed), cfg.model.cache_dir))
-        if cfg.model.source == "toy"
-        else cfg.model.name_or_path
-    )
+    task = build_task(cfg)  # first: a toy built for the run's task learns from it
+    # the toy build runs on model.toy.build_threads; the tiny RL steps run best on train.threads
+    try:
+        path = policy_path(cfg, task)
+    except BaseException:
+        _close(task)
+        raise
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.seed)
     policy, tokenizer = load_policy(path, device, cfg.model.dtype, cfg.model.gradient_checkpointing)
-    task = build_task(cfg)
     if cfg.train.engine == "trl":  # TRL samples for itself; harness's backend only evaluates
         from harness.engine.trl_training import TRLJob
 
@@ -110,9 +110,14 @@ def run_training(
         finally:
             bar.close()
             tracker.log_table("rollouts", trainer.rollout_table())  # kept even when the run fails
-            if callable(close := getattr(task, "close", None)):  # a custom task's helper and what it started
-                close()
+            _close(task)
         return RunResult(tracker.run_id, uri, experiment_id)
+
+
+def _close(task: Task) -> None:
+    """Stop a task's helper and what it started (custom and reasoning-gym tasks have one)."""
+    if callable(close := getattr(task, "close", None)):
+        close()
 
 
 def build_backend(cfg: RunConfig, path: str, policy, tokenizer) -> RolloutBackend:
@@ -135,6 +140,10 @@ def build_task(cfg: RunConfig) -> Task:
         from trainer.tasks.custom import build_task as custom_task
 
         return custom_task(cfg.task.custom)
+    if cfg.task.name == "reasoning_gym":
+        from trainer.tasks.reasoning_gym import ReasoningGymTask
+
+        return ReasoningGymTask(cfg.task.reasoning_gym)
     from trainer.data.benchmarks import BENCHMARKS, dedupe, load_benchmark
     from trainer.data.records import FieldMap, load_problems
     from trainer.tasks.math import MathTask

@@ -137,9 +137,15 @@ def run_tune(
             study.tell(t.number, state=TrialState.FAIL)  # left by a killed invocation
         base = plan.trial_config({})
         if base.model.source == "toy":  # built once here, not by each worker
-            from trainer.models.toy import ensure_toy_model
+            from harness.engine.base_model import policy_path
+            from harness.engine.training import build_task
 
-            ensure_toy_model(base.model.toy.for_run(base.seed), base.model.cache_dir)
+            task = build_task(base) if base.model.toy.text is not None else None
+            try:
+                policy_path(base, task)
+            finally:
+                if task is not None:
+                    task.close()
         fail_orphans(uri, plan.experiment, plan.study_id, ORPHAN)
         client = MlflowClient(uri)
         parent = parent_run(

@@ -17,16 +17,19 @@ SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 
 
 def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
-    """A tokenizer with one token per character of `chars` (distinct) plus the special tokens.
+    r"""A tokenizer with one token per character of `chars` (distinct) plus the special tokens.
 
     Encoding prepends BOS (as Llama tokenizers do) and never appends EOS; padding
-    is on the left, as causal generation needs. Characters outside `chars` map to UNK.
+    is on the left, as causal generation needs. Characters outside `chars` map to UNK. With a newline among
+    `chars` the split pattern is `[\s\S]`, since `.` skips newlines and a run of them would be one unknown piece;
+    without one it stays `.`, so the toy's tokenizer file is what it always was.
     """
     if len(set(chars)) != len(chars):
         raise ValueError(f"characters must be distinct: {chars!r}")
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *chars])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character alone
+    every_char = Regex(r"[\s\S]" if "\n" in chars else ".")
+    backend.pre_tokenizer = pre_tokenizers.Split(every_char, behavior="isolated")  # every character alone
     backend.decoder = decoders.Fuse()  # join tokens without spaces
     backend.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]

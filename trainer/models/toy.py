@@ -5,7 +5,8 @@ manifest), so every machine trains RL on the same base model: a build is bitwise
 path and thread count. Any other settings are built on CPU, reproducibly from a seed, into
 `cache_root/toy-<hash of the config>` as an ordinary transformers checkpoint (safetensors + tokenizer), so runs load
 it like a hub model. `ensure_toy_model` returns the shipped build or builds one the first time a run needs it and
-reuses it afterwards; concurrent callers wait on a file lock.
+reuses it afterwards; concurrent callers wait on a file lock. With `text` set, the settings build a base model
+for the run's own task, whose `TaskSource` every function here then takes (trainer/models/text_build.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,6 +35,14 @@ from transformers import (
 
 from trainer.models.char_tokenizer import build_char_tokenizer
 from trainer.models.fingerprint import Machine, file_sha256
+from trainer.models.text_build import (
+    TaskSource,
+    TextBatches,
+    TextEval,
+    key_payload,
+    sampled_text_accuracy,
+    text_chars,
+)
 from trainer.models.toy_config import ToyModelConfig
 from trainer.tasks.toy_addition import CHARS, ToyAdditionTask, target_trace
 
@@ -46,9 +56,14 @@ SHIPPED_MANIFEST = "manifest.json"
 """`{"toy-<hash>": {"files": {name: sha256}, "built_on": {...}}}`: the shipped builds and their files' sha256."""
 
 
-def config_hash(config: ToyModelConfig) -> str:
+def config_hash(config: ToyModelConfig, source: TaskSource | None = None) -> str:
     """Short stable hash of the config, BUILD_VERSION, the vocabulary and a sample of SFT traces: the
-    cache key. The traces make any change to the task's format a new key, bumped or not."""
+    cache key. The traces make any change to the task's format a new key, bumped or not. A text build's key
+    holds its task's settings, vocabulary and traces instead (`text_build.key_payload`)."""
+    if config.text is not None:
+        payload = {"version": BUILD_VERSION, "config": config.model_dump(mode="json")}
+        payload |= key_payload(_source(source), config.text.slip_prob, _seed(config))
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
     task = ToyAdditionTask(config.task)
     rng = np.random.default_rng(config.seed)
     traces = [
@@ -63,22 +78,36 @@ def config_hash(config: ToyModelConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def toy_model_dir(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
+def _source(source: TaskSource | None) -> TaskSource:
+    if source is None:
+        raise ValueError("model.toy.text builds on the run's task: its TaskSource is needed")
+    return source
+
+
+def _seed(config: ToyModelConfig) -> int:
+    if not isinstance(config.seed, int):
+        raise ValueError("model.toy.seed: 'run' must be replaced by the run's seed (ToyModelConfig.for_run)")
+    return config.seed
+
+
+def toy_model_dir(config: ToyModelConfig, cache_root: str | os.PathLike, source: TaskSource | None = None) -> Path:
     """Where the build of `config` lives (complete or not)."""
-    return Path(cache_root).expanduser() / f"toy-{config_hash(config)}"
+    return Path(cache_root).expanduser() / f"toy-{config_hash(config, source)}"
 
 
 class ShippedModelCorrupt(RuntimeError):
     """A shipped build's file does not match the sha256 its manifest pins (a damaged install)."""
 
 
-def shipped_toy_model(config: ToyModelConfig, root: Path = SHIPPED_DIR) -> Path | None:
+def shipped_toy_model(
+    config: ToyModelConfig, root: Path = SHIPPED_DIR, source: TaskSource | None = None
+) -> Path | None:
     """The shipped build of `config` with every file's sha256 checked against the manifest, or None when
     `config`'s hash is not one that ships. Raises ShippedModelCorrupt on a mismatch."""
     manifest = root / SHIPPED_MANIFEST
     if not manifest.exists():
         return None
-    name = f"toy-{config_hash(config)}"
+    name = f"toy-{config_hash(config, source)}"
     entry = json.loads(manifest.read_text()).get(name)
     if entry is None:
         return None
@@ -113,60 +142,67 @@ def ship_toy_model(build: Path, root: Path = SHIPPED_DIR) -> Path:
     return target
 
 
-def toy_model_ready(config: ToyModelConfig, cache_root: str | os.PathLike) -> bool:
+def toy_model_ready(config: ToyModelConfig, cache_root: str | os.PathLike, source: TaskSource | None = None) -> bool:
     """Whether `config` needs no build: it ships, or a complete build is in the cache."""
-    return shipped_toy_model(config) is not None or (toy_model_dir(config, cache_root) / COMPLETE_MARKER).exists()
+    if shipped_toy_model(config, source=source) is not None:
+        return True
+    return (toy_model_dir(config, cache_root, source) / COMPLETE_MARKER).exists()
 
 
-def ensure_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
+def ensure_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike, source: TaskSource | None = None) -> Path:
     """Path of the shipped build of `config` (sha256 checked), else of a complete build in `cache_root`, building
     it first if there is none.
 
     Safe under concurrency: the first caller builds under a file lock while the
     others wait, then find the finished directory.
     """
-    shipped = shipped_toy_model(config)
+    shipped = shipped_toy_model(config, source=source)
     if shipped is not None:
         return shipped
-    final = toy_model_dir(config, cache_root)
+    final = toy_model_dir(config, cache_root, source)
     if (final / COMPLETE_MARKER).exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         if (final / COMPLETE_MARKER).exists():
             return final
-        return build_toy_model(config, cache_root)
+        return build_toy_model(config, cache_root, source)
 
 
-def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike) -> Path:
+def build_toy_model(config: ToyModelConfig, cache_root: str | os.PathLike, source: TaskSource | None = None) -> Path:
     """Train the toy model by SFT from scratch and save it to `toy_model_dir(config, cache_root)`.
 
     Written to a temporary directory and renamed into place, so a crash never
     leaves a directory that looks complete. Callers that may race use `ensure_toy_model`.
     """
-    final = toy_model_dir(config, cache_root)
+    final = toy_model_dir(config, cache_root, source)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_char_tokenizer(CHARS)
+    text = None if config.text is None else _source(source)
+    tokenizer = build_char_tokenizer(CHARS if text is None else text_chars(text.texts))
     start = time.perf_counter()
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(config.build_threads)
     try:
-        model, final_loss = _train(config, tokenizer)
+        model, final_loss, batches = _train(config, tokenizer, text)
     finally:
         torch.set_num_threads(caller_threads)
     train_s = time.perf_counter() - start
     report = {
         "version": BUILD_VERSION,
-        "hash": config_hash(config),
+        "hash": final.name.removeprefix("toy-"),
         "config": config.model_dump(mode="json"),
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_s": round(train_s, 2),
         "final_loss": final_loss,
         "built_on": {**asdict(Machine.here()), "threads": config.build_threads},
     }
+    if isinstance(batches, TextBatches):  # the tutor's slips as drawn, beside the rate asked for
+        report["sft_slipped"] = {"traces": batches.traces, "slipped": batches.slipped}
     if config.eval_samples:
-        evaluation = sampled_accuracy(
-            model, tokenizer, ToyAdditionTask(config.task), config.eval_samples, seed=config.seed
+        evaluation = (
+            sampled_accuracy(model, tokenizer, ToyAdditionTask(config.task), config.eval_samples, seed=config.seed)
+            if text is None
+            else sampled_text_accuracy(model, tokenizer, text.task, config.eval_samples, seed=_seed(config))
         )
         report["eval"] = {
             k: None if isinstance(v, float) and math.isnan(v) else v  # strict JSON
@@ -191,7 +227,7 @@ class ToyBuildTooWeak(RuntimeError):
     """The build's sampled quality is outside the config's band (nothing was cached)."""
 
 
-def check_quality(config: ToyModelConfig, evaluation: ToyEval, hash_: str) -> None:
+def check_quality(config: ToyModelConfig, evaluation: ToyEval | TextEval, hash_: str) -> None:
     """Raise ToyBuildTooWeak, with the figures, when clean accuracy is outside the band `min_clean_accuracy` to
     `max_clean_accuracy`. A clean accuracy of nan (no clean prompt drawn) cannot show it is in the band, so it fails.
     """
@@ -203,7 +239,8 @@ def check_quality(config: ToyModelConfig, evaluation: ToyEval, hash_: str) -> No
         fix = "train longer with model.toy.sft_steps, or lower the bar knowingly"
     else:
         where = f"above model.toy.max_clean_accuracy = {high}"
-        fix = "the build leaves RL little to learn: check model.toy.task.slip_prob, or raise the ceiling knowingly"
+        slips = "model.toy.task.slip_prob" if config.text is None else "model.toy.text.slip_prob"
+        fix = f"the build leaves RL little to learn: check {slips}, or raise the ceiling knowingly"
     raise ToyBuildTooWeak(
         f"toy build {hash_}: sampled accuracy on clean prompts is {accuracy:.3f} "
         f"(the clean ones among n={evaluation.n} sampled prompts), {where}; nothing was cached ({fix})"
@@ -255,10 +292,17 @@ def _sft_batch(
     return ids, mask, labels
 
 
-def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[LlamaForCausalLM, float]:
+def _train(
+    config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase, text: TaskSource | None = None
+) -> tuple[LlamaForCausalLM, float, Callable[[np.random.Generator], tuple[torch.Tensor, ...]]]:
+    """SFT from scratch: (model, last loss, the batches it trained on)."""
     torch.manual_seed(config.seed)
     model = _new_model(config, tokenizer)
-    task = ToyAdditionTask(config.task)
+    if text is None:
+        task = ToyAdditionTask(config.task)
+        batches = lambda rng: _sft_batch(task, tokenizer, rng, config.batch_size)  # noqa: E731
+    else:
+        batches = TextBatches(text, tokenizer, config.text.slip_prob, config.batch_size)
     rng = np.random.default_rng(config.seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
@@ -271,9 +315,10 @@ def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
     model.train()
     loss_value = float("nan")
-    bar = tqdm(range(config.sft_steps), desc=f"building toy model {config_hash(config)}", unit="step", mininterval=1.0)
+    name = config_hash(config, text)
+    bar = tqdm(range(config.sft_steps), desc=f"building toy model {name}", unit="step", mininterval=1.0)
     for _ in bar:
-        ids, mask, labels = _sft_batch(task, tokenizer, rng, config.batch_size)
+        ids, mask, labels = batches(rng)
         optimiser.zero_grad(set_to_none=True)
         loss = _backward_in_buckets(model, ids, mask, labels, config.length_buckets)
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -282,7 +327,7 @@ def _train(config: ToyModelConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[
         loss_value = loss.item()
         bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
     model.eval()
-    return model, loss_value
+    return model, loss_value, batches
 
 
 def _backward_in_buckets(

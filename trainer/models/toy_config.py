@@ -21,6 +21,20 @@ SLIP_PROB = 0.1
 """The default SFT tutor's slip rate per column (`ToyAdditionConfig.slip_prob`)."""
 
 
+class TextBuildConfig(BaseModel):
+    """A toy base model for the run's own text task: SFT on its (prompt, answer) pairs instead of the addition
+    traces (docs/tasks.md, "A base model for your own task on CPU")."""
+
+    model_config = STRICT
+
+    slip_prob: float = Field(0.2, ge=0.0, lt=1.0)
+    """The tutor's slips: the share of SFT demonstrations whose answer has one character changed to another of its
+    kind (a digit to another digit, a letter to another letter of its case), so the demonstration is wrong in one
+    token, as the addition toy's slipped column is. SFT takes the slips on, and RL has them to fix: with the task
+    learnt, clean accuracy is about 1 - slip_prob (an answer with no digit or letter cannot slip), inside the
+    default band of 0.6-0.85 at 0.2."""
+
+
 class ToyModelConfig(BaseModel):
     """How to build the toy model: architecture, SFT recipe and the task its data comes from."""
 
@@ -77,6 +91,12 @@ class ToyModelConfig(BaseModel):
     max_clean_accuracy: float | None = Field(0.85, ge=0.0, le=1.0)
     """The ceiling of the band: the build fails when its clean accuracy is above this, since then SFT has not taken
     on the tutor's slips and RL has little left to learn (null = no ceiling, as the toy without slips had)."""
+    text: TextBuildConfig | None = None
+    """Build for the run's task instead of the addition: a character-level model over printable ASCII and every
+    other character the task's pool uses, trained on the task's (prompt, answer) pairs with `text.slip_prob` of
+    wrong demonstrations, in the same band, cached under the same kind of key (these settings, the task's settings
+    and a sample of its traces). `task` above is then unused. A task with a pool of rows only: reasoning_gym, or
+    custom rows and functions (null = the addition toy)."""
     build_threads: int = Field(1, ge=1)
     """torch CPU threads for the build, whatever the caller uses: float sums depend on the thread count,
     so this is part of what makes two builds of one config bitwise identical. One thread: on 2 cores beside a
@@ -99,8 +119,9 @@ class ToyModelConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
         """An unset ceiling is left out of dumps, so the toy without slips keeps the build hash it had before the
-        ceiling existed."""
+        ceiling existed; an unset `text` too, so every addition toy keeps its build hash and every job its id."""
         data = handler(self)
-        if data.get("max_clean_accuracy", 0) is None:
-            del data["max_clean_accuracy"]
+        for key in ("max_clean_accuracy", "text"):
+            if data.get(key, 0) is None:
+                del data[key]
         return data
