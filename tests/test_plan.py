@@ -147,6 +147,8 @@ def test_shipped_ablation_files_plan(tmp_path):
         "strata": 9,
         "kl_placement": 12,
         "two_rollouts": 6,
+        "rg_spell_backward_length": 20,
+        "rg_spell_backward_gspo": 6,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
