@@ -80,18 +80,18 @@ def k2_straight_through(kl: torch.Tensor, ref_logp: torch.Tensor, terms: PolicyT
 def trl_bias_correction(kl: torch.Tensor, ref_logp: torch.Tensor, terms: PolicyTerms) -> torch.Tensor:
     """ρ_t·k3_t with ρ = π_θ/π_old at the configured ratio level, differentiable: by the product rule its gradient is
     ρ_t·log r_t·∇log π_θ(o_t) at the token level, the importance-weighted (unbiased off-policy) reverse-KL gradient,
-    even where ρ = 1. DeepSeek-V3.2 (arXiv 2512.02556); TRL 1.16's `use_bias_correction_kl` (`_compute_loss` in
-    trl/trainer/grpo_trainer.py: `per_token_kl * coef_1`). Under a sequence ratio ρ is the response's s_i,
-    broadcast to its tokens, as TRL's."""
+    even where ρ = 1. DeepSeek-V3.2 (arXiv 2512.02556, §3.1, eq. 7); TRL 1.16's `use_bias_correction_kl`
+    (`_compute_loss` in trl/trainer/grpo_trainer.py: `per_token_kl * coef_1`). Under a sequence ratio ρ is the
+    response's s_i, broadcast to its tokens, as TRL's."""
     return torch.exp(terms.log_ratio) * kl
 
 
 @KL_GRADIENTS.register("openrlhf_unbiased_gradient")
 def openrlhf_unbiased_gradient(kl: torch.Tensor, ref_logp: torch.Tensor, terms: PolicyTerms) -> torch.Tensor:
     """Value k_t, gradient w_t·log r_t·∇log π_θ(o_t), w_t = sg(min(π_θ(o_t)/π_old(o_t), 10)) per token: the gradient of
-    w_t·k2_t with the weight detached and capped. TRL's gradient at the token level wherever ρ ≤ 10, with the
-    estimator's value instead of ρ·k3. OpenRLHF 0.11.2's `algo.kl.unbiased_gradient` (`compute_approx_kl` in
-    openrlhf/models/utils.py)."""
+    w_t·k2_t with the weight detached and capped. DeepSeek-V3.2's importance-weighted KL gradient (arXiv 2512.02556,
+    eq. 7), TRL's at the token level wherever ρ ≤ 10, with the estimator's value instead of ρ·k3. OpenRLHF 0.11.2's
+    `algo.kl.unbiased_gradient` (`compute_approx_kl` in openrlhf/models/utils.py)."""
     token_log_ratio = torch.where(terms.mask.bool(), terms.logp - terms.old_logp, torch.zeros_like(terms.logp))
     w = torch.exp(token_log_ratio.detach()).clamp(max=OPENRLHF_WEIGHT_CAP)
     return _straight_through(kl, w * k2(terms.logp, ref_logp))
@@ -130,9 +130,10 @@ def kl_reward_penalty(
 
 
 def kl_reward_mean(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, s: ObjectiveSettings) -> float:
-    """(1/N) Σ_i (Σ_t m_it kl_it)/(Σ_t m_it), kl the `kl_reward_estimator` of log π_old − log π_ref: the mean over
-    responses of each one's token-mean KL, the KL the adaptive controller of the reward's β tracks (verl 0.9.1's
-    `current_kl` in `apply_kl_penalty`, verl/trainer/ppo/ray_trainer.py; OpenRLHF's `info["kl"]`)."""
+    """KL̄ = (1/N) Σ_i (Σ_t m_it kl_it)/(Σ_t m_it), kl the `kl_reward_estimator` of log π_old − log π_ref: the mean
+    over responses of each one's token-mean KL, what the adaptive controller of the reward's β tracks (Ziegler et al.
+    2019, arXiv 1909.08593; verl 0.9.1's `current_kl` in `apply_kl_penalty`, verl/trainer/ppo/ray_trainer.py;
+    OpenRLHF's `info["kl"]`)."""
     with torch.no_grad():
         kl = KL_ESTIMATORS[s.kl_reward_estimator](old_logp, ref_logp) * mask
         return (kl.sum(-1) / mask.sum(-1).clamp(min=1)).double().mean().item()
