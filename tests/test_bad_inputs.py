@@ -998,6 +998,60 @@ if REASONING_GYM:  # reasoning-gym is imported in the task's bounded helper, as 
 else:
     CASES.append(Case("run: reasoning_gym without its extra", "run", _rg(), "the reasoning-gym extra"))
 
+# The KL term's gradient form (kl_gradient), the abs estimator and the adaptive KL coefficient (kl_target, kl_horizon).
+_KL = "objective:\n  preset: grpo\n  kl_coef: 0.05\n"
+CASES += [
+    Case("run: unknown kl_gradient", "run", _KL + "  kl_gradient: k3_plus\n", "kl_gradient"),
+    Case(
+        "run: kl_gradient without kl_coef",
+        "run",
+        "objective:\n  preset: grpo\n  kl_gradient: k2_straight_through\n",
+        "kl_gradient",
+    ),
+    Case(
+        "run: trl_bias_correction with k1",
+        "run",
+        _KL + "  kl_gradient: trl_bias_correction\n  kl_estimator: k1\n",
+        "trl_bias_correction",
+    ),
+    Case(
+        "run: k2_straight_through with k2",
+        "run",
+        _KL + "  kl_gradient: k2_straight_through\n  kl_estimator: k2\n",
+        "k2_straight_through",
+    ),
+    Case("run: unknown kl_estimator", "run", _KL + "  kl_estimator: abs+\n", "kl_estimator"),
+    Case("run: kl_target without kl_horizon", "run", _KL + "  kl_target: 0.1\n", "kl_horizon"),
+    Case("run: kl_target 0", "run", _KL + "  kl_target: 0\n  kl_horizon: 1000\n", "objective.kl_target"),
+    Case("run: kl_horizon 0", "run", _KL + "  kl_target: 0.1\n  kl_horizon: 0\n", "objective.kl_horizon"),
+    Case(
+        "run: kl_target with no KL",
+        "run",
+        "objective:\n  preset: grpo\n  kl_target: 0.1\n  kl_horizon: 1000\n",
+        "kl_target",
+    ),
+    Case(
+        "run: kl_horizon a fifth of the batch",
+        "run",
+        _KL + "  kl_target: 0.1\n  kl_horizon: 1\n",
+        "objective.kl_horizon",
+    ),
+    Case(
+        "kl_gradient openrlhf under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.kl_coef: 0.01\n  objective.kl_gradient: openrlhf_unbiased_gradient\n"
+        "  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.kl_gradient",
+    ),
+    Case(
+        "kl_target under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.kl_coef: 0.01\n  objective.kl_target: 0.1\n  objective.kl_horizon: 1000\n"
+        "  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.kl_target",
+    ),
+]
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(

@@ -147,7 +147,8 @@ def _figure(at: AppTest, title: str) -> dict:
 
 
 def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tmp_path, monkeypatch):
-    """Also the KL panels: `policy/kl` for every arm here, the KL penalty in the reward for clip_higher's only."""
+    """Also the KL panels: `policy/kl` for every arm here, the KL penalty in the reward and its adaptive β for
+    clip_higher's only."""
     from fake_sweep import FakeRun
 
     from trainer import metric_names as M
@@ -162,6 +163,9 @@ def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tm
             M.ENTROPY: [1.0] * 6,
             M.KL: [0.01 * scale * s for s in range(6)],
             **({M.KL_REWARD_PENALTY: [0.002 * s for s in range(6)]} if scale > 1 else {}),
+            **(
+                {M.KL_REWARD_MEAN: [0.01] * 6, M.KL_REWARD_COEF: [0.1 * 1.02**s for s in range(6)]} if scale > 1 else {}
+            ),
         }
 
     runs = [
@@ -177,7 +181,10 @@ def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tm
     assert ranges[0][0] == 0 and 0.002 < ranges[0][1] < 0.003, ranges
     assert 0.2 < ranges[1][1] < 0.3 and ranges[2][1] < 0.3, ranges
     kl = _figure(at, "KL penalty in the reward (β Σ_t kl_t, mean over responses)")
-    assert "KL to the initial policy (`policy/kl`, token mean)" in [a.get("text") for a in kl["layout"]["annotations"]]
+    titles = [a.get("text") for a in kl["layout"]["annotations"]]
+    assert "KL to the initial policy (`policy/kl`, token mean)" in titles
+    assert "adaptive β of the KL in the reward (`reward/kl_coef`)" in titles  # the adaptive coefficient, drawn
+    assert "adaptive β of the KL in the loss (`policy/kl_coef`)" not in titles  # no arm logged it
 
 
 def test_the_clip_panel_says_why_an_on_policy_arm_clips_nothing(tmp_path, monkeypatch):

@@ -98,6 +98,8 @@ def _settings(preset: str, **over) -> tuple[ObjectiveSettings, RolloutConfig, Tr
 def _both(o, r, t, seed: int = 0, steps: int = 1):
     """(harness's, TRL's) [(loss, gradient)] over `steps` optimiser steps on the same tensors."""
     logits, ids, mask, old, rollout, adv = _tensors(seed)
+    g = torch.Generator().manual_seed(seed + 1000)
+    ref = (token_logprobs(logits, ids) + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)) * mask
     kw = grpo_args(o, r, t)
     args = trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **{**kw, "use_cpu": True})
     fake = _trl_trainer(args)
@@ -115,6 +117,7 @@ def _both(o, r, t, seed: int = 0, steps: int = 1):
             entropy=entropy if o.entropy_bonus else entropy.detach(),
             rollout_logp=rollout,
             entropy_coef=control.applied(),
+            ref_logp=ref if o.kl_coef > 0 else None,
         )
         (grad,) = torch.autograd.grad(out.loss, z)
         ours.append((out.loss.detach(), grad))
@@ -136,6 +139,7 @@ def _both(o, r, t, seed: int = 0, steps: int = 1):
             "old_per_token_logps": old,
             "sampling_per_token_logps": rollout,
             "num_items_in_batch": mask.sum(),
+            "ref_per_token_logps": ref,
         }
         if o.rollout_correction is not None:
             from trainer.objective.masks import ROLLOUT_CORRECTIONS
@@ -173,6 +177,16 @@ CASES = {
         {"rollout_correction": "sequence_truncate", "rollout_correction_min": 0.7, "rollout_correction_max": 1.3},
     ),
     "rollout_sequence_mask": ("grpo", {"rollout_correction": "sequence_mask", "rollout_correction_max": 1.5}),
+    "kl_k3": ("grpo", {"kl_coef": 0.3}),
+    "kl_bias_correction": ("grpo", {"kl_coef": 0.3, "kl_gradient": "trl_bias_correction"}),
+    "kl_bias_correction_dapo": (
+        "grpo",
+        {"aggregation": "token_mean", "kl_coef": 0.3, "kl_gradient": "trl_bias_correction"},
+    ),
+    "kl_bias_correction_gspo": (
+        "gspo",
+        {"clip_low": 0.05, "clip_high": 0.08, "kl_coef": 0.3, "kl_gradient": "trl_bias_correction"},
+    ),
     "vespo_rollout_token_truncate": (
         "vespo",
         {"rollout_correction": "token_truncate", "rollout_correction_max": 1.1},
@@ -195,7 +209,9 @@ def test_the_cases_make_each_switch_act():
     for case, (preset, over) in CASES.items():
         if not over or case in {"gspo", "luspo", "cispo"}:
             continue
-        base = {k: v for k, v in over.items() if k in {"aggregation", "clip_high"}}
+        base = {k: v for k, v in over.items() if k in {"aggregation", "clip_high", "clip_low"}}
+        if over.get("kl_gradient"):  # the bias correction against TRL's plain KL
+            base = {**base, "kl_coef": over["kl_coef"]}
         if base == over:
             continue
         (a,), _ = _both(*_settings(preset, **over))

@@ -59,6 +59,16 @@ def test_presets_map_to_grpo_config(preset, expected):
     trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **args)  # TRL accepts every argument
 
 
+def test_the_kl_gradient_maps_to_use_bias_correction_kl_and_reads_back():
+    """objective.kl_gradient trl_bias_correction ↔ TRL's use_bias_correction_kl=True, estimator ↔ False, both ways."""
+    for form, flag in (("trl_bias_correction", True), ("estimator", False)):
+        cfg = _cfg("objective.kl_coef=0.04", f"objective.kl_gradient={form}")
+        args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
+        assert args["beta"] == 0.04 and args["use_bias_correction_kl"] is flag
+        built = trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **args)
+        assert settings_of(built, built.max_steps, [])["objective"]["kl_gradient"] == form
+
+
 def test_dapo_without_dynamic_sampling_maps_its_other_switches():
     cfg = _cfg("objective.preset=dapo", "objective.dynamic_sampling=false", "train.mini_batches=4")
     args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
@@ -74,6 +84,10 @@ def test_dapo_without_dynamic_sampling_maps_its_other_switches():
         (["objective.advantage=group_median"], "objective.advantage"),
         (["objective.ratio=sequence_token"], "objective.ratio"),
         (["objective.kl_coef=0.01", "objective.kl_estimator=k1"], "objective.kl_estimator"),
+        (["objective.kl_coef=0.01", "objective.kl_estimator=abs"], "objective.kl_estimator"),
+        (["objective.kl_coef=0.01", "objective.kl_gradient=k2_straight_through"], "objective.kl_gradient"),
+        (["objective.kl_coef=0.01", "objective.kl_gradient=openrlhf_unbiased_gradient"], "objective.kl_gradient"),
+        (["objective.kl_coef=0.01", "objective.kl_target=0.1", "objective.kl_horizon=1000"], "objective.kl_target"),
         (["objective.dual_clip=1.1"], "objective.dual_clip"),
         (["objective.preset=dr_grpo", "objective.max_len=100"], "objective.max_len"),
         (["objective.adv_eps=1e-6"], "objective.adv_eps"),
@@ -217,8 +231,9 @@ def test_trl_refuses_vespo_with_a_sequence_level_rollout_correction(mode, refuse
 
 def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_names():
     """What harness has no switch for is not logged as the nearest harness setting: TRL's multi-reward
-    normalise-then-sum (it ignores scale_rewards), its bias-corrected KL (on by default) and a refreshed reference,
-    and a delta at or below 1 + ε_high (it then caps positive-advantage tokens too: not a dual clip)."""
+    normalise-then-sum (it ignores scale_rewards), a refreshed reference, and a delta at or below 1 + ε_high (it
+    then caps positive-advantage tokens too: not a dual clip). Its bias-corrected KL (on by default) is harness's
+    kl_gradient trl_bias_correction."""
     trl = pytest.importorskip("trl")
 
     def back(**kw):
@@ -228,9 +243,11 @@ def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_na
     plain = back(beta=0.0)
     assert (plain["advantage"], plain["kl_estimator"], plain["dual_clip"]) == ("group_std", "k3", None)
     assert back(multi_objective_aggregation="normalize_then_sum")["advantage"] == "trl:normalize_then_sum"
-    assert back(beta=0.04)["kl_estimator"] == "trl:k3+bias_correction"
-    assert back(beta=0.04, use_bias_correction_kl=False)["kl_estimator"] == "k3"
-    assert back(beta=0.04, use_bias_correction_kl=False, sync_ref_model=True)["kl_estimator"] == "trl:k3+sync_ref_model"
+    assert plain["kl_gradient"] == "estimator"  # beta 0: no KL term, whatever use_bias_correction_kl says
+    kl = lambda o: (o["kl_estimator"], o["kl_gradient"])  # noqa: E731
+    assert kl(back(beta=0.04)) == ("k3", "trl_bias_correction")
+    assert kl(back(beta=0.04, use_bias_correction_kl=False)) == ("k3", "estimator")
+    assert kl(back(beta=0.04, sync_ref_model=True)) == ("trl:k3+sync_ref_model", "trl_bias_correction")
     assert back(delta=1.1, epsilon_high=0.28)["dual_clip"] == "trl:delta=1.1"
     assert back(delta=4.0, epsilon_high=0.28)["dual_clip"] == 4.0
 

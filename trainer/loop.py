@@ -22,6 +22,7 @@ from trainer.config import RolloutConfig, TrainConfig
 from trainer.logprobs import Entropy, ResponseScorer
 from trainer.objective import (
     EntropyCoefficient,
+    KLCoefficient,
     Normaliser,
     ObjectiveSettings,
     advantage_metrics,
@@ -29,6 +30,7 @@ from trainer.objective import (
     covariance_selection,
     dynamic_sampling_filter,
     group_outcome_metrics,
+    kl_reward_mean,
     kl_reward_penalty,
     loss_mask,
     merge_metrics,
@@ -136,6 +138,7 @@ class Trainer:
         self.tokens_generated = 0  # the run explorer's "tokens seen" axis
         self.micro_size = self.cfg.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
         self.entropy_coef = EntropyCoefficient.of(self.obj)  # the entropy bonus's, across optimiser steps
+        self.kl_coef = KLCoefficient.of(self.obj)  # the KL's β in the loss and in the reward, across RL steps
         self.scorer = ResponseScorer(self.roll.temperature, self.cfg.logits_chunk_mb)
 
     # ---- rollouts -------------------------------------------------------------------------
@@ -382,6 +385,7 @@ class Trainer:
                             rollout_logp=t["rollout_logp"][rows, :w],
                             entropy_coef=coef,
                             cov_selected=None if selected is None else selected[rows, :w],
+                            kl_coef=self.kl_coef.loss,
                         )
                         if not torch.isfinite(out.loss):
                             raise self._diverged(step, f"loss is {out.loss.item()}")
@@ -448,9 +452,10 @@ class Trainer:
         if self.obj.kl_reward_coef > 0:  # the KL in the reward: π_old's and π_ref's log-probs before the advantages
             every = self._tensors(kept, list(range(shaped.numel())))
             old, ref = self._logprobs(self.policy, every), self._logprobs(self.ref, every)
-            penalty = kl_reward_penalty(old, ref, every["resp_mask"], self.obj).double().cpu()
+            penalty = kl_reward_penalty(old, ref, every["resp_mask"], self.obj, self.kl_coef.reward).double().cpu()
             penalised = shaped - penalty.view(shaped.shape)
             metrics[M.KL_REWARD_PENALTY] = penalty.mean().item()
+            metrics[M.KL_REWARD_MEAN] = kl_reward_mean(old, ref, every["resp_mask"], self.obj)
         strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
         grouped = compute_advantages(penalised, self.obj, strata, kept.lengths.view(shaped.shape))
         trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
@@ -472,6 +477,8 @@ class Trainer:
         if rows:
             metrics.update(advantage_metrics(advantages[rows]))
         metrics.update(sign_flip_metrics(penalised, grouped, trained))
+        metrics.update(self.kl_coef.metrics())  # the β this step applied, when adaptive; then its update
+        self.kl_coef.update(metrics, len(kept.grades))
         G = self.group_width
         metrics.update(
             self.task.step_metrics(

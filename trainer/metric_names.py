@@ -46,6 +46,7 @@ OFF_POLICY_MASKED_FRAC = "policy/off_policy_masked_frac"  # responses the off-po
 ROLLOUT_WEIGHT_MEAN = "policy/rollout_weight_mean"  # the rollout correction's mean weight over loss tokens
 COV_SELECTED_FRAC = "policy/cov_selected_frac"  # loss tokens Clip-Cov cut or KL-Cov penalised
 KL = "policy/kl"
+KL_COEF = "policy/kl_coef"  # the loss's KL coefficient applied this step, when adaptive (objective.kl_target)
 LOSS = "policy/loss"
 GRAD_NORM = "policy/grad_norm"
 LR = "policy/lr"
@@ -57,6 +58,10 @@ RATIO_MAX = "policy/ratio_max"
 # The KL penalty in the reward (objective.kl_reward_coef > 0 only): the mean over the kept responses of β Σ_t kl_t,
 # what the advantage's reward lost; train/reward_mean and train/accuracy stay the task's own.
 KL_REWARD_PENALTY = "reward/kl_penalty_mean"
+# The mean over the kept responses of each one's token-mean kl_t (π_old against π_ref, before the update): what the
+# adaptive controller of the reward's β tracks (verl's `actor/reward_kl_penalty`).
+KL_REWARD_MEAN = "reward/kl_mean"
+KL_REWARD_COEF = "reward/kl_coef"  # the reward's KL coefficient applied this step, when adaptive (objective.kl_target)
 
 # advantages
 ADV_MEAN = "adv/mean"

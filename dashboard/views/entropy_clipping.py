@@ -75,6 +75,9 @@ panels = [
     for title, series in (
         ("KL to the initial policy (`policy/kl`, token mean)", kl),
         ("KL penalty in the reward (β Σ_t kl_t, mean over responses)", penalty),
+        ("KL in the reward (`reward/kl_mean`, π_old against π_ref)", data.by_arm(M.KL_REWARD_MEAN, x)),
+        ("adaptive β of the KL in the loss (`policy/kl_coef`)", data.by_arm(M.KL_COEF, x)),
+        ("adaptive β of the KL in the reward (`reward/kl_coef`)", data.by_arm(M.KL_REWARD_COEF, x)),
     )
     if series
 ]
@@ -83,7 +86,8 @@ if panels:
     st.caption(
         "`policy/kl` is logged when `train.reference_kl` is on or the loss has a KL term (`objective.kl_coef`); the "
         "penalty only for arms with `objective.kl_reward_coef` > 0, where it is subtracted from the reward before "
-        "the advantage."
+        "the advantage; the β panels only for arms with an adaptive coefficient (`objective.kl_target`), each step's "
+        "β as applied before its update."
     )
 else:
     st.caption("No arm logged a KL to the reference (`train.reference_kl` off and no KL term in the loss or reward).")

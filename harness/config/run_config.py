@@ -283,6 +283,17 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _kl_horizon_keeps_beta_positive(self) -> RunConfig:
+        o = self.objective
+        n = self.rollout.prompts_per_step * (self.rollout.group_size + o.extra_samples)
+        if o.kl_horizon is not None and n >= 5 * o.kl_horizon:
+            raise ValueError(
+                f"objective.kl_horizon ({o.kl_horizon}) must exceed a step's {n} responses / 5: the adaptive KL "
+                f"coefficient's factor 1 − 0.2·n/H would reach 0 or below"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _engine_expresses(self) -> RunConfig:
         if self.train.engine == "trl":
             problems = trl_problems(self.objective, self.rollout, self.train)
@@ -383,6 +394,9 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.dppo_bounds": None,
     "objective.dppo_ratio_cap": None,
     "objective.dro_beta": None,
+    "objective.kl_gradient": "estimator",
+    "objective.kl_target": None,
+    "objective.kl_horizon": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

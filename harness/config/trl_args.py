@@ -90,8 +90,12 @@ TABLE: dict[str, str] = {
     "objective.rollout_correction_max": "`vllm_importance_sampling_clip_max`",
     "objective.dual_clip": "`delta` (INTELLECT-2's cap on the ratio: the same loss and gradient when c > 1 + "
     "clip_high; error otherwise)",
-    "objective.kl_coef": "`beta`, with `use_bias_correction_kl=False` (harness's KL term has no ratio weight)",
-    "objective.kl_estimator": "TRL's KL is k3: k1 or k2 with kl_coef > 0 is an error",
+    "objective.kl_coef": "`beta`",
+    "objective.kl_estimator": "TRL's KL is k3: k1, k2 or abs with kl_coef > 0 is an error",
+    "objective.kl_gradient": "`use_bias_correction_kl`: trl_bias_correction → True, estimator → False; "
+    "k2_straight_through and openrlhf_unbiased_gradient with kl_coef > 0 are errors",
+    "objective.kl_target": "TRL's `beta` is fixed: an adaptive KL coefficient is an error",
+    "objective.kl_horizon": "unused (the adaptive KL coefficient only, which TRL has not)",
     "objective.kl_reward_coef": "TRL's GRPOTrainer has no KL in the reward (its RLOOTrainer's `beta` is one, "
     "another trainer): > 0 is an error",
     "objective.kl_reward_estimator": "unused (the KL in the reward only, which TRL's GRPOTrainer has not)",
@@ -199,6 +203,10 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.kl_estimator: {o.kl_estimator} (TRL's KL is k3)")
     if o.kl_reward_coef > 0:
         out.append(f"objective.kl_reward_coef: {o.kl_reward_coef:g} (TRL's GRPOTrainer has no KL in the reward)")
+    if o.kl_coef > 0 and o.kl_gradient not in ("estimator", "trl_bias_correction"):
+        out.append(f"objective.kl_gradient: {o.kl_gradient} (TRL's use_bias_correction_kl is on or off)")
+    if o.kl_target is not None:
+        out.append(f"objective.kl_target: {o.kl_target:g} (TRL's beta is fixed: no adaptive KL coefficient)")
     if o.dynamic_sampling:
         out.append("objective.dynamic_sampling: true (TRL has no dynamic sampling)")
     if o.median_pivot:
@@ -267,7 +275,7 @@ def grpo_args(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> dict[st
             else {}
         ),
         "beta": o.kl_coef,
-        "use_bias_correction_kl": False,
+        "use_bias_correction_kl": o.kl_gradient == "trl_bias_correction",
         "mask_truncated_completions": o.overlong_filter,
         "use_vllm": r.backend == "vllm",
         **(
@@ -325,8 +333,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
     # TRL settings harness has no switch for are logged as `trl:` names where they change the objective
     aggregate = getattr(args, "multi_objective_aggregation", "sum_then_normalize")  # normalize_then_sum ignores scale
     advantage = inverse(SCALE_REWARDS, scale) if aggregate == "sum_then_normalize" else f"trl:{aggregate}"
-    kl_parts = ["bias_correction"] if args.beta and getattr(args, "use_bias_correction_kl", False) else []
-    kl_parts += ["sync_ref_model"] if args.beta and getattr(args, "sync_ref_model", False) else []
+    corrected = bool(args.beta and getattr(args, "use_bias_correction_kl", False))
+    kl_parts = ["sync_ref_model"] if args.beta and getattr(args, "sync_ref_model", False) else []
     # TRL's delta caps the ratio of every token: a dual clip only above 1 + ε_high, where no positive token reaches it
     dual = args.delta if args.delta is None or args.delta > 1 + high else f"trl:delta={args.delta:g}"
     return {
@@ -368,6 +376,9 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "rollout_correction_max": args.vllm_importance_sampling_clip_max if correction else None,
             "kl_coef": args.beta,
             "kl_estimator": "k3" if not kl_parts else "trl:" + "+".join(["k3", *kl_parts]),
+            "kl_gradient": "trl_bias_correction" if corrected else "estimator",
+            "kl_target": None,
+            "kl_horizon": None,
             "kl_reward_coef": 0.0,
             "kl_reward_estimator": "k1",
             "overlong_filter": bool(args.mask_truncated_completions),

@@ -6,7 +6,7 @@
     out = policy_loss(logp, old_logp, adv.flatten(), mask, s, entropy=entropy)
     out.loss.backward(); out.metrics                # policy/clip_frac, policy/entropy, ...
 
-Each switch is a registered function (ADVANTAGES, RATIOS, SURROGATES, AGGREGATIONS, KL_ESTIMATORS,
+Each switch is a registered function (ADVANTAGES, RATIOS, SURROGATES, AGGREGATIONS, KL_ESTIMATORS, KL_GRADIENTS,
 ROLLOUT_CORRECTIONS) or a token weight in TOKEN_WEIGHTS; a new variant is one decorated function.
 """
 
@@ -22,7 +22,8 @@ _HOMES = {
     "terms": ["PolicyTerms"],
     "aggregation": ["AGGREGATIONS", "Normaliser"],
     "clipping": ["Surrogate", "clipped_surrogate"],
-    "kl": ["KL_ESTIMATORS", "kl_reward_penalty", "token_entropy", "token_logprobs"],
+    "kl": ["KL_ESTIMATORS", "KL_GRADIENTS", "kl_reward_mean", "kl_reward_penalty", "token_entropy", "token_logprobs"],
+    "kl_control": ["KLCoefficient", "adaptive_kl_coef"],
     "loss": ["ObjectiveOutput", "compute_advantages", "loss_mask", "merge_metrics", "policy_loss", "shape_rewards"],
     "overlong": ["overlong_filter", "soft_overlong_penalty"],
     "ratios": ["RATIOS"],
@@ -42,6 +43,7 @@ __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
+    "KL_GRADIENTS",
     "RATIOS",
     "SURROGATES",
     "ROLLOUT_CORRECTIONS",
@@ -72,6 +74,9 @@ __all__ = [
     "trained_samples",
     "sign_flip_metrics",
     "kl_reward_penalty",
+    "kl_reward_mean",
+    "KLCoefficient",
+    "adaptive_kl_coef",
     "token_entropy",
     "token_logprobs",
 ]

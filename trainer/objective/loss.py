@@ -13,7 +13,7 @@ import torch
 from trainer import metric_names as M
 from trainer.objective.advantages import ADVANTAGES
 from trainer.objective.aggregation import AGGREGATIONS, Normaliser, masked
-from trainer.objective.kl import KL_ESTIMATORS
+from trainer.objective.kl import KL_ESTIMATORS, KL_GRADIENTS
 from trainer.objective.masks import (
     TOKEN_WEIGHTS,
     covariance_selection,
@@ -92,16 +92,19 @@ def policy_loss(
     rollout_logp: torch.Tensor | None = None,
     entropy_coef: float | None = None,
     cov_selected: torch.Tensor | None = None,
+    kl_coef: float | None = None,
 ) -> ObjectiveOutput:
     """L = agg_{i,t}( ℓ_it·Π_w w_it + β·KL_it ) − c·H̄, ℓ_it the configured surrogate at the configured ratio
-    level, w the token weights (trainer.objective.masks) and H̄ the trained tokens' mean entropy.
+    level, w the token weights (trainer.objective.masks), KL_it the estimator in the configured gradient form
+    (`kl_gradient`) and H̄ the trained tokens' mean entropy.
 
     logp, old_logp, ref_logp, rollout_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
     `entropy` carries its graph when the loss has an entropy bonus; `entropy_coef` overrides the settings' (the
-    adaptive coefficient's value this step). `norm` holds the counts of the whole optimisation batch and
-    `cov_selected` Clip-Cov's or KL-Cov's tokens picked over it (`covariance_selection`); leave them None when the
-    tensors are the whole batch. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO
-    (arXiv 2503.20783), DAPO (arXiv 2503.14476), GSPO (arXiv 2507.18071) and their successors.
+    adaptive coefficient's value this step) and `kl_coef` the settings' β (the adaptive KL controller's). `norm`
+    holds the counts of the whole optimisation batch and `cov_selected` Clip-Cov's or KL-Cov's tokens picked over it
+    (`covariance_selection`); leave them None when the tensors are the whole batch. GRPO (arXiv 2402.03300, eq. 3)
+    with the switches of Dr. GRPO (arXiv 2503.20783), DAPO (arXiv 2503.14476), GSPO (arXiv 2507.18071) and their
+    successors.
     """
     s = settings
     norm = norm or Normaliser.from_mask(mask, s.max_len, entropy=entropy, top_entropy_quantile=s.top_entropy_quantile)
@@ -131,7 +134,8 @@ def policy_loss(
     if ref_logp is not None:
         kl = KL_ESTIMATORS[s.kl_estimator](logp, ref_logp)
         if s.kl_coef > 0:
-            per_token = per_token + s.kl_coef * kl
+            beta = s.kl_coef if kl_coef is None else kl_coef
+            per_token = per_token + beta * KL_GRADIENTS[s.kl_gradient](kl, ref_logp, terms)
     elif s.kl_coef > 0:
         raise ValueError("kl_coef > 0 needs ref_logp (log-probs of the reference policy)")
     loss = AGGREGATIONS[s.aggregation](per_token, mask, norm)

@@ -88,7 +88,12 @@ RATIOS: Registry = Registry(
     "trainer.objective.ratios",
     ("token", "sequence", "sequence_token", "sequence_product"),
 )
-KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3"))
+KL_ESTIMATORS: Registry = Registry("KL estimator", "trainer.objective.kl", ("k1", "k2", "k3", "abs"))
+KL_GRADIENTS: Registry = Registry(
+    "KL gradient form",
+    "trainer.objective.kl",
+    ("estimator", "k2_straight_through", "trl_bias_correction", "openrlhf_unbiased_gradient"),
+)
 SURROGATES: Registry = Registry(
     "surrogate (clipping form)",
     "trainer.objective.surrogates",

@@ -12,6 +12,7 @@ from trainer.objective.registry import (
     ADVANTAGES,
     AGGREGATIONS,
     KL_ESTIMATORS,
+    KL_GRADIENTS,
     RATIOS,
     ROLLOUT_CORRECTIONS,
     SURROGATES,
@@ -116,7 +117,14 @@ class ObjectiveSettings(BaseModel):
     """β, weight of the per-token KL to the reference policy added to the loss (0 in Dr. GRPO,
     DAPO, TRL). β > 0 needs reference log-probs."""
     kl_estimator: str
-    """KL estimator for the loss and the policy/kl metric: k1, k2 or k3 (GRPO uses k3)."""
+    """KL estimator for the loss and the policy/kl metric: k1, k2, k3 (GRPO uses k3) or abs (|log r|, verl's
+    `abs`)."""
+    kl_gradient: str
+    """The gradient of the KL term in the loss: estimator (its own, the default), k2_straight_through (the
+    estimator's value with k2's gradient: verl's `k1+`, `k3+`, `abs+`), trl_bias_correction (ρ·k3 with the ratio
+    differentiable: TRL's `use_bias_correction_kl`, on by default there; needs k3) or openrlhf_unbiased_gradient (the
+    estimator's value, the gradient of sg(min(ρ, 10))·k2: OpenRLHF's `algo.kl.unbiased_gradient`). The last two have
+    the same gradient, ρ·log r·∇log π, at the token level. Other than estimator only with kl_coef > 0."""
     kl_reward_coef: float = Field(ge=0, allow_inf_nan=False)
     """β of the KL penalty in the reward (verl's `use_kl_in_reward` with `kl_ctrl.kl_coef`, TRL's RLOOTrainer
     `beta`): each response's reward becomes R_i − β Σ_t kl_t before the advantage, kl_t the estimator
@@ -125,8 +133,17 @@ class ObjectiveSettings(BaseModel):
     reference policy. See `kl_reward_penalty`."""
     kl_reward_estimator: str
     """The estimator of the KL in the reward: k1 (verl's default `algorithm.kl_penalty: kl`, TRL's RLOOTrainer,
-    OpenRLHF's recommendation), k2 or k3. Its own setting, as verl's `kl_penalty` is apart from the loss's
+    OpenRLHF's recommendation), k2, k3 or abs. Its own setting, as verl's `kl_penalty` is apart from the loss's
     `kl_loss_type`. Other than k1 only with kl_reward_coef > 0."""
+    kl_target: float | None = Field(gt=0, allow_inf_nan=False)
+    """Ziegler et al.'s adaptive KL coefficient (arXiv 1909.08593): after each RL step β ← β·(1 + clip(KL/kl_target
+    − 1, ±0.2)·n/kl_horizon), n the step's responses; β starts at kl_reward_coef and adapts the KL in the reward
+    (verl's `algorithm.kl_ctrl.type: adaptive` with `target_kl`) or, when the reward has none, kl_coef and the KL in
+    the loss (OpenRLHF's `algo.kl.target`). null = a fixed β (the default). See trainer/objective/kl_control.py."""
+    kl_horizon: int | None = Field(gt=0)
+    """H, the controller's horizon in responses (verl's and OpenRLHF's 10000: β moves at most 20 % per H
+    responses); set exactly when kl_target is. A batch of n ≥ 5·H responses could drive β to 0 or below: an
+    error."""
     kl_cov_ratio: float | None = Field(gt=0, le=1)
     """KL-Cov's k: the share of the batch's loss tokens, those of highest covariance of log π and A, that get the
     |log r| penalty (the paper's 2e-3 for 7B models, 2e-4 for 32B); null unless surrogate is kl_cov."""
@@ -201,7 +218,14 @@ class ObjectiveSettings(BaseModel):
         return cls(**preset_fields(name, overrides))
 
     @field_validator(
-        "advantage", "aggregation", "ratio", "kl_estimator", "kl_reward_estimator", "surrogate", "rollout_correction"
+        "advantage",
+        "aggregation",
+        "ratio",
+        "kl_estimator",
+        "kl_gradient",
+        "kl_reward_estimator",
+        "surrogate",
+        "rollout_correction",
     )
     @classmethod
     def _registered(cls, name: str | None, info: ValidationInfo) -> str | None:
@@ -273,6 +297,7 @@ class ObjectiveSettings(BaseModel):
             raise ValueError(
                 f"kl_reward_estimator ({self.kl_reward_estimator}) needs kl_reward_coef > 0 (the reward has no KL)"
             )
+        self._kl_forms()
         if self.dual_clip is not None and self.surrogate != "clip":
             raise ValueError(f"dual_clip caps the clip surrogate's loss; surrogate '{self.surrogate}' has no clip")
         if self.surrogate in TOKEN_RATIO_SURROGATES and self.ratio != "token":
@@ -327,6 +352,19 @@ class ObjectiveSettings(BaseModel):
             )
         return self
 
+    def _kl_forms(self) -> None:
+        """The KL term's gradient form and the adaptive coefficient: each needs the KL it shapes."""
+        if self.kl_gradient != "estimator" and self.kl_coef == 0:
+            raise ValueError(f"kl_gradient ({self.kl_gradient}) shapes the KL in the loss: it needs kl_coef > 0")
+        if self.kl_gradient == "trl_bias_correction" and self.kl_estimator != "k3":
+            raise ValueError(f"kl_gradient trl_bias_correction weighs TRL's k3 (kl_estimator: {self.kl_estimator})")
+        if self.kl_gradient == "k2_straight_through" and self.kl_estimator == "k2":
+            raise ValueError("kl_gradient k2_straight_through with kl_estimator k2 is k2's own gradient: use estimator")
+        if (self.kl_target is None) != (self.kl_horizon is None):
+            raise ValueError("kl_target and kl_horizon are set together or not at all")
+        if self.kl_target is not None and not self.needs_reference:
+            raise ValueError("kl_target adapts the KL's β: it needs kl_reward_coef > 0 or kl_coef > 0")
+
     @property
     def per_sequence_ratio(self) -> bool:
         """Whether the ratio (and so clipping) acts per sequence."""
@@ -375,6 +413,7 @@ _REGISTRIES: dict[str, Registry] = {
     "aggregation": AGGREGATIONS,
     "ratio": RATIOS,
     "kl_estimator": KL_ESTIMATORS,
+    "kl_gradient": KL_GRADIENTS,
     "kl_reward_estimator": KL_ESTIMATORS,
     "surrogate": SURROGATES,
     "rollout_correction": ROLLOUT_CORRECTIONS,
@@ -391,6 +430,9 @@ _COMMON: dict[str, Any] = dict(
     dual_clip=None,
     kl_coef=0.0,
     kl_estimator="k3",
+    kl_gradient="estimator",
+    kl_target=None,
+    kl_horizon=None,
     kl_reward_coef=0.0,
     kl_reward_estimator="k1",
     overlong_filter=False,
