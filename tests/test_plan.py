@@ -149,6 +149,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "two_rollouts": 6,
         "rg_spell_backward_length": 20,
         "rg_spell_backward_gspo": 6,
+        "opo_gmpo": 9,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"
