@@ -118,7 +118,7 @@ class TrainConfig(BaseModel):
     reference_kl: bool = True
     """Track KL to the initial policy (policy/kl) every step; always on when the objective reads the reference
     (kl_coef or kl_reward_coef > 0). Otherwise it costs a forward of the initial policy per step and changes no
-    gradient: off is the same job (the same id)."""
+    gradient: off is the same job (the same id). Under `reference_sync_steps`, the KL to the refreshed reference."""
     reference_sync_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     """Refresh the reference policy from the policy every N RL steps, after the step's update: π_ref ← α·π_θ +
     (1 − α)·π_ref parameter by parameter, α = `reference_mixup_alpha` (TR-DPO, Gorbatovski et al. 2024, arXiv
