@@ -68,7 +68,10 @@ def _trainer(every: int | None = None, alpha: float | None = None, kl_coef: floa
         TrainConfig(steps=6, device="cpu", lr=0.05, reference_sync_steps=every, reference_mixup_alpha=alpha),
         0,
     )
-    return Trainer(FakeLM(), TableTask({"p0": [1.0, 0.0] * 3, "p1": [0.0, 1.0] * 3}), FakeBackend(), 0, settings)
+    # rewards whose gradients do not cancel between the two groups (the fake responses are the same in both)
+    return Trainer(
+        FakeLM(), TableTask({"p0": [1.0, 0.0, 0.0, 0.0], "p1": [1.0, 1.0, 0.0, 0.0]}), FakeBackend(), 0, settings
+    )
 
 
 def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
