@@ -1052,6 +1052,36 @@ CASES += [
     ),
 ]
 
+# The reference refreshed from the policy (train.reference_sync_steps, reference_mixup_alpha).
+_SYNC = _KL + "train:\n  reference_sync_steps: 4\n"
+CASES += [
+    Case("run: reference_mixup_alpha 0", "run", _SYNC + "  reference_mixup_alpha: 0\n", "train.reference_mixup_alpha"),
+    Case(
+        "run: reference_mixup_alpha 1.5", "run", _SYNC + "  reference_mixup_alpha: 1.5\n", "train.reference_mixup_alpha"
+    ),
+    Case(
+        "run: reference_sync_steps 0",
+        "run",
+        _KL + "train:\n  reference_sync_steps: 0\n  reference_mixup_alpha: 0.6\n",
+        "train.reference_sync_steps",
+    ),
+    Case("run: reference_sync_steps without alpha", "run", _SYNC, "reference_mixup_alpha"),
+    Case(
+        "run: a refresh with no reference",
+        "run",
+        "objective:\n  preset: grpo\ntrain:\n  reference_kl: false\n  reference_sync_steps: 4\n"
+        "  reference_mixup_alpha: 0.6\n",
+        "train.reference_sync_steps: 4 refreshes the reference policy, but this run has none",
+    ),
+    Case(
+        "reference refresh without beta under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.adv_eps: 0.0001\n  train.reference_kl: false\n  train.reference_sync_steps: 4\n"
+        "  train.reference_mixup_alpha: 0.6\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "train.reference_sync_steps",
+    ),
+]
+
 if Path("/proc/self").is_dir():  # a folder no one can create in, root included (whom permission bits let through)
     CASES += [
         Case(

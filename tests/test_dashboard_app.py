@@ -166,6 +166,7 @@ def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tm
             **(
                 {M.KL_REWARD_MEAN: [0.01] * 6, M.KL_REWARD_COEF: [0.1 * 1.02**s for s in range(6)]} if scale > 1 else {}
             ),
+            **({M.REF_REFRESH_DISTANCE: [0.0, 0.3, 0.0, 0.2, 0.0, 0.1]} if scale > 1 else {}),
         }
 
     runs = [
@@ -182,8 +183,9 @@ def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tm
     assert 0.2 < ranges[1][1] < 0.3 and ranges[2][1] < 0.3, ranges
     kl = _figure(at, "KL penalty in the reward (β Σ_t kl_t, mean over responses)")
     titles = [a.get("text") for a in kl["layout"]["annotations"]]
-    assert "KL to the initial policy (`policy/kl`, token mean)" in titles
+    assert "KL to the reference (`policy/kl`, token mean; the initial policy unless refreshed)" in titles
     assert "adaptive β of the KL in the reward (`reward/kl_coef`)" in titles  # the adaptive coefficient, drawn
+    assert "reference refreshed: its move ‖Δθ_ref‖ at each refresh" in titles  # the refreshed reference, drawn
     assert "adaptive β of the KL in the loss (`policy/kl_coef`)" not in titles  # no arm logged it
 
 

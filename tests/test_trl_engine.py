@@ -69,6 +69,35 @@ def test_the_kl_gradient_maps_to_use_bias_correction_kl_and_reads_back():
         assert settings_of(built, built.max_steps, [])["objective"]["kl_gradient"] == form
 
 
+def test_the_refreshed_reference_maps_to_sync_ref_model_and_reads_back():
+    """train.reference_sync_steps and reference_mixup_alpha ↔ TRL's sync_ref_model, ref_model_sync_steps (in optimiser
+    steps: RL steps × mini_batches × epochs) and ref_model_mixup_alpha, both ways; off ↔ sync_ref_model=False."""
+    sets = ["objective.kl_coef=0.04", "train.mini_batches=2", "train.epochs=3"]
+    cfg = _cfg(*sets, "train.reference_sync_steps=4", "train.reference_mixup_alpha=0.6")
+    args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
+    assert (args["sync_ref_model"], args["ref_model_sync_steps"], args["ref_model_mixup_alpha"]) == (True, 24, 0.6)
+    built = trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **args)
+    back = settings_of(built, built.max_steps, [])["train"]
+    assert (back["reference_sync_steps"], back["reference_mixup_alpha"]) == (4, 0.6)
+    off = _cfg(*sets)
+    built = trl.GRPOConfig(
+        output_dir="unused", report_to="none", bf16=False, **grpo_args(off.objective, off.rollout, off.train)
+    )
+    assert built.sync_ref_model is False
+    back = settings_of(built, built.max_steps, [])["train"]
+    assert (back["reference_sync_steps"], back["reference_mixup_alpha"]) == (None, None)
+    # a sync between two generations' optimiser steps has no harness setting: named as TRL's
+    odd = trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, **{**args, "ref_model_sync_steps": 25})
+    assert settings_of(odd, odd.max_steps, [])["train"]["reference_sync_steps"] == "trl:ref_model_sync_steps=25"
+    o = ObjectiveSettings.preset("grpo", adv_eps=1e-4, kl_reward_coef=0.1)
+    problems = trl_problems(
+        o, RolloutConfig(), TrainConfig(reference_kl=False, reference_sync_steps=4, reference_mixup_alpha=1.0)
+    )
+    assert (
+        "train.reference_sync_steps: 4 (TRL syncs its reference only when beta > 0: set objective.kl_coef)" in problems
+    )
+
+
 def test_dapo_without_dynamic_sampling_maps_its_other_switches():
     cfg = _cfg("objective.preset=dapo", "objective.dynamic_sampling=false", "train.mini_batches=4")
     args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
@@ -231,8 +260,8 @@ def test_trl_refuses_vespo_with_a_sequence_level_rollout_correction(mode, refuse
 
 def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_names():
     """What harness has no switch for is not logged as the nearest harness setting: TRL's multi-reward
-    normalise-then-sum (it ignores scale_rewards), a refreshed reference, and a delta at or below 1 + ε_high (it
-    then caps positive-advantage tokens too: not a dual clip). Its bias-corrected KL (on by default) is harness's
+    normalise-then-sum (it ignores scale_rewards) and a delta at or below 1 + ε_high (it then caps
+    positive-advantage tokens too: not a dual clip). Its bias-corrected KL (on by default) is harness's
     kl_gradient trl_bias_correction."""
     trl = pytest.importorskip("trl")
 
@@ -247,7 +276,7 @@ def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_na
     kl = lambda o: (o["kl_estimator"], o["kl_gradient"])  # noqa: E731
     assert kl(back(beta=0.04)) == ("k3", "trl_bias_correction")
     assert kl(back(beta=0.04, use_bias_correction_kl=False)) == ("k3", "estimator")
-    assert kl(back(beta=0.04, sync_ref_model=True)) == ("trl:k3+sync_ref_model", "trl_bias_correction")
+    assert kl(back(beta=0.04, sync_ref_model=True)) == ("k3", "trl_bias_correction")  # train.reference_sync_steps
     assert back(delta=1.1, epsilon_high=0.28)["dual_clip"] == "trl:delta=1.1"
     assert back(delta=4.0, epsilon_high=0.28)["dual_clip"] == 4.0
 

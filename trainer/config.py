@@ -118,7 +118,18 @@ class TrainConfig(BaseModel):
     reference_kl: bool = True
     """Track KL to the initial policy (policy/kl) every step; always on when the objective reads the reference
     (kl_coef or kl_reward_coef > 0). Otherwise it costs a forward of the initial policy per step and changes no
-    gradient: off is the same job (the same id)."""
+    gradient: off is the same job (the same id). Under `reference_sync_steps`, the KL to the refreshed reference."""
+    reference_sync_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
+    """Refresh the reference policy from the policy every N RL steps, after the step's update: π_ref ← α·π_θ +
+    (1 − α)·π_ref parameter by parameter, α = `reference_mixup_alpha` (TR-DPO, Gorbatovski et al. 2024, arXiv
+    2404.09656; TRL's `sync_ref_model` with `ref_model_sync_steps`, which counts optimiser steps: N × mini_batches ×
+    epochs of them). α = 1 copies the policy: RPG's iterative reference update (arXiv 2505.17508). The KL in the loss
+    and in the reward, and `policy/kl`, then measure against the refreshed reference. Needs a reference (a KL term, or
+    `reference_kl`); set together with `reference_mixup_alpha`. null = off (the default): the reference stays the
+    initial policy. See trainer/reference.py."""
+    reference_mixup_alpha: float | None = Field(None, gt=0, le=1)
+    """α of the refresh, in (0, 1]: the policy's weight in the new reference (TR-DPO's soft update; TRL's
+    `ref_model_mixup_alpha`, default 0.6 there); 1 = the hard update. Set exactly when `reference_sync_steps` is."""
     log_text: bool = True
     """Store each response's text in the rollout table (for the dashboard's rollout viewer)."""
     device: Device = "auto"
@@ -130,4 +141,16 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if self.warmup_steps > self.steps * self.mini_batches * self.epochs:
             raise ValueError("warmup_steps exceeds the number of optimiser steps")
+        if (self.reference_sync_steps is None) != (self.reference_mixup_alpha is None):
+            raise ValueError("reference_sync_steps and reference_mixup_alpha are set together or not at all")
         return self
+
+    def refresh_problem(self, objective_reads_reference: bool) -> str | None:
+        """Why `reference_sync_steps` cannot be set here: a run whose objective reads no reference (no KL term) and
+        that does not track `policy/kl` holds no reference to refresh. None when it can, or when it is off."""
+        if self.reference_sync_steps is None or objective_reads_reference or self.reference_kl:
+            return None
+        return (
+            f"train.reference_sync_steps: {self.reference_sync_steps} refreshes the reference policy, but this run "
+            "has none (objective.kl_coef and objective.kl_reward_coef are 0 and train.reference_kl is false)"
+        )

@@ -39,6 +39,7 @@ from trainer.objective import (
     sign_flip_metrics,
     trained_samples,
 )
+from trainer.reference import ReferenceRefresh
 from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBackend, SamplingParams
 from trainer.tasks.base import Group, Task
@@ -124,9 +125,13 @@ class Trainer:
         self.rng = np.random.default_rng(self.seed)
         self.group_width = self.roll.group_size + self.obj.extra_samples  # responses each group draws
         self.params = SamplingParams(self.roll.max_new_tokens, self.roll.temperature, self.roll.top_p)
+        problem = self.cfg.refresh_problem(self.obj.needs_reference)
+        if problem:
+            raise ValueError(problem)
         self.ref = None
         if self.cfg.reference_kl or self.obj.needs_reference:
             self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.refresh = ReferenceRefresh.of(self.cfg)  # π_ref ← α·π_θ + (1 − α)·π_ref every N steps, when set
         self.optimiser = torch.optim.AdamW(
             policy.parameters(), lr=self.cfg.lr, betas=self.cfg.betas, weight_decay=self.cfg.weight_decay
         )
@@ -469,6 +474,7 @@ class Trainer:
             resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
             metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask, old, ref))
             self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
+        metrics.update(self.refresh(step, self.ref, self.policy))  # the reference the next step's KL reads
         done = time.perf_counter()
         shaped_all, correct_all = self._rewards(everything)
         shaped_all = shaped_all.flatten()

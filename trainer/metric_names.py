@@ -47,6 +47,10 @@ ROLLOUT_WEIGHT_MEAN = "policy/rollout_weight_mean"  # the rollout correction's m
 COV_SELECTED_FRAC = "policy/cov_selected_frac"  # loss tokens Clip-Cov cut or KL-Cov penalised
 KL = "policy/kl"
 KL_COEF = "policy/kl_coef"  # the loss's KL coefficient applied this step, when adaptive (objective.kl_target)
+# The refreshed reference (train.reference_sync_steps only): the step of its last refresh (0 before the first), every
+# step; at a refresh, the L2 norm of its parameters' move, α·‖θ − θ_ref‖ over all parameters.
+REF_REFRESH_STEP = "policy/ref_refresh_step"
+REF_REFRESH_DISTANCE = "policy/ref_refresh_distance"
 LOSS = "policy/loss"
 GRAD_NORM = "policy/grad_norm"
 LR = "policy/lr"

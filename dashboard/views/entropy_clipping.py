@@ -73,11 +73,12 @@ kl, penalty = data.by_arm(M.KL, x), data.by_arm(M.KL_REWARD_PENALTY, x)
 panels = [
     (title, series)
     for title, series in (
-        ("KL to the initial policy (`policy/kl`, token mean)", kl),
+        ("KL to the reference (`policy/kl`, token mean; the initial policy unless refreshed)", kl),
         ("KL penalty in the reward (β Σ_t kl_t, mean over responses)", penalty),
         ("KL in the reward (`reward/kl_mean`, π_old against π_ref)", data.by_arm(M.KL_REWARD_MEAN, x)),
         ("adaptive β of the KL in the loss (`policy/kl_coef`)", data.by_arm(M.KL_COEF, x)),
         ("adaptive β of the KL in the reward (`reward/kl_coef`)", data.by_arm(M.KL_REWARD_COEF, x)),
+        ("reference refreshed: its move ‖Δθ_ref‖ at each refresh", data.by_arm(M.REF_REFRESH_DISTANCE, x)),
     )
     if series
 ]
@@ -87,7 +88,8 @@ if panels:
         "`policy/kl` is logged when `train.reference_kl` is on or the loss has a KL term (`objective.kl_coef`); the "
         "penalty only for arms with `objective.kl_reward_coef` > 0, where it is subtracted from the reward before "
         "the advantage; the β panels only for arms with an adaptive coefficient (`objective.kl_target`), each step's "
-        "β as applied before its update."
+        "β as applied before its update; the reference's move only for arms that refresh it "
+        "(`train.reference_sync_steps`), at the steps it was refreshed, after which the KL is to the new reference."
     )
 else:
     st.caption("No arm logged a KL to the reference (`train.reference_kl` off and no KL term in the loss or reward).")

@@ -294,6 +294,13 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _reference_to_refresh(self) -> RunConfig:
+        problem = self.train.refresh_problem(self.objective.needs_reference)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _engine_expresses(self) -> RunConfig:
         if self.train.engine == "trl":
             problems = trl_problems(self.objective, self.rollout, self.train)
@@ -397,6 +404,8 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.kl_gradient": "estimator",
     "objective.kl_target": None,
     "objective.kl_horizon": None,
+    "train.reference_sync_steps": None,
+    "train.reference_mixup_alpha": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

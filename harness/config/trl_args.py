@@ -138,6 +138,10 @@ TABLE: dict[str, str] = {
     "train.logits_chunk_mb": "unused (TRL computes its log-probabilities its own way)",
     "train.max_gen_rounds": "unused (dynamic sampling only)",
     "train.reference_kl": "TRL computes the KL only when beta > 0: true with kl_coef 0 is an error",
+    "train.reference_sync_steps": "`sync_ref_model=True`, `ref_model_sync_steps` = reference_sync_steps × "
+    "mini_batches × epochs (TRL counts optimiser steps); TRL syncs only a reference it uses: set with kl_coef 0 is an "
+    "error",
+    "train.reference_mixup_alpha": "`ref_model_mixup_alpha`",
     "train.log_text": "the rollout table's prompt and response columns (HarnessCallback)",
     "train.device": "cpu → `use_cpu=True`; auto, cuda → TRL's (accelerate's) choice",
     "train.threads": "torch CPU threads, as under harness's engine",
@@ -219,6 +223,11 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.stratum_key: {o.stratum_key} (TRL normalises over whole groups: no strata)")
     if t.reference_kl and o.kl_coef == 0:
         out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
+    if t.reference_sync_steps is not None and o.kl_coef == 0:
+        out.append(
+            f"train.reference_sync_steps: {t.reference_sync_steps} (TRL syncs its reference only when beta > 0: "
+            "set objective.kl_coef)"
+        )
     batch = r.prompts_per_step * r.group_size
     if batch % t.mini_batches:
         out.append(f"train.mini_batches: {t.mini_batches} (TRL splits the {batch} responses of a step evenly)")
@@ -276,6 +285,15 @@ def grpo_args(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> dict[st
         ),
         "beta": o.kl_coef,
         "use_bias_correction_kl": o.kl_gradient == "trl_bias_correction",
+        "sync_ref_model": t.reference_sync_steps is not None,
+        **(
+            {
+                "ref_model_sync_steps": t.reference_sync_steps * t.mini_batches * t.epochs,
+                "ref_model_mixup_alpha": t.reference_mixup_alpha,
+            }
+            if t.reference_sync_steps is not None
+            else {}
+        ),
         "mask_truncated_completions": o.overlong_filter,
         "use_vllm": r.backend == "vllm",
         **(
@@ -334,7 +352,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
     aggregate = getattr(args, "multi_objective_aggregation", "sum_then_normalize")  # normalize_then_sum ignores scale
     advantage = inverse(SCALE_REWARDS, scale) if aggregate == "sum_then_normalize" else f"trl:{aggregate}"
     corrected = bool(args.beta and getattr(args, "use_bias_correction_kl", False))
-    kl_parts = ["sync_ref_model"] if args.beta and getattr(args, "sync_ref_model", False) else []
+    synced = bool(args.beta and getattr(args, "sync_ref_model", False))  # TRL refuses it with beta 0
+    every, rest = divmod(args.ref_model_sync_steps, max(per_generation, 1)) if synced else (None, 0)
     # TRL's delta caps the ratio of every token: a dual clip only above 1 + ε_high, where no positive token reaches it
     dual = args.delta if args.delta is None or args.delta > 1 + high else f"trl:delta={args.delta:g}"
     return {
@@ -375,7 +394,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "rollout_correction_min": args.vllm_importance_sampling_clip_min if correction else None,
             "rollout_correction_max": args.vllm_importance_sampling_clip_max if correction else None,
             "kl_coef": args.beta,
-            "kl_estimator": "k3" if not kl_parts else "trl:" + "+".join(["k3", *kl_parts]),
+            "kl_estimator": "k3",
             "kl_gradient": "trl_bias_correction" if corrected else "estimator",
             "kl_target": None,
             "kl_horizon": None,
@@ -408,5 +427,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "mini_batches": args.steps_per_generation // args.gradient_accumulation_steps,
             "epochs": args.num_iterations,
             "micro_batch_size": args.per_device_train_batch_size,
+            # a sync between two generations' optimiser steps has no harness equivalent: named as TRL's
+            "reference_sync_steps": every if not rest else f"trl:ref_model_sync_steps={args.ref_model_sync_steps}",
+            "reference_mixup_alpha": args.ref_model_mixup_alpha if synced else None,
         },
     }
