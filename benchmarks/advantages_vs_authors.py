@@ -11,12 +11,11 @@ not defined; writes results/benchmarks/advantages_vs_authors.json.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from _report import write_json
+from _report import random_cases_args, write_json
 
 from trainer.objective.registry import ADVANTAGES
 
@@ -280,11 +279,7 @@ and GPG's, whose α moves with the flat groups (the authors') and the correct an
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    rng = np.random.default_rng(args.seed)
+    args, rng = random_cases_args(__doc__)
     cases = _cases(rng, args.cases)
     binary = _cases(rng, args.cases, binary=True)
     # 100 groups at p = 1/2 and one at 1/8: BNPO's 1/f there is ~4.4e9, so the cap binds

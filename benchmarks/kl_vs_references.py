@@ -18,7 +18,6 @@ writes results/benchmarks/kl_vs_references.json.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 from collections import defaultdict
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_json
+from _report import random_cases_args, write_json
 
 from harness.config.trl_args import grpo_args
 from trainer import metric_names as M
@@ -205,11 +204,7 @@ def _random_tokens(rng: np.random.Generator):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    rng = np.random.default_rng(args.seed)
+    args, rng = random_cases_args(__doc__)
     worst: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # switch → [value, gradient]
     cases: dict[str, int] = defaultdict(int)
     capped: dict[str, int] = defaultdict(int)  # values left out where the reference's cap of ±10 binds

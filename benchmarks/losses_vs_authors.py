@@ -16,12 +16,11 @@ TRL divide by T_i: its largest difference is that 1e-8 times large ratios (ρ up
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from _report import write_json
+from _report import random_cases_args, write_json
 
 from trainer.objective import ObjectiveSettings, policy_loss
 
@@ -184,11 +183,7 @@ SWITCHES: dict[str, tuple[Callable[[Case], tuple], Callable[[Case], tuple]]] = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    rng = np.random.default_rng(args.seed)
+    args, rng = random_cases_args(__doc__)
     cases = [_case(rng) for _ in range(args.cases)]
     report = {}
     print(f"{'switch':62} {'cases':>5} {'|Δ loss|':>10} {'|Δ grad|':>10} {'clipped':>7}")

@@ -14,7 +14,6 @@ of the same two parameter sets) and the refresh counts, and writes results/bench
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import write_json
+from _report import random_cases_args, write_json
 
 from trainer.reference import ReferenceRefresh, mixup
 
@@ -85,14 +84,10 @@ def one_case(rng: np.random.Generator, accelerator) -> tuple[float, float, int, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args, rng = random_cases_args(__doc__)
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True)  # TRL's callback asks accelerate's state whether DeepSpeed ZeRO-3 is on
-    rng = np.random.default_rng(args.seed)
     worst_trajectory = worst_once = 0.0
     refreshes = syncs = mismatched = 0
     for _ in range(args.cases):

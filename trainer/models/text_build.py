@@ -126,19 +126,20 @@ class TextEval:
 
 
 @torch.no_grad()
-def sampled_text_accuracy(
+def sample_one_each(
     model: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerBase,
     task: Task,
     n: int,
     seed: int,
-    max_new_tokens: int = 64,
-    batch_size: int = 256,
-) -> TextEval:
-    """Sample one response to each of `n` prompts the task draws with `seed`, and grade them with the task."""
+    max_new_tokens: int,
+    batch_size: int,
+) -> list[tuple[Group, str, int, bool]]:
+    """One sampled response (temperature 1, no top-k or top-p) to each of `n` prompts the task draws with `seed`:
+    (group, text without special tokens, length in tokens with EOS, whether it ended within `max_new_tokens`)."""
     groups = task.sample_groups(np.random.default_rng(seed), n, 1)
     torch.manual_seed(seed)
-    rewards, correct, lengths, truncated = [], [], [], []
+    out_rows: list[tuple[Group, str, int, bool]] = []
     for first in range(0, n, batch_size):
         chunk: Sequence[Group] = groups[first : first + batch_size]
         encoded = tokenizer([g.prompts[0] for g in chunk], return_tensors="pt", padding=True).to(model.device)
@@ -155,11 +156,27 @@ def sampled_text_accuracy(
         for group, row in zip(chunk, out[:, encoded["input_ids"].shape[1] :].tolist(), strict=True):
             ended = tokenizer.eos_token_id in row
             row = row[: row.index(tokenizer.eos_token_id) + 1] if ended else row
-            grade = task.grade(group, 0, tokenizer.decode(row, skip_special_tokens=True)) if ended else None
-            rewards.append(grade.reward if grade is not None else 0.0)
-            correct.append(grade is not None and grade.correct)
-            lengths.append(len(row))
-            truncated.append(not ended)
+            out_rows.append((group, tokenizer.decode(row, skip_special_tokens=True), len(row), ended))
+    return out_rows
+
+
+def sampled_text_accuracy(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    task: Task,
+    n: int,
+    seed: int,
+    max_new_tokens: int = 64,
+    batch_size: int = 256,
+) -> TextEval:
+    """Sample one response to each of `n` prompts the task draws with `seed`, and grade them with the task."""
+    rewards, correct, lengths, truncated = [], [], [], []
+    for group, text, length, ended in sample_one_each(model, tokenizer, task, n, seed, max_new_tokens, batch_size):
+        grade = task.grade(group, 0, text) if ended else None
+        rewards.append(grade.reward if grade is not None else 0.0)
+        correct.append(grade is not None and grade.correct)
+        lengths.append(length)
+        truncated.append(not ended)
     mean = lambda xs: float(np.mean(xs)) if xs else math.nan  # noqa: E731
     return TextEval(
         accuracy_clean=mean(correct),

@@ -40,6 +40,7 @@ from trainer.models.text_build import (
     TextBatches,
     TextEval,
     key_payload,
+    sample_one_each,
     sampled_text_accuracy,
     text_chars,
 )
@@ -382,29 +383,12 @@ def sampled_accuracy(
     batch_size: int = 256,
 ) -> ToyEval:
     """Sample one response to each of `n` fresh prompts drawn with `seed`, and grade them."""
-    groups = task.sample_groups(np.random.default_rng(seed), n, 1)
-    torch.manual_seed(seed)
-    grades, lengths, truncated = [], [], []
-    for first in range(0, n, batch_size):
-        chunk = groups[first : first + batch_size]
-        encoded = tokenizer([g.prompts[0] for g in chunk], return_tensors="pt", padding=True).to(model.device)
-        out = model.generate(
-            **encoded,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-        for group, row in zip(chunk, out[:, encoded["input_ids"].shape[1] :].tolist(), strict=True):
-            ended = tokenizer.eos_token_id in row
-            row = row[: row.index(tokenizer.eos_token_id) + 1] if ended else row
-            grade = task.grade(group, 0, tokenizer.decode(row, skip_special_tokens=True))
-            grades.append(grade if ended else None)
-            lengths.append(len(row))
-            truncated.append(not ended)
+    groups, grades, lengths, truncated = [], [], [], []
+    for group, text, length, ended in sample_one_each(model, tokenizer, task, n, seed, max_new_tokens, batch_size):
+        groups.append(group)
+        grades.append(task.grade(group, 0, text) if ended else None)
+        lengths.append(length)
+        truncated.append(not ended)
     hidden = [bool(g.meta[0]["hidden_digit"]) for g in groups]
     correct = [g is not None and g.correct for g in grades]
 
