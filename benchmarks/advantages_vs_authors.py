@@ -6,7 +6,8 @@ For each variant: harness's estimator and a transcription, written in NumPy from
 below; none of it is copied, and nothing here imports it), run on the same random rewards. The cases cover groups
 of 1, 2, odd and even sizes, 0/1 and continuous rewards, flat groups, ties at the median, and several groups at
 once. Prints the largest absolute difference per variant and case family, and the cases where the authors' code is
-not defined; writes results/benchmarks/advantages_vs_authors.json.
+not defined; writes results/benchmarks/advantages_vs_authors.json. ReMax's is compared per token (verl's advantage is a
+[responses, tokens] matrix), with each group's greedy reward drawn from its rewards' bytes.
 """
 
 from __future__ import annotations
@@ -99,6 +100,42 @@ def opo_verl(rewards: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """OPO as verl computes it (`compute_opo_outcome_advantage`): per group of n > 1, the baseline Σ T_j R_j / Σ T_j
     with T_j a response's mask length, subtracted from each R_i; a group of one keeps R (left out: harness gives 0)."""
     return rewards - (lengths * rewards).sum(axis=1, keepdims=True) / lengths.sum(axis=1, keepdims=True)
+
+
+def remax_verl(rewards: np.ndarray, baselines: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ReMax as verl 0.9.1 computes it, per token (`compute_remax_outcome_advantage`; `ray_trainer.py` sets each
+    prompt's `reward_baselines` to its greedy response's summed score and repeats the batch `rollout.n` times,
+    interleaved, so every response of a prompt carries it): the token-level rewards hold each response's outcome
+    reward on its last response token, the returns are their reverse cumulative sum under the response mask, and the
+    advantage is returns − baseline·mask. Returns ([responses, tokens] advantages, the response mask)."""
+    x, t = rewards.reshape(-1), lengths.reshape(-1)
+    b = np.repeat(baselines.reshape(-1), rewards.shape[1])
+    width = max(int(t.max()), 1)
+    mask = (np.arange(width)[None, :] < t[:, None]).astype(float)
+    token_rewards = np.zeros((x.size, width))
+    token_rewards[np.arange(x.size), t - 1] = x
+    returns = np.flip(np.cumsum(np.flip(token_rewards * mask, axis=-1), axis=-1), axis=-1)
+    return returns - b[:, None] * mask, mask.astype(bool)
+
+
+def _greedy(r: np.ndarray) -> np.ndarray:
+    """[groups, 1] greedy rewards, drawn from the rewards' bytes so both sides see the same: for each group one of
+    its own rewards (ties: some advantages exactly 0) or, half the time, a value of its family (0/1 or normal)."""
+    seed = int.from_bytes(r.tobytes()[-8:].ljust(8, b"\0"), "little") % (2**32) + 7 * r.size
+    rng = np.random.default_rng(seed)
+    own = r[np.arange(r.shape[0]), rng.integers(0, r.shape[1], r.shape[0])]
+    other = (
+        rng.integers(0, 2, r.shape[0]).astype(float) if np.isin(r, (0.0, 1.0)).all() else rng.normal(size=r.shape[0])
+    )
+    return np.where(rng.random(r.shape[0]) < 0.5, own, other)[:, None]
+
+
+def _ours_remax(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """harness's per-response advantage on each of the response's tokens (what the loss reads), and the mask."""
+    adv = ADVANTAGES["remax"](torch.from_numpy(r), 0.0, torch.from_numpy(_greedy(r))).numpy().reshape(-1)
+    t = _lengths(r).reshape(-1)
+    mask = np.arange(max(int(t.max()), 1))[None, :] < t[:, None]
+    return adv[:, None] * mask, mask
 
 
 def passk_verl(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -209,6 +246,11 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
         lambda r: (opo_verl(r, _lengths(r)), np.ones(r.shape, bool)),
         lambda r: r.shape[1] > 1,
     ),
+    "ReMax (remax) vs verl, per token": (
+        _ours_remax,
+        lambda r: remax_verl(r, _greedy(r), _lengths(r)),
+        lambda r: True,
+    ),
     "pass@k (passk) vs verl": (
         lambda r: (ADVANTAGES["passk"](torch.from_numpy(r), 1e-6).numpy(), np.ones(r.shape, bool)),
         lambda r: (passk_verl(r), np.ones(r.shape, bool)),
@@ -273,6 +315,7 @@ BINARY_ONLY = (
     "NGRPO (ngrpo)",
     "GPG (gpg) vs the authors",
     "GPG (gpg_nonzero) vs verl",
+    "ReMax (remax) vs verl, per token",
 )
 """Variants run on `--cases` more 0/1 cases: those whose authors' code is defined on 0/1 (BNPO: [0, 1]) rewards only,
 and GPG's, whose α moves with the flat groups (the authors') and the correct answers (verl's) those cases hold."""

@@ -954,6 +954,27 @@ CASES += [
     ),
 ]
 
+# ReMax (advantage remax): a baseline from a greedy response, which reads no reward range, has no median response
+# and which TRL does not draw.
+CASES += [
+    Case(
+        "run: remax with a reward_range", "run", "objective:\n  preset: remax\n  reward_range: [0, 1]\n", "reward_range"
+    ),
+    Case(
+        "run: remax with a median pivot",
+        "run",
+        "objective:\n  preset: remax\n  median_pivot: true\n",
+        "median_pivot",
+    ),
+    Case("run: remax misspelt", "run", "objective:\n  preset: grpo\n  advantage: re_max\n", "objective.advantage"),
+    Case(
+        "remax under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.advantage: remax\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.advantage",
+    ),
+]
+
 # A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
 REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 

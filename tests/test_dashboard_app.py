@@ -316,6 +316,28 @@ def test_advantage_and_stratum_panels_are_drawn_where_logged(tmp_path, monkeypat
     assert not any("Accuracy by stratum" in c.value for c in at.caption)
 
 
+def test_remaxs_greedy_baseline_is_drawn_beside_the_advantages_where_logged(tmp_path, monkeypatch):
+    """ReMax's greedy reward beside the sampled mean reward, for the arm that logs it; a sweep without it gets no
+    heading and no "not logged" line for it."""
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    def values(seed: int, greedy: bool) -> dict[str, list[float]]:
+        common = {M.REWARD_MEAN: [0.5] * 3, M.ADV_ZERO_FRAC: [0.4] * 3, M.ADV_ABS_MEAN: [0.6] * 3}
+        return {**common, M.GREEDY_REWARD_MEAN: [0.6 + 0.1 * seed] * 3} if greedy else common
+
+    runs = [FakeRun(arm, s, values=values(s, arm == "remax")) for arm in ("grpo", "remax") for s in (0, 1)]
+    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "dynamic_sampling")
+    assert "ReMax's greedy baseline" in {h.value for h in at.subheader}
+    assert _drawn(_figure(at, "greedy response's reward"), "x") == {"remax": pytest.approx([0.65] * 3)}
+    assert not any("Not logged" in c.value and M.GREEDY_REWARD_MEAN in c.value for c in at.caption)
+    plain = [FakeRun("grpo", s, values=values(s, False)) for s in (0, 1)]
+    at = _visit(_app(_fake_store(tmp_path / "plain", plain), monkeypatch), "dynamic_sampling")
+    assert "ReMax's greedy baseline" not in {h.value for h in at.subheader}
+    assert not any(M.GREEDY_REWARD_MEAN in c.value for c in at.caption)
+
+
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():
     import pandas as pd
 

@@ -140,6 +140,8 @@ def test_dapo_without_dynamic_sampling_maps_its_other_switches():
         (["objective.surrogate=gpg"], "objective.surrogate"),
         (["objective.advantage=gpg"], "objective.advantage"),
         (["objective.advantage=gpg_nonzero"], "objective.advantage"),
+        (["objective.advantage=remax"], "objective.advantage"),  # TRL draws no greedy response
+        (["objective.preset=remax"], "objective.advantage"),
         (["objective.ratio=sequence_product"], "objective.ratio"),
     ],
 )

@@ -74,6 +74,9 @@ ADV_ZERO_FRAC = "adv/zero_frac"
 # Share of the trained responses whose advantage has the opposite sign to R_i − mean_g R (MC-GRPO's "sign flips",
 # arXiv 2601.22582): 0 under group_std, group_mean and batch_std; the median can reverse a response between the two.
 ADV_SIGN_FLIP_FRAC = "adv/sign_flip_frac"
+# The mean task reward of the step's greedy (temperature-0) responses, one per kept prompt, not trained on: ReMax's
+# baseline (advantage remax only; arXiv 2310.10505). Compare with train/reward_mean, the sampled responses'.
+GREEDY_REWARD_MEAN = "adv/greedy_reward_mean"
 
 # cost
 GENERATE_S = "time/generate_s"

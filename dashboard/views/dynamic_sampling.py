@@ -1,7 +1,8 @@
 """Groups and advantages. DAPO's dynamic sampling (arXiv 2503.14476, §3.2): groups whose samples are all correct or
 all wrong have zero advantage and no gradient; the filter drops them and samples again. NGRPO (arXiv 2509.18851) and
 negative-sample reinforcement (arXiv 2506.01347) learn from the all-wrong groups instead; MC-GRPO (arXiv 2601.22582)
-counts the responses whose advantage sign its median baseline reverses."""
+counts the responses whose advantage sign its median baseline reverses; ReMax (arXiv 2310.10505) takes its baseline
+from a greedy response."""
 
 import pandas as pd
 import streamlit as st
@@ -54,6 +55,20 @@ st.caption(
     "R_i − mean_g R, MC-GRPO's concern in small groups; 0 by construction under the group-mean baselines "
     "(`group_std`, `group_mean`, `batch_std`)."
 )
+if data.by_arm(M.GREEDY_REWARD_MEAN, x):  # ReMax's runs only: no panel, nor a "not logged" line, on other sweeps
+    st.subheader("ReMax's greedy baseline")
+    page.curves(
+        [("greedy response's reward", M.GREEDY_REWARD_MEAN), ("sampled responses' mean reward", M.REWARD_MEAN)],
+        data,
+        kw,
+        x,
+        "ds_greedy",
+    )
+    st.caption(
+        "ReMax (`advantage: remax`, arXiv 2310.10505): each response's baseline is the reward of one greedy "
+        "(temperature-0) response to its prompt, generated each step and never trained on "
+        "(`adv/greedy_reward_mean`). Above the sampled responses' mean, most advantages are negative."
+    )
 st.subheader("Cost of the filter")
 page.curves(
     [("generation rounds per step", M.GEN_ROUNDS), ("groups dropped per step", M.GROUPS_DROPPED)],

@@ -3,11 +3,14 @@
 Each takes rewards shaped [groups, G] and ε, and returns advantages of the same shape; an estimator
 registered with `params` also takes those settings fields by name (`compute_advantages` passes them), and one
 registered `needs_strata=True` each response's stratum label, [groups, G] (stratified), and one registered
-`needs_lengths=True` each response's token count, [groups, G] (REINFORCE++'s token whitening).
+`needs_lengths=True` each response's token count, [groups, G] (REINFORCE++'s token whitening), and one registered
+`needs_greedy=True` the reward of one greedy (temperature-0) response to each prompt, [groups, 1] or [groups, G],
+which the training loop generates, grades and never trains on (ReMax's baseline).
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
-learning signal, under every estimator but the two registered `zeroes_flat_groups=False`, whose point is
-a signal there: batch_norm (no group baseline: only a flat batch gets 0) and ngrpo (a flat group below
-the virtual maximum reward gets a negative advantage).
+learning signal, under every estimator but those registered `zeroes_flat_groups=False`, whose point is
+a signal there: batch_norm (no group baseline: only a flat batch gets 0), ngrpo (a flat group below
+the virtual maximum reward gets a negative advantage) and remax (a flat group's reward may differ from its greedy
+baseline).
 """
 
 from __future__ import annotations
@@ -430,6 +433,31 @@ def stratified(rewards: torch.Tensor, eps: float, stratum_blend: float, strata: 
     if stratum_blend == 1:
         return san
     return stratum_blend * san + (1 - stratum_blend) * group_std(rewards, eps)
+
+
+@ADVANTAGES.register("remax", zeroes_flat_groups=False, needs_greedy=True)
+def remax(rewards: torch.Tensor, eps: float, greedy: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i − R̄_i, R̄_i the reward of one greedy (temperature-0) response to response i's prompt: no std scale.
+
+    ReMax: Li et al. 2023, ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for Aligning
+    Large Language Models (arXiv 2310.10505), Algorithm 1: REINFORCE whose baseline is the reward of the greedy
+    response, which the policy's own argmax decoding gives with no value network. verl 0.9.1's
+    `algorithm.adv_estimator=remax` (`verl/trainer/ppo/core_algos.py`, `compute_remax_outcome_advantage`: each
+    token's advantage is its reverse-cumulative return minus the prompt's `reward_baselines`, which with an outcome
+    reward on the last token is R_i − R̄ on every response token; `verl/trainer/ppo/ray_trainer.py` generates the
+    greedy response in the same request as the sampled ones, `__do_sample__` false, and sums its reward as the
+    baseline, without the KL in the reward). `greedy`: the greedy rewards, [groups, 1] (one prompt per group: each
+    of its responses, the paper's one or verl's `rollout.n`, gets that baseline) or [groups, G] (each response its own
+    prompt's, where a group's prompts differ, as the toy's hidden digits), shaped as the sampled ones
+    (objective.overlong_penalty) and without the KL penalty. A flat group keeps R − R̄ (the greedy response is not in
+    it). `eps` is unused.
+    Departs from verl's release: none on the outcome reward (benchmarks/advantages_vs_authors.py); verl's per-token
+    returns also carry a KL in the reward from token t on, where harness gives every token the response's sum
+    (objective.kl_reward_coef), as for every estimator.
+    """
+    if greedy.shape not in ((rewards.shape[0], 1), rewards.shape):
+        raise ValueError(f"greedy rewards must be [groups, 1] or {list(rewards.shape)}, got {list(greedy.shape)}")
+    return rewards - greedy.to(rewards.dtype)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:

@@ -57,12 +57,15 @@ def compute_advantages(
     s: ObjectiveSettings,
     strata: torch.Tensor | None = None,
     lengths: torch.Tensor | None = None,
+    greedy: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`; the
     settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params and
     bnpo_max_weight, stratified's stratum_blend) by name, and `strata` ([groups, G] stratum labels, the values of
     `s.stratum_key`) to an estimator registered `needs_strata`, which is given them exactly when it is named (an
-    error otherwise)."""
+    error otherwise); each response's length to one registered `needs_lengths`, and `greedy` ([groups, 1] or
+    [groups, G], the reward of one greedy response to each response's prompt) to one registered `needs_greedy`
+    (ReMax)."""
     meta = ADVANTAGES.meta(s.advantage)
     kwargs = {name: getattr(s, name) for name in meta.get("params", ())}
     if meta.get("needs_strata", False) != (strata is not None):
@@ -76,6 +79,10 @@ def compute_advantages(
         if lengths is None:
             raise ValueError(f"advantage {s.advantage} whitens over tokens: it needs each response's length")
         kwargs["lengths"] = lengths
+    if meta.get("needs_greedy", False):  # the reward of a greedy response to each prompt
+        if greedy is None:
+            raise ValueError(f"advantage {s.advantage} needs the reward of a greedy response to each prompt")
+        kwargs["greedy"] = greedy
     return ADVANTAGES[s.advantage](rewards, s.adv_eps, **kwargs)
 
 

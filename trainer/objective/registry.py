@@ -76,6 +76,7 @@ ADVANTAGES: Registry = Registry(
         "ngrpo",
         "bnpo",
         "stratified",
+        "remax",
     ),
 )
 AGGREGATIONS: Registry = Registry(

@@ -34,8 +34,9 @@ class ObjectiveSettings(BaseModel):
     maximum-reward sample in each group's mean and std; needs reward_range), bnpo (BNPO: divided by a Beta
     density that follows the success rate; needs reward_range), stratified (Stratified GRPO: mean and std within
     each stratum of the group; needs stratum_key), gpg (GPG: the group-mean advantage times B/(B − M), M the
-    responses of flat groups), gpg_nonzero (verl's GPG: times B/#non-zero rewards). The std switch of the Dr. GRPO
-    ablation."""
+    responses of flat groups), gpg_nonzero (verl's GPG: times B/#non-zero rewards), remax (ReMax: R minus the reward of
+    one greedy response to the prompt, which the loop generates each step and never trains on). The std switch of the
+    Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
     """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
     verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
@@ -391,6 +392,12 @@ class ObjectiveSettings(BaseModel):
         return self.clip_cov_ratio is not None or self.kl_cov_ratio is not None
 
     @property
+    def needs_greedy(self) -> bool:
+        """Whether the advantage needs one greedy (temperature-0) response per prompt, graded and not trained on
+        (ReMax's baseline): what the estimator registered (`needs_greedy`)."""
+        return bool(ADVANTAGES.meta(self.advantage).get("needs_greedy", False))
+
+    @property
     def extra_samples(self) -> int:
         """Responses a group draws beyond rollout.group_size: 1 under MC-GRPO's median pivot, not trained on."""
         return 1 if self.median_pivot else 0
@@ -674,6 +681,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "aggregation": "token_mean",
         "ratio": "token",
         "surrogate": "gpg",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+    },
+    # ReMax (arXiv 2310.10505, Algorithm 1; verl's adv_estimator=remax): REINFORCE with the greedy response's reward
+    # as the baseline, no std, the paper's Σ_t over a response's tokens averaged over responses, one optimiser step
+    # per batch (so the ratio is 1 and the clip inert), no KL in the loss. The paper samples one response per prompt;
+    # rollout.group_size is at least 2 here, and each of a prompt's G responses gets the one greedy baseline (verl's
+    # rollout.n).
+    "remax": {
+        **_COMMON,
+        "advantage": "remax",
+        "aggregation": "seq_mean_token_sum",
+        "ratio": "token",
         "clip_low": 0.2,
         "clip_high": 0.2,
     },
