@@ -78,9 +78,10 @@ def openrlhf_unbiased(logp: np.ndarray, ref: np.ndarray, old: np.ndarray, kind: 
 
 
 def verl_current_kl(old: np.ndarray, ref: np.ndarray, mask: np.ndarray, kind: str) -> float:
-    """verl's `apply_kl_penalty`: kld = kl_penalty(old, ref)·mask, the mean over responses of masked_mean(axis=-1)."""
+    """verl's `apply_kl_penalty`: kld = kl_penalty(old, ref)·mask, the mean over responses of masked_mean(axis=-1),
+    whose divisor is the response's token count + 1e-8 (`masked_mean` in verl/utils/torch_functional.py)."""
     kld = verl_forward(old, ref, kind) * mask
-    return float(np.mean(kld.sum(-1) / mask.sum(-1)))
+    return float(np.mean(kld.sum(-1) / (mask.sum(-1) + 1e-8)))
 
 
 def ziegler(beta: float, kls: np.ndarray, target: float, horizon: int, n: int) -> np.ndarray:

@@ -146,12 +146,21 @@ def _figure(at: AppTest, title: str) -> dict:
     return found[0]
 
 
-def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tmp_path, monkeypatch):
-    """Also the KL panels: `policy/kl` for every arm here, the KL penalty in the reward and its adaptive β for
-    clip_higher's only."""
+BETA_PANELS = {
+    "reward": "adaptive β of the KL in the reward (`reward/kl_coef`)",
+    "loss": "adaptive β of the KL in the loss (`policy/kl_coef`)",
+}
+
+
+@pytest.mark.parametrize("adaptive", ["reward", "loss"])
+def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tmp_path, monkeypatch, adaptive):
+    """Also the KL panels: `policy/kl` for every arm here, the KL penalty in the reward and the adaptive β (of the
+    reward's KL or of the loss's) for clip_higher's only."""
     from fake_sweep import FakeRun
 
     from trainer import metric_names as M
+
+    beta = {"reward": M.KL_REWARD_COEF, "loss": M.KL_COEF}[adaptive]
 
     def fracs(scale: float, seed: int) -> dict[str, list[float]]:
         low = [0.001 * scale * (1 + 0.1 * seed + 0.01 * s) for s in range(6)]
@@ -163,9 +172,7 @@ def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tm
             M.ENTROPY: [1.0] * 6,
             M.KL: [0.01 * scale * s for s in range(6)],
             **({M.KL_REWARD_PENALTY: [0.002 * s for s in range(6)]} if scale > 1 else {}),
-            **(
-                {M.KL_REWARD_MEAN: [0.01] * 6, M.KL_REWARD_COEF: [0.1 * 1.02**s for s in range(6)]} if scale > 1 else {}
-            ),
+            **({M.KL_REWARD_MEAN: [0.01] * 6, beta: [0.1 * 1.02**s for s in range(6)]} if scale > 1 else {}),
             **({M.REF_REFRESH_DISTANCE: [0.0, 0.3, 0.0, 0.2, 0.0, 0.1]} if scale > 1 else {}),
         }
 
@@ -184,9 +191,9 @@ def test_clip_fraction_axes_fit_their_values_and_the_kl_is_drawn_where_logged(tm
     kl = _figure(at, "KL penalty in the reward (β Σ_t kl_t, mean over responses)")
     titles = [a.get("text") for a in kl["layout"]["annotations"]]
     assert "KL to the reference (`policy/kl`, token mean; the initial policy unless refreshed)" in titles
-    assert "adaptive β of the KL in the reward (`reward/kl_coef`)" in titles  # the adaptive coefficient, drawn
+    assert BETA_PANELS[adaptive] in titles  # the adaptive coefficient, drawn
     assert "reference refreshed: its move ‖Δθ_ref‖ at each refresh" in titles  # the refreshed reference, drawn
-    assert "adaptive β of the KL in the loss (`policy/kl_coef`)" not in titles  # no arm logged it
+    assert all(t not in titles for side, t in BETA_PANELS.items() if side != adaptive)  # no arm logged it
 
 
 def test_the_clip_panel_says_why_an_on_policy_arm_clips_nothing(tmp_path, monkeypatch):
