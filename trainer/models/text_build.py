@@ -98,15 +98,20 @@ class TextBatches:
             head = [tok.bos_token_id, *tok.convert_tokens_to_ids(list(prompt))]
             tail = [*tok.convert_tokens_to_ids(list(answer)), tok.eos_token_id]
             rows.append((head + tail, [-100] * len(head) + tail))
-        width = max(len(ids) for ids, _ in rows)
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (row_ids, row_labels) in enumerate(rows):
-            ids[i, : len(row_ids)] = torch.tensor(row_ids)
-            labels[i, : len(row_labels)] = torch.tensor(row_labels)
-            mask[i, : len(row_ids)] = 1
-        return ids, mask, labels
+        return pad_rows(rows, tok.pad_token_id)
+
+
+def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """SFT rows of (token ids, labels) right-padded into [N, width] ids, attention mask and labels (-100: no loss)."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row_ids, row_labels) in enumerate(rows):
+        ids[i, : len(row_ids)] = torch.tensor(row_ids)
+        labels[i, : len(row_labels)] = torch.tensor(row_labels)
+        mask[i, : len(row_ids)] = 1
+    return ids, mask, labels
 
 
 @dataclass(frozen=True)

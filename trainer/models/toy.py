@@ -40,6 +40,7 @@ from trainer.models.text_build import (
     TextBatches,
     TextEval,
     key_payload,
+    pad_rows,
     sample_one_each,
     sampled_text_accuracy,
     text_chars,
@@ -282,15 +283,7 @@ def _sft_batch(
             tokenizer.eos_token_id,
         ]
         rows.append((prompt + response, [-100] * len(prompt) + response))
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (row_ids, row_labels) in enumerate(rows):
-        ids[i, : len(row_ids)] = torch.tensor(row_ids)
-        labels[i, : len(row_labels)] = torch.tensor(row_labels)
-        mask[i, : len(row_ids)] = 1
-    return ids, mask, labels
+    return pad_rows(rows, tokenizer.pad_token_id)
 
 
 def _train(
