@@ -501,3 +501,28 @@ def test_each_variant_changes_the_update_from_grpos(variant):
     _, _, grpo = _update(ObjectiveSettings.preset("grpo"), 1, rewards)
     _, _, mine = _update(VARIANTS[variant](), 1, rewards)
     assert (mine - grpo).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("name", ADVANTAGES.names())
+def test_one_response_advantages_are_exactly_those_with_a_signal_at_one_response_per_prompt(name):
+    """`ONE_RESPONSE_ADVANTAGES` (what `rollout.group_size: 1` accepts) against each estimator's own output: groups of
+    one with mixed 0/1 rewards, lengths and greedy rewards."""
+    from trainer.objective.registry import ONE_RESPONSE_ADVANTAGES
+
+    rewards = torch.tensor([[1.0], [0.0], [1.0], [0.0], [0.0], [1.0]], dtype=torch.float64)
+    extra = {
+        "strata": torch.tensor([[0], [1], [0], [1], [0], [1]]),
+        "lengths": torch.tensor([[3], [5], [2], [7], [4], [6]]),
+        "greedy": torch.tensor([[0.0], [1.0], [1.0], [0.0], [1.0], [0.0]], dtype=torch.float64),
+    }
+    meta = ADVANTAGES.meta(name)
+    fields = {"reward_range": (0.0, 1.0)} if name in ("ngrpo", "bnpo") else {}
+    fields |= {"stratum_key": "hidden_digit"} if name == "stratified" else {}
+    s = ObjectiveSettings.preset("grpo", advantage=name, **fields)
+    kwargs = {
+        "strata": extra["strata"] if meta.get("needs_strata") else None,
+        "lengths": extra["lengths"],
+        "greedy": extra["greedy"],
+    }
+    adv = compute_advantages(rewards, s, **kwargs)
+    assert bool((adv != 0).any()) == (name in ONE_RESPONSE_ADVANTAGES)

@@ -975,6 +975,23 @@ CASES += [
     ),
 ]
 
+# One response per prompt (rollout.group_size: 1): only an advantage whose baseline is not the group's own rewards.
+CASES += [
+    Case(
+        "run: one response per prompt under a group baseline",
+        "run",
+        "rollout:\n  group_size: 1\n",
+        "rollout.group_size",
+    ),
+    Case(
+        "run: one response per prompt with dynamic sampling",
+        "run",
+        "objective:\n  preset: dapo\n  advantage: batch_norm\nrollout:\n  group_size: 1\n",
+        "dynamic_sampling",
+    ),
+    Case("run: no response per prompt", "run", "rollout:\n  group_size: 0\n", "rollout.group_size"),
+]
+
 # A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
 REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 

@@ -127,10 +127,10 @@ class RecordingBackend(FakeBackend):
         return out
 
 
-def _loop(task, objective: ObjectiveSettings, backend=None):
+def _loop(task, objective: ObjectiveSettings, backend=None, group_size: int = 4):
     settings = TrainerSettings(
         objective,
-        RolloutConfig(prompts_per_step=2, group_size=4, max_new_tokens=8, temperature=0.7),
+        RolloutConfig(prompts_per_step=2, group_size=group_size, max_new_tokens=8, temperature=0.7),
         TrainConfig(steps=1, device="cpu", reference_kl=False),
         0,
     )
@@ -167,6 +167,20 @@ def test_a_group_with_several_prompts_gets_a_greedy_response_for_each():
     assert tr.backend.calls[1] == ["0:0", "0:1", "1:2"]
     ((_, adv),) = seen
     assert adv == [0, 0, -1, 1, 0, 1, 1, 1]  # p0: baselines 1, 0, 1, 0 by prompt; p1: sample 0's reward, 0
+
+
+def test_one_response_per_prompt_the_papers_setting_trains_on_each_against_its_greedy_baseline():
+    task = SharedPromptTask({"p0": [0], "p1": [1]}, [("0:0",), ("1:0",)])
+    tr, seen = _loop(task, ObjectiveSettings.preset("remax", max_len=8), group_size=1)
+    tr.step(1)
+    assert tr.backend.calls[1] == ["0:0", "1:0"]
+    ((t, adv),) = seen
+    assert adv == [0, 0] and t["ids"].shape[0] == 2  # each sample is its own prompt's first: baseline = its reward
+    task = SharedPromptTask({"p0": [0], "p1": [1]}, [("0:0",), ("1:0",)])
+    tr, seen = _loop(task, ObjectiveSettings.preset("remax", max_len=8), group_size=1)
+    tr._greedy = lambda step, groups: (T([1], [0]), {M.GREEDY_REWARD_MEAN: 0.5}, 2)  # greedy: p0 right, p1 wrong
+    tr.step(1)
+    assert seen[0][1] == [-1, 1]
 
 
 def test_other_advantages_draw_no_greedy_response():

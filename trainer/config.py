@@ -50,9 +50,10 @@ class RolloutConfig(BaseModel):
     prompts_per_step: int = Field(16, ge=1, le=MAX_RESPONSES)
     """Groups (prompts) in each optimisation batch; with dynamic sampling, the number that must survive
     the filter."""
-    group_size: int = Field(8, ge=2, le=MAX_RESPONSES)
+    group_size: int = Field(8, ge=1, le=MAX_RESPONSES)
     """G: responses sampled per prompt. prompts_per_step × group_size, the responses a step samples, is at most
-    2^20 (1,048,576), as is each count of this section and of `train`: only a typo asks for more."""
+    2^20 (1,048,576), as is each count of this section and of `train`: only a typo asks for more. 1 (one response
+    per prompt: ReMax's, REINFORCE++'s setting) needs an advantage whose baseline is not the group's own rewards."""
     max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     """Generation budget L_max; also the objective's max_len unless that is set."""
     temperature: float = Field(1.0, gt=0)

@@ -21,6 +21,7 @@ from trainer.config import STRICT as _STRICT
 from trainer.config import Dtype, RolloutConfig, Seed, Template, TrainConfig
 from trainer.data.settings import FieldsConfig
 from trainer.models.toy_config import ToyModelConfig
+from trainer.objective.registry import ONE_RESPONSE_ADVANTAGES
 from trainer.objective.settings import PRESETS, ObjectiveSettings, preset_fields
 from trainer.tasks.custom_config import CustomTaskConfig
 from trainer.tasks.reasoning_gym_config import ReasoningGymConfig
@@ -279,6 +280,24 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"objective.median_pivot: true needs an even rollout.group_size (G + 1 responses, an odd group with "
                 f"one median response), got {self.rollout.group_size}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_response_has_a_signal(self) -> RunConfig:
+        o = self.objective
+        if self.rollout.group_size + o.extra_samples > 1:
+            return self
+        if not o.one_response:
+            alone = ", ".join(ONE_RESPONSE_ADVANTAGES)
+            raise ValueError(
+                f"rollout.group_size: 1 gives objective.advantage {o.advantage!r} no signal (a group of one is flat "
+                f"and its group baseline cancels it); with one response per prompt use one of: {alone}"
+            )
+        if o.dynamic_sampling:
+            raise ValueError(
+                "rollout.group_size: 1 with objective.dynamic_sampling: true would drop every group (a group of one "
+                "is flat): sample at least 2 per prompt, or turn dynamic sampling off"
             )
         return self
 

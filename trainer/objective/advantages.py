@@ -5,7 +5,9 @@ registered with `params` also takes those settings fields by name (`compute_adva
 registered `needs_strata=True` each response's stratum label, [groups, G] (stratified), and one registered
 `needs_lengths=True` each response's token count, [groups, G] (REINFORCE++'s token whitening), and one registered
 `needs_greedy=True` the reward of one greedy (temperature-0) response to each prompt, [groups, 1] or [groups, G],
-which the training loop generates, grades and never trains on (ReMax's baseline).
+which the training loop generates, grades and never trains on (ReMax's baseline). Only an estimator named in
+`registry.ONE_RESPONSE_ADVANTAGES` has a signal with one response per prompt (`rollout.group_size: 1`): its
+baseline is not the group's own mean.
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but those registered `zeroes_flat_groups=False`, whose point is
 a signal there: batch_norm (no group baseline: only a flat batch gets 0), ngrpo (a flat group below

@@ -79,6 +79,17 @@ ADVANTAGES: Registry = Registry(
         "remax",
     ),
 )
+ONE_RESPONSE_ADVANTAGES = (
+    "baseline_free",
+    "batch_norm",
+    "batch_norm_tokens",
+    "group_mean_batch_norm_tokens",  # verl: a group of one is not centred, so this is batch_norm_tokens
+    "ngrpo",
+    "remax",
+)
+"""The estimators with a signal at one response per prompt (`rollout.group_size: 1`): their baseline is not the group's
+own rewards, which a group of one would cancel. Declared here, not at registration, so validating a config imports no
+torch."""
 AGGREGATIONS: Registry = Registry(
     "loss aggregation",
     "trainer.objective.aggregation",

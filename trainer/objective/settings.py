@@ -13,6 +13,7 @@ from trainer.objective.registry import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     KL_GRADIENTS,
+    ONE_RESPONSE_ADVANTAGES,
     RATIOS,
     ROLLOUT_CORRECTIONS,
     SURROGATES,
@@ -396,6 +397,12 @@ class ObjectiveSettings(BaseModel):
         """Whether the advantage needs one greedy (temperature-0) response per prompt, graded and not trained on
         (ReMax's baseline): what the estimator registered (`needs_greedy`)."""
         return bool(ADVANTAGES.meta(self.advantage).get("needs_greedy", False))
+
+    @property
+    def one_response(self) -> bool:
+        """Whether the advantage has a signal with one response per prompt: its baseline is not the group's own
+        rewards (a group of one is flat, and a group baseline gives it 0): `ONE_RESPONSE_ADVANTAGES`."""
+        return self.advantage in ONE_RESPONSE_ADVANTAGES
 
     @property
     def extra_samples(self) -> int:
