@@ -389,8 +389,18 @@ def test_a_two_by_two_sweep_of_engine_and_preset_and_the_dashboard_on_it(tmp_pat
 
 
 # ---- the callback on a user's own script ----------------------------------------------------
-def _user_script(model_dir: str, tmp: Path, *, with_callback: bool, uri: str = "", fail_at: int = 0):
-    """What a TRL user writes: a dataset, a reward, GRPOConfig and GRPOTrainer (plus, here, HarnessCallback)."""
+def _user_script(
+    model_dir: str,
+    tmp: Path,
+    *,
+    with_callback: bool,
+    uri: str = "",
+    fail_at: int = 0,
+    more: dict | None = None,
+    after: list | None = None,
+):
+    """What a TRL user writes: a dataset, a reward, GRPOConfig (with `more` settings) and GRPOTrainer (plus, here,
+    HarnessCallback, then the callbacks `after`)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -418,6 +428,7 @@ def _user_script(model_dir: str, tmp: Path, *, with_callback: bool, uri: str = "
         save_strategy="no",
         disable_tqdm=True,
         seed=3,
+        **(more or {}),
     )
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
@@ -430,6 +441,8 @@ def _user_script(model_dir: str, tmp: Path, *, with_callback: bool, uri: str = "
         from harness.integrations.trl import HarnessCallback
 
         trainer.add_callback(HarnessCallback(trainer, experiment="mine", sweep="my_trl_study", tracking_uri=uri))
+    for callback in after or []:
+        trainer.add_callback(callback(trainer))
     losses = []
     from transformers import TrainerCallback
 
@@ -443,7 +456,29 @@ def _user_script(model_dir: str, tmp: Path, *, with_callback: bool, uri: str = "
     return losses, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
 
 
+def _watch_reference(moves: list[float]):
+    """A callback class, added after TRL's SyncRefModelCallback (and HarnessCallback), that appends the move of the
+    reference's parameters at each optimiser step to `moves`."""
+    from transformers import TrainerCallback
+
+    class Watch(TrainerCallback):
+        def __init__(self, trainer):
+            self.trainer = trainer
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            self.before = [p.detach().double().clone() for p in self.trainer.ref_model.parameters()]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            after = [p.detach().double() for p in self.trainer.ref_model.parameters()]
+            moves.append(sum(float((a - b).square().sum()) for a, b in zip(after, self.before)) ** 0.5)
+
+    return Watch
+
+
 def test_the_callback_does_not_change_what_trl_trains_and_its_run_is_read_like_harnesss(tmp_path, tiny):
+    """With TRL's reference refresh on (sync_ref_model every optimiser step, one per rollout step here), which the
+    callback logs as harness logs its own: policy/ref_refresh_step each step, policy/ref_refresh_distance the move
+    TRL's mix made."""
     import torch
 
     from trainer.models.toy import ensure_toy_model
@@ -452,8 +487,12 @@ def test_the_callback_does_not_change_what_trl_trains_and_its_run_is_read_like_h
     model_dir = str(ensure_toy_model(cfg.model.toy, cfg.model.cache_dir))
     torch.set_num_threads(1)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    plain_loss, plain = _user_script(model_dir, tmp_path / "a", with_callback=False)
-    loss, weights = _user_script(model_dir, tmp_path / "b", with_callback=True, uri=uri)
+    more = {"beta": 0.04, "sync_ref_model": True, "ref_model_sync_steps": 1, "ref_model_mixup_alpha": 0.5}
+    moves: list[float] = []
+    plain_loss, plain = _user_script(model_dir, tmp_path / "a", with_callback=False, more=more)
+    loss, weights = _user_script(
+        model_dir, tmp_path / "b", with_callback=True, uri=uri, more=more, after=[_watch_reference(moves)]
+    )
     assert loss == plain_loss and len(loss) == 2
     assert any(grad_norm > 0 for _, grad_norm, _ in loss)  # the steps did train
     assert plain.keys() == weights.keys() and all(torch.equal(plain[k], weights[k]) for k in plain)
@@ -468,6 +507,13 @@ def test_the_callback_does_not_change_what_trl_trains_and_its_run_is_read_like_h
     assert run.data.params["rollout.group_size"] == "4" and run.data.params["train.engine"] == "trl"
     assert CONTRACT - {M.GRADE_TIMEOUTS} <= set(run.data.metrics) | {M.GRADE_TIMEOUTS}
     assert "rollouts.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    history = {
+        name: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, name)]
+        for name in (M.REF_REFRESH_STEP, M.REF_REFRESH_DISTANCE)
+    }
+    assert history[M.REF_REFRESH_STEP] == [(1, 1.0), (2, 2.0)] and len(moves) == 2 and all(m > 0 for m in moves)
+    assert [s for s, _ in history[M.REF_REFRESH_DISTANCE]] == [1, 2]
+    assert [d for _, d in history[M.REF_REFRESH_DISTANCE]] == pytest.approx(moves, rel=1e-5)
     out = tmp_path / "report"
     assert main(["report", "my_trl_study", "--tracking-uri", uri, "--out", str(out)]) == 0
     assert "my_trl_study" in (out / "report.md").read_text()

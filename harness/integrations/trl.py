@@ -140,6 +140,8 @@ class HarnessCallback(TrainerCallback):
         self.rows: list[dict[str, Any]] = []
         self.started = self.generated = 0.0
         self.open_step = False
+        self.refreshed_at = 0  # the rollout step of TRL's last reference refresh (`sync_ref_model`), as harness's
+        self.refresh_move: float | None = None  # that refresh's ‖Δθ_ref‖, until its rollout step is logged
         calculate = trainer._calculate_rewards
 
         def calculate_rewards(inputs, prompts, completions, completion_ids_list):
@@ -176,6 +178,17 @@ class HarnessCallback(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step % self.per_generation == 0:
             self.started = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        """When TRL's reference refresh is due at this optimiser step, measure its move now: `SyncRefModelCallback`
+        (added by the trainer, before this callback) mixes the reference at the step's end, after this."""
+        if _refreshes(self.trainer, args) and (state.global_step + 1) % args.ref_model_sync_steps == 0:
+            self.refresh_move = reference_move(
+                self.trainer.accelerator.unwrap_model(self.trainer.model),
+                self.trainer.ref_model,
+                args.ref_model_mixup_alpha,
+            )
+            self.refreshed_at = self.step
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.per_generation == 0 and not control.should_log:
@@ -280,6 +293,10 @@ class HarnessCallback(TrainerCallback):
             M.STEP_S: done - self.started,
             M.TOKENS_PER_S: self.step_tokens / max(done - self.started, 1e-9),
         }
+        if _refreshes(self.trainer, self.trainer.args):  # as harness's ReferenceRefresh logs them
+            metrics[M.REF_REFRESH_STEP] = float(self.refreshed_at)
+            if self.refresh_move is not None:
+                metrics[M.REF_REFRESH_DISTANCE], self.refresh_move = self.refresh_move, None
         self.metrics, self.policy = {}, {}
         if self.tracker is not None and self._main:
             self.tracker.log_metrics(self.step, metrics)
@@ -323,6 +340,21 @@ class HarnessCallback(TrainerCallback):
         tracker = RunTracker(uri, experiment_id, run_name=f"{name}-s{args.seed}", tags=tags, config=config).__enter__()
         tracker.client.log_dict(tracker.run_id, json.loads(args.to_json_string()), "trl_args.json")
         return tracker
+
+
+def _refreshes(trainer: Any, args: Any) -> bool:
+    """Whether TRL refreshes the trainer's reference (`sync_ref_model`: a reference model, which needs beta > 0)."""
+    return bool(getattr(args, "sync_ref_model", False)) and getattr(trainer, "ref_model", None) is not None
+
+
+def reference_move(policy: torch.nn.Module, reference: torch.nn.Module, alpha: float) -> float:
+    """‖α·(θ − θ_ref)‖ over every parameter, in float64: how far TR-DPO's mix θ_ref ← α·θ + (1 − α)·θ_ref moves the
+    reference (`trainer.reference.ReferenceRefresh` measures the same move after it; this measures it before, for a
+    refresh someone else does). Parameters are paired in order, as TRL's `SyncRefModelCallback` zips them."""
+    with torch.no_grad():
+        pairs = zip(policy.parameters(), reference.parameters(), strict=True)
+        total = sum(float((p.double() - ref.double()).square().sum()) for p, ref in pairs)
+    return alpha * math.sqrt(total)
 
 
 def _text(value: Any) -> str:
