@@ -81,6 +81,16 @@ def reinforce_pp_authors(rewards: np.ndarray, lengths: np.ndarray, baseline: boo
     return ((values - mean) / np.sqrt(var + 1e-8))[:, 0].reshape(rewards.shape)
 
 
+def reinforce_no_std_openrlhf(rewards: np.ndarray, lengths: np.ndarray, baseline: bool) -> np.ndarray:
+    """OpenRLHF's REINFORCE++ (`reinforce`) and REINFORCE++-baseline (`reinforce_baseline`, the group mean subtracted
+    first) with `--algo.advantage.no_std_norm` (`trainer/ppo_utils/experience_maker.py`): each of response i's T_i
+    tokens holds its return (γ = 1, no KL in the reward), the masked mean over all the batch's action tokens is
+    subtracted and the rstd is 1. Per response, the value on its tokens."""
+    r = rewards - rewards.mean(axis=1, keepdims=True) if baseline else rewards
+    tokens = np.concatenate([np.full(int(t), v) for v, t in zip(r.ravel(), lengths.ravel())])
+    return r - tokens.sum() / lengths.sum()
+
+
 def rloo_verl(rewards: np.ndarray) -> np.ndarray:
     """RLOO as verl computes it (`verl/trainer/ppo/core_algos.py`, `compute_rloo_outcome_advantage`): per group of
     n > 1, the group mean m, then R · n/(n − 1) − m · n/(n − 1); a group of one keeps R (left out: harness gives 0)."""
@@ -292,6 +302,16 @@ VARIANTS: dict[str, tuple[Callable, Callable, Callable[[np.ndarray], bool]]] = {
         lambda r: (_ours_tokens(r, "group_mean_batch_norm_tokens"), np.ones(r.shape, bool)),
         lambda r: (reinforce_pp_authors(r, _lengths(r), True), np.ones(r.shape, bool)),
         lambda r: r.size > 1,
+    ),
+    "REINFORCE++ no_std_norm (batch_mean_tokens) vs OpenRLHF": (
+        lambda r: (_ours_tokens(r, "batch_mean_tokens"), np.ones(r.shape, bool)),
+        lambda r: (reinforce_no_std_openrlhf(r, _lengths(r), False), np.ones(r.shape, bool)),
+        lambda r: True,
+    ),
+    "REINFORCE++-baseline no_std_norm (group_mean_batch_mean_tokens) vs OpenRLHF": (
+        lambda r: (_ours_tokens(r, "group_mean_batch_mean_tokens"), np.ones(r.shape, bool)),
+        lambda r: (reinforce_no_std_openrlhf(r, _lengths(r), True), np.ones(r.shape, bool)),
+        lambda r: True,
     ),
     "NSR (nsr)": (
         lambda r: _ours_psr_nsr(r, "nsr"),

@@ -39,6 +39,9 @@ NEW = (
     "baseline_free",
     "batch_norm_tokens",
     "group_mean_batch_norm_tokens",
+    "batch_mean",
+    "batch_mean_tokens",
+    "group_mean_batch_mean_tokens",
 )
 
 
@@ -335,6 +338,22 @@ def test_reinforce_pp_whitens_over_tokens_as_verl_by_hand():
     with pytest.raises(ValueError, match="whitens over tokens: it needs each response's length"):
         compute_advantages(REWARDS, ObjectiveSettings.preset("reinforce_pp"))
     assert ObjectiveSettings.preset("reinforce_pp_baseline").advantage == "group_mean_batch_norm_tokens"
+
+
+def test_the_unscaled_batch_baselines_by_hand():
+    """FlashREINFORCE's batch mean and OpenRLHF's no_std_norm token means. Rewards [[1, 0], [1, 1]], lengths
+    [[3, 1], [2, 2]]: the batch mean 3/4; the token mean (3 + 0 + 2 + 2)/8 = 7/8; the group-centred values
+    [[1/2, −1/2], [0, 0]] have token mean (3/2 − 1/2)/8 = 1/8."""
+    rewards, lengths = T([1, 0], [1, 1]), torch.tensor([[3, 1], [2, 2]])
+    assert ADVANTAGES["batch_mean"](rewards, 0.0).tolist() == [[0.25, -0.75], [0.25, 0.25]]
+    assert ADVANTAGES["batch_mean_tokens"](rewards, 0.0, lengths).tolist() == [[0.125, -0.875], [0.125, 0.125]]
+    got = ADVANTAGES["group_mean_batch_mean_tokens"](rewards, 0.0, lengths)
+    assert got.tolist() == [[0.375, -0.625], [-0.125, -0.125]]  # the flat group gets −1/8: no scale, no zeroing
+    assert ADVANTAGES["batch_mean"](T([0.3, 0.3], [0.3, 0.3]), 0.0).abs().max() < 1e-15  # a flat batch: 0
+    # one response per prompt: OpenRLHF's group mean cancels it, the two batch baselines do not
+    alone = ADVANTAGES["group_mean_batch_mean_tokens"](T([1], [0]), 0.0, torch.tensor([[2], [3]]))
+    assert alone.tolist() == [[0.0], [0.0]]
+    assert ADVANTAGES["batch_mean_tokens"](T([1], [0]), 0.0, torch.tensor([[2], [3]])).tolist() == [[0.6], [-0.4]]
 
 
 def test_bnpo_caps_its_weight_as_the_authors_do():

@@ -311,6 +311,50 @@ def group_mean_batch_norm_tokens(rewards: torch.Tensor, eps: float, lengths: tor
     return _token_whiten(centred, lengths)
 
 
+@ADVANTAGES.register("batch_mean", zeroes_flat_groups=False)
+def batch_mean(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """A_i = R_i − mean_B R: the mean reward of the whole batch as every response's baseline, no group, no scale.
+
+    FlashREINFORCE's advantage, read from the trainer TRL added after 1.16 (`experimental/flash_reinforce/
+    flash_reinforce_config.py`: "one rollout per prompt, batch-centered rewards without standard-deviation scaling";
+    the authors' repository is `yifanzhang-pro/FlashREINFORCE`; no paper was found to read), trained with one
+    response per prompt (`rollout.group_size: 1`). Its sequence gate on the rollout's binary KL is not built. A flat
+    group keeps its batch-relative signal; a batch whose rewards are all equal gets 0. `eps` is unused. It is
+    REINFORCE with a constant baseline (Williams 1992), and `batch_norm` (REINFORCE++ at one response per prompt, Hu
+    et al. 2025, arXiv 2501.03262) without the std.
+    """
+    return rewards - rewards.mean()
+
+
+@ADVANTAGES.register("batch_mean_tokens", zeroes_flat_groups=False, needs_lengths=True)
+def batch_mean_tokens(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i − m, m = Σ_j T_j R_j / Σ_j T_j: each token's return R_i less the mean over the batch's response
+    tokens, no scale.
+
+    OpenRLHF's REINFORCE++ with `--algo.advantage.no_std_norm` (`estimator=reinforce`; the advantages' masked mean over
+    every action token of the batch subtracted, the rstd left at 1: `trainer/ppo_utils/experience_maker.py`), the
+    return γ = 1 with the KL in the loss, so R_i on each of response i's T_i tokens. Hu et al. 2025, REINFORCE++
+    (arXiv 2501.03262). `eps` is unused.
+    """
+    t = lengths.to(rewards.dtype)
+    return rewards - (t * rewards).sum() / t.sum()
+
+
+@ADVANTAGES.register("group_mean_batch_mean_tokens", zeroes_flat_groups=False, needs_lengths=True)
+def group_mean_batch_mean_tokens(rewards: torch.Tensor, eps: float, lengths: torch.Tensor) -> torch.Tensor:
+    """A'_i = R_i − mean_g R, then A_i = A'_i − Σ_j T_j A'_j / Σ_j T_j: the group baseline, then the batch's token mean
+    subtracted, no scale.
+
+    OpenRLHF's REINFORCE++-baseline with `--algo.advantage.no_std_norm` (`estimator=reinforce_baseline`,
+    `trainer/ppo_utils/experience_maker.py`): its group mean leaves a group of one at 0, so, unlike verl's
+    `group_mean_batch_norm_tokens`, one response per prompt gets no signal. A flat group gets −m where lengths
+    differ across the batch. Hu et al. 2025 (arXiv 2501.03262). `eps` is unused.
+    """
+    t = lengths.to(rewards.dtype)
+    centred = _centred(rewards)
+    return centred - (t * centred).sum() / t.sum()
+
+
 def _check_range(rewards: torch.Tensor, reward_range: tuple[float, float]) -> None:
     low, high = reward_range
     outside = (rewards < low) | (rewards > high)

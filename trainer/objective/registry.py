@@ -73,6 +73,9 @@ ADVANTAGES: Registry = Registry(
         "batch_norm_tokens",
         "group_mean_batch_norm",
         "group_mean_batch_norm_tokens",
+        "batch_mean",
+        "batch_mean_tokens",
+        "group_mean_batch_mean_tokens",
         "ngrpo",
         "bnpo",
         "stratified",
@@ -84,6 +87,8 @@ ONE_RESPONSE_ADVANTAGES = (
     "batch_norm",
     "batch_norm_tokens",
     "group_mean_batch_norm_tokens",  # verl: a group of one is not centred, so this is batch_norm_tokens
+    "batch_mean",
+    "batch_mean_tokens",
     "ngrpo",
     "remax",
 )
