@@ -149,6 +149,8 @@ def test_shipped_ablation_files_plan(tmp_path):
         "two_rollouts": 6,
         "rg_spell_backward_length": 20,
         "rg_spell_backward_gspo": 6,
+        "rg_chain_sum_length": 20,
+        "rg_chain_sum_gspo": 6,
         "opo_gmpo": 9,
     }
     paper = {
