@@ -293,7 +293,7 @@ class HarnessCallback(TrainerCallback):
             M.STEP_S: done - self.started,
             M.TOKENS_PER_S: self.step_tokens / max(done - self.started, 1e-9),
         }
-        if _refreshes(self.trainer, self.trainer.args):  # as harness's ReferenceRefresh logs them
+        if _refreshes(self.trainer, getattr(self.trainer, "args", None)):  # as harness's ReferenceRefresh logs them
             metrics[M.REF_REFRESH_STEP] = float(self.refreshed_at)
             if self.refresh_move is not None:
                 metrics[M.REF_REFRESH_DISTANCE], self.refresh_move = self.refresh_move, None
