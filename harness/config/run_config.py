@@ -302,6 +302,16 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _probe_buffer_holds_a_group(self) -> RunConfig:
+        rows, G = self.objective.poise_buffer_rows, self.rollout.group_size
+        if rows is not None and rows < G:
+            raise ValueError(
+                f"objective.poise_buffer_rows ({rows}) must hold at least one whole prompt group of "
+                f"rollout.group_size ({G}) responses: the probe's buffer keeps whole groups"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _kl_horizon_keeps_beta_positive(self) -> RunConfig:
         o = self.objective
         n = self.rollout.prompts_per_step * (self.rollout.group_size + o.extra_samples)
@@ -418,6 +428,12 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.kl_reward_coef": 0.0,
     "objective.kl_reward_estimator": "k1",
     "objective.dppo_bounds": None,
+    "objective.poise_depth": None,
+    "objective.poise_pool_tokens": None,
+    "objective.poise_pca_dims": None,
+    "objective.poise_ridge_alpha": None,
+    "objective.poise_buffer_rows": None,
+    "objective.poise_bootstrap_steps": None,
     "objective.dppo_ratio_cap": None,
     "objective.dro_beta": None,
     "objective.kl_gradient": "estimator",
