@@ -538,8 +538,9 @@ def poise(rewards: torch.Tensor, eps: float, values: torch.Tensor) -> torch.Tens
 
 
 def leave_one_out_targets(rewards: torch.Tensor) -> torch.Tensor:
-    """y_i = (1/(G−1)) Σ_{j≠i} R_j, [groups, G]: what POISE's probe regresses response i's internal states on (the
-    authors' `target_mode: other_rollout_correctness`, their shipped configs' choice): the rewards of i's siblings,
+    """y_i = (1/(G−1)) Σ_{j≠i} R_j, [groups, G]: what POISE's probe (arXiv 2605.07579) regresses response i's internal
+    states on (the authors' `target_mode: other_rollout_correctness` in holi-lab/POISE `src/poise/core.py`, their
+    shipped configs' choice): the rewards of i's siblings,
     independent of i given the prompt, so the probe learns the prompt's value, not response i's own reward. A group
     of one has no target (an error: POISE needs G ≥ 2)."""
     G = rewards.shape[1]
