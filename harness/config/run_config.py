@@ -292,7 +292,8 @@ class RunConfig(BaseModel):
             alone = ", ".join(ONE_RESPONSE_ADVANTAGES)
             raise ValueError(
                 f"rollout.group_size: 1 gives objective.advantage {o.advantage!r} no signal (a group of one is flat "
-                f"and its group baseline cancels it); with one response per prompt use one of: {alone}"
+                f"under a group baseline, and has no sibling to take one from); with one response per prompt use one "
+                f"of: {alone}"
             )
         if o.dynamic_sampling:
             raise ValueError(
