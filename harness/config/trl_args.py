@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.config import RolloutConfig, TrainConfig
-from trainer.objective.settings import ObjectiveSettings
+from trainer.objective.settings import POISE_FIELDS, ObjectiveSettings
 
 TRL_REQUIREMENT = "trl>=1.16,<1.17"
 """The TRL versions harness is tested with (pyproject's `trl` extra): HarnessCallback reads two private members of
@@ -373,6 +373,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "dynamic_sampling_drop": "flat",
             "stratum_key": None,
             "stratum_blend": 1.0,
+            **dict.fromkeys(POISE_FIELDS),
             "aggregation": aggregation,
             "surrogate": surrogate,
             "max_len": args.max_completion_length,
