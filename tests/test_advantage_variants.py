@@ -533,15 +533,17 @@ def test_one_response_advantages_are_exactly_those_with_a_signal_at_one_response
         "strata": torch.tensor([[0], [1], [0], [1], [0], [1]]),
         "lengths": torch.tensor([[3], [5], [2], [7], [4], [6]]),
         "greedy": torch.tensor([[0.0], [1.0], [1.0], [0.0], [1.0], [0.0]], dtype=torch.float64),
+        "values": torch.tensor([[0.5], [0.25], [0.75], [0.5], [0.25], [0.75]], dtype=torch.float64),
     }
     meta = ADVANTAGES.meta(name)
     fields = {"reward_range": (0.0, 1.0)} if name in ("ngrpo", "bnpo") else {}
     fields |= {"stratum_key": "hidden_digit"} if name == "stratified" else {}
-    s = ObjectiveSettings.preset("grpo", advantage=name, **fields)
+    s = ObjectiveSettings.preset("poise" if name == "poise" else "grpo", advantage=name, **fields)
     kwargs = {
         "strata": extra["strata"] if meta.get("needs_strata") else None,
         "lengths": extra["lengths"],
         "greedy": extra["greedy"],
+        "values": extra["values"],
     }
     adv = compute_advantages(rewards, s, **kwargs)
     assert bool((adv != 0).any()) == (name in ONE_RESPONSE_ADVANTAGES)

@@ -992,6 +992,53 @@ CASES += [
     Case("run: no response per prompt", "run", "rollout:\n  group_size: 0\n", "rollout.group_size"),
 ]
 
+# POISE (advantage poise): its value probe's settings (the poise_* fields), its sibling rollout, its buffer, TRL.
+CASES += [
+    Case(
+        "run: poise with one response per prompt (no sibling to take a baseline from)",
+        "run",
+        "objective:\n  preset: poise\nrollout:\n  group_size: 1\n",
+        "rollout.group_size",
+    ),
+    Case(
+        "run: a poise probe setting under group_std",
+        "run",
+        "objective:\n  preset: grpo\n  poise_depth: 0.5\n",
+        "poise_depth",
+    ),
+    Case(
+        "run: poise without its ridge penalty",
+        "run",
+        "objective:\n  preset: poise\n  poise_ridge_alpha: null\n",
+        "poise_ridge_alpha",
+    ),
+    Case("run: poise depth above 1", "run", "objective:\n  preset: poise\n  poise_depth: 1.5\n", "poise_depth"),
+    Case(
+        "run: poise with a negative PCA size",
+        "run",
+        "objective:\n  preset: poise\n  poise_pca_dims: [-1, 64]\n",
+        "poise_pca_dims",
+    ),
+    Case(
+        "run: poise's buffer smaller than a group",
+        "run",
+        "objective:\n  preset: poise\n  poise_buffer_rows: 2\nrollout:\n  group_size: 4\n",
+        "objective.poise_buffer_rows",
+    ),
+    Case(
+        "run: poise without the reward range its predictions are clipped to",
+        "run",
+        "objective:\n  preset: poise\n  reward_range: null\n",
+        "reward_range",
+    ),
+    Case(
+        "sweep: poise under TRL",
+        "sweep",
+        SWEEP + "set:\n  objective.preset: poise\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.advantage",
+    ),
+]
+
 # A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
 REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 

@@ -1,5 +1,6 @@
 """The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → trained samples → updates.
-(ReMax's advantage also draws one greedy response per prompt, graded and not trained on: `Trainer._greedy`.)
+(ReMax's advantage also draws one greedy response per prompt, graded and not trained on: `Trainer._greedy`; POISE's
+reads each response's value from a probe on the policy's hidden states: `Trainer._probe_features`, `ValueProbe`.)
 
 Every switch lives in `trainer.objective`; this loop calls it and never looks at
 switch names. It knows nothing of MLflow: metrics go to a `MetricSink`.
@@ -44,6 +45,7 @@ from trainer.reference import ReferenceRefresh
 from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBackend, SamplingParams
 from trainer.tasks.base import Group, Task
+from trainer.value_probe import ProbeFeatures, ValueProbe, read_features
 
 
 class MetricSink(Protocol):
@@ -145,6 +147,7 @@ class Trainer:
         self.micro_size = self.cfg.micro_batch_size  # halved on CUDA out-of-memory (see _fitting)
         self.entropy_coef = EntropyCoefficient.of(self.obj)  # the entropy bonus's, across optimiser steps
         self.kl_coef = KLCoefficient.of(self.obj)  # the KL's β in the loss and in the reward, across RL steps
+        self.probe = ValueProbe.of(self.obj)  # POISE's value probe on the policy's hidden states, across RL steps
         self.scorer = ResponseScorer(self.roll.temperature, self.cfg.logits_chunk_mb)
 
     # ---- rollouts -------------------------------------------------------------------------
@@ -294,6 +297,26 @@ class Trainer:
             for rows, logp in parts:
                 out[rows, : logp.shape[1]] = logp
             return out
+
+        with torch.no_grad():
+            return self._fitting(everything, work)
+
+    def _probe_features(self, s: Samples) -> ProbeFeatures:
+        """What the value probe reads of each of `s`'s responses (`read_features`), from the policy as it sampled them
+        (before the step's update), in micro-batches, without gradients."""
+        assert self.probe is not None
+        probe = self.probe
+        t = self._tensors(s, list(range(len(s.grades))))
+        everything = torch.arange(t["ids"].shape[0], device=self.device)
+        P = int(t["prompt_len"])
+
+        def work() -> ProbeFeatures:
+            parts = []
+            for rows, w in self._micro(everything, t):
+                ids, attn = t["ids"][rows, : P + w], t["attn"][rows, : P + w]
+                f = read_features(self.policy, ids, attn, P, w, probe.depth, probe.pool, self.roll.temperature)
+                parts.append((rows, f))
+            return ProbeFeatures.gather(parts, len(everything))
 
         with torch.no_grad():
             return self._fitting(everything, work)
@@ -492,7 +515,14 @@ class Trainer:
             metrics[M.KL_REWARD_PENALTY] = penalty.mean().item()
             metrics[M.KL_REWARD_MEAN] = kl_reward_mean(old, ref, every["resp_mask"], self.obj)
         strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
-        grouped = compute_advantages(penalised, self.obj, strata, kept.lengths.view(shaped.shape), greedy)
+        values, features = None, None  # each kept response's value from the policy's hidden states, when read
+        if self.probe is not None:
+            features = self._probe_features(kept)
+            values = self.probe.values(features, penalised)
+        grouped = compute_advantages(penalised, self.obj, strata, kept.lengths.view(shaped.shape), greedy, values)
+        if self.probe is not None:  # the step's responses into the probe's buffer, and its refit, after the advantages
+            assert features is not None and values is not None
+            metrics.update(self.probe.observe(step, features, penalised, values, grouped))
         trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
         advantages = grouped.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()

@@ -78,6 +78,19 @@ ADV_SIGN_FLIP_FRAC = "adv/sign_flip_frac"
 # baseline (advantage remax only; arXiv 2310.10505). Compare with train/reward_mean, the sampled responses'.
 GREEDY_REWARD_MEAN = "adv/greedy_reward_mean"
 
+# POISE's value probe (advantage poise only; arXiv 2605.07579, trainer/value_probe.py). value_abs_err: the mean over
+# the kept responses of |g(z_i) − y_i|, the probe's prediction from response i's hidden states against its target (the
+# mean reward of i's siblings), made before the probe saw this step; value_explained_var: 1 − mean (g − y)² / Var(y)
+# (the authors' Brier skill: 0 = no better than the targets' mean, 1 = exact); both from the probe's first fit on
+# (poise/probe_fitted: 0 during its bootstrap, whose baseline is RLOO's). adv_var_ratio: Var(A) / Var(R) over the kept
+# responses, the advantage's variance against that of REINFORCE without a baseline (A = R): below 1, the baseline
+# removes variance. buffer_rows: the responses the probe is refit on.
+POISE_VALUE_ABS_ERR = "poise/value_abs_err"
+POISE_VALUE_EXPLAINED_VAR = "poise/value_explained_var"
+POISE_ADV_VAR_RATIO = "poise/adv_var_ratio"
+POISE_PROBE_FITTED = "poise/probe_fitted"
+POISE_BUFFER_ROWS = "poise/buffer_rows"
+
 # cost
 GENERATE_S = "time/generate_s"
 # The rollout backend's `generate` calls of a step (prefill and decode), over their token steps: each call's

@@ -69,6 +69,27 @@ if data.by_arm(M.GREEDY_REWARD_MEAN, x):  # ReMax's runs only: no panel, nor a "
         "(temperature-0) response to its prompt, generated each step and never trained on "
         "(`adv/greedy_reward_mean`). Above the sampled responses' mean, most advantages are negative."
     )
+if data.by_arm(M.POISE_ADV_VAR_RATIO, x):  # POISE's runs only, as ReMax's panel above
+    st.subheader("POISE's value probe")
+    page.curves(
+        [
+            ("|probe value − siblings' mean reward|", M.POISE_VALUE_ABS_ERR),
+            ("probe's explained variance of its targets", M.POISE_VALUE_EXPLAINED_VAR),
+            ("Var(advantage) / Var(reward)", M.POISE_ADV_VAR_RATIO),
+            ("probe fitted (0 while bootstrapping on RLOO)", M.POISE_PROBE_FITTED),
+        ],
+        data,
+        kw,
+        x,
+        "ds_poise",
+    )
+    st.caption(
+        "POISE (`advantage: poise`, arXiv 2605.07579): each response's baseline is the mean value of its siblings, "
+        "each predicted by a ridge probe on the policy's own hidden states and token entropy, refit after every step "
+        "on the newest responses. `poise/value_abs_err` and `poise/value_explained_var`: the probe's predictions "
+        "against their targets (the siblings' mean reward), made before it saw the step; `poise/adv_var_ratio`: the "
+        "advantage's variance against REINFORCE's without a baseline (below 1, the baseline removes variance)."
+    )
 st.subheader("Cost of the filter")
 page.curves(
     [("generation rounds per step", M.GEN_ROUNDS), ("groups dropped per step", M.GROUPS_DROPPED)],

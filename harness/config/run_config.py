@@ -292,12 +292,23 @@ class RunConfig(BaseModel):
             alone = ", ".join(ONE_RESPONSE_ADVANTAGES)
             raise ValueError(
                 f"rollout.group_size: 1 gives objective.advantage {o.advantage!r} no signal (a group of one is flat "
-                f"and its group baseline cancels it); with one response per prompt use one of: {alone}"
+                f"under a group baseline, and has no sibling to take one from); with one response per prompt use one "
+                f"of: {alone}"
             )
         if o.dynamic_sampling:
             raise ValueError(
                 "rollout.group_size: 1 with objective.dynamic_sampling: true would drop every group (a group of one "
                 "is flat): sample at least 2 per prompt, or turn dynamic sampling off"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _probe_buffer_holds_a_group(self) -> RunConfig:
+        rows, G = self.objective.poise_buffer_rows, self.rollout.group_size
+        if rows is not None and rows < G:
+            raise ValueError(
+                f"objective.poise_buffer_rows ({rows}) must hold at least one whole prompt group of "
+                f"rollout.group_size ({G}) responses: the probe's buffer keeps whole groups"
             )
         return self
 
@@ -418,6 +429,12 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.kl_reward_coef": 0.0,
     "objective.kl_reward_estimator": "k1",
     "objective.dppo_bounds": None,
+    "objective.poise_depth": None,
+    "objective.poise_pool_tokens": None,
+    "objective.poise_pca_dims": None,
+    "objective.poise_ridge_alpha": None,
+    "objective.poise_buffer_rows": None,
+    "objective.poise_bootstrap_steps": None,
     "objective.dppo_ratio_cap": None,
     "objective.dro_beta": None,
     "objective.kl_gradient": "estimator",

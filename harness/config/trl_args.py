@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.config import RolloutConfig, TrainConfig
-from trainer.objective.settings import ObjectiveSettings
+from trainer.objective.settings import POISE_FIELDS, ObjectiveSettings
 
 TRL_REQUIREMENT = "trl>=1.16,<1.17"
 """The TRL versions harness is tested with (pyproject's `trl` extra): HarnessCallback reads two private members of
@@ -47,11 +47,17 @@ TABLE: dict[str, str] = {
     "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
     "the other estimators have none (error)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
-    "objective.reward_range": "unused (ngrpo and bnpo only, which TRL has not)",
+    "objective.reward_range": "unused (ngrpo, bnpo and poise only, which TRL has not)",
     "objective.bnpo_params": "unused (bnpo only, which TRL has not)",
     "objective.bnpo_max_weight": "unused (bnpo only, which TRL has not)",
     "objective.stratum_key": "TRL normalises over whole groups, with no strata (Stratified GRPO): set is an error",
     "objective.stratum_blend": "unused (stratified only, which TRL has not)",
+    "objective.poise_depth": "unused (poise only, which TRL has not: its value probe on the policy's hidden states)",
+    "objective.poise_pool_tokens": "unused (poise only, which TRL has not)",
+    "objective.poise_pca_dims": "unused (poise only, which TRL has not)",
+    "objective.poise_ridge_alpha": "unused (poise only, which TRL has not)",
+    "objective.poise_buffer_rows": "unused (poise only, which TRL has not)",
+    "objective.poise_bootstrap_steps": "unused (poise only, which TRL has not)",
     "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
     "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
     "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
@@ -367,6 +373,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "dynamic_sampling_drop": "flat",
             "stratum_key": None,
             "stratum_blend": 1.0,
+            **dict.fromkeys(POISE_FIELDS),
             "aggregation": aggregation,
             "surrogate": surrogate,
             "max_len": args.max_completion_length,

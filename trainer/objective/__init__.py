@@ -15,7 +15,7 @@ from typing import Any
 
 # Imported on first use, so that `trainer.objective.settings` (a config's validation) needs no torch.
 _HOMES = {
-    "advantages": ["ADVANTAGES", "advantage_metrics"],
+    "advantages": ["ADVANTAGES", "advantage_metrics", "leave_one_out_targets"],
     "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS", "covariance_selection"],
     "regularisers": ["EntropyCoefficient", "entropy_bonus"],
     "surrogates": ["SURROGATES"],
@@ -65,6 +65,7 @@ __all__ = [
     "shape_rewards",
     "loss_mask",
     "advantage_metrics",
+    "leave_one_out_targets",
     "clipped_surrogate",
     "overlong_filter",
     "soft_overlong_penalty",

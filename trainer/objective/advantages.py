@@ -5,14 +5,16 @@ registered with `params` also takes those settings fields by name (`compute_adva
 registered `needs_strata=True` each response's stratum label, [groups, G] (stratified), and one registered
 `needs_lengths=True` each response's token count, [groups, G] (REINFORCE++'s token whitening), and one registered
 `needs_greedy=True` the reward of one greedy (temperature-0) response to each prompt, [groups, 1] or [groups, G],
-which the training loop generates, grades and never trains on (ReMax's baseline). Only an estimator named in
+which the training loop generates, grades and never trains on (ReMax's baseline), and one registered `needs_values=True`
+each response's value from the policy's internal states, [groups, G], which the trainer's value probe predicts (POISE's
+baseline: trainer/value_probe.py). Only an estimator named in
 `registry.ONE_RESPONSE_ADVANTAGES` has a signal with one response per prompt (`rollout.group_size: 1`): its
 baseline is not the group's own mean.
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but those registered `zeroes_flat_groups=False`, whose point is
 a signal there: batch_norm (no group baseline: only a flat batch gets 0), ngrpo (a flat group below
-the virtual maximum reward gets a negative advantage) and remax (a flat group's reward may differ from its greedy
-baseline).
+the virtual maximum reward gets a negative advantage), remax (a flat group's reward may differ from its greedy
+baseline) and poise (a flat group's reward may differ from its probe's baseline).
 """
 
 from __future__ import annotations
@@ -504,6 +506,47 @@ def remax(rewards: torch.Tensor, eps: float, greedy: torch.Tensor) -> torch.Tens
     if greedy.shape not in ((rewards.shape[0], 1), rewards.shape):
         raise ValueError(f"greedy rewards must be [groups, 1] or {list(rewards.shape)}, got {list(greedy.shape)}")
     return rewards - greedy.to(rewards.dtype)
+
+
+@ADVANTAGES.register("poise", zeroes_flat_groups=False, needs_values=True)
+def poise(rewards: torch.Tensor, eps: float, values: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i − (1/(G−1)) Σ_{j≠i} V_j: each response's baseline is the mean of the values of the other G − 1
+    responses to its prompt, V_j = g(z_j) the value probe's prediction from response j's own internal states z_j (its
+    prompt's and its own hidden states, its token entropy), with no std scale. G = 2: A_1 = R_1 − g(z_2), A_2 = R_2 −
+    g(z_1).
+
+    POISE: Choi et al. 2026, Your Language Model is Its Own Critic: Reinforcement Learning with Value Estimation from
+    Actor's Internal States (arXiv 2605.07579): z_j depends on response j, so g(z_i) as response i's own baseline
+    would correlate with its action and bias the gradient; a sibling's g(z_j), from an independent rollout of the same
+    prompt, does not (the cross-rollout construction). Follows the authors' release holi-lab/POISE,
+    `src/poise/core.py` (`compute_group_targets_and_cross_baselines`: the baseline is the siblings' mean prediction,
+    `(Σ_g V − V_i)/(G − 1)`) and `src/poise/trainer.py` (`_compute_poise_advantages`: A = R − baseline per response,
+    broadcast to its tokens, no normalisation). `values` [groups, G]: g(z) of each response, from the probe fitted on
+    earlier steps (`trainer/value_probe.py`); while the probe has no fit yet (its bootstrap) the loop hands the rewards
+    themselves, and this is RLOO, the authors' bootstrap (`_compute_bootstrap_rloo_advantages`). A group of one has no
+    sibling and gets 0 (the authors refuse G < 2: so does the run config). A flat group keeps R − baseline (the
+    probe is not the group). `eps` is unused.
+    Departs from the authors' release: none in this function.
+    """
+    if values.shape != rewards.shape:
+        raise ValueError(f"values must match rewards' shape {list(rewards.shape)}, got {list(values.shape)}")
+    G = rewards.shape[1]
+    if G < 2:
+        return torch.zeros_like(rewards)
+    v = values.to(rewards.dtype)
+    return rewards - (v.sum(dim=1, keepdim=True) - v) / (G - 1)
+
+
+def leave_one_out_targets(rewards: torch.Tensor) -> torch.Tensor:
+    """y_i = (1/(G−1)) Σ_{j≠i} R_j, [groups, G]: what POISE's probe (arXiv 2605.07579) regresses response i's internal
+    states on (the authors' `target_mode: other_rollout_correctness` in holi-lab/POISE `src/poise/core.py`, their
+    shipped configs' choice): the rewards of i's siblings,
+    independent of i given the prompt, so the probe learns the prompt's value, not response i's own reward. A group
+    of one has no target (an error: POISE needs G ≥ 2)."""
+    G = rewards.shape[1]
+    if G < 2:
+        raise ValueError("POISE's probe targets need at least 2 responses per prompt")
+    return (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:

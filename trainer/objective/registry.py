@@ -80,6 +80,7 @@ ADVANTAGES: Registry = Registry(
         "bnpo",
         "stratified",
         "remax",
+        "poise",
     ),
 )
 ONE_RESPONSE_ADVANTAGES = (

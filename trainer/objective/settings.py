@@ -36,15 +36,17 @@ class ObjectiveSettings(BaseModel):
     density that follows the success rate; needs reward_range), stratified (Stratified GRPO: mean and std within
     each stratum of the group; needs stratum_key), gpg (GPG: the group-mean advantage times B/(B − M), M the
     responses of flat groups), gpg_nonzero (verl's GPG: times B/#non-zero rewards), remax (ReMax: R minus the reward of
-    one greedy response to the prompt, which the loop generates each step and never trains on). The std switch of the
-    Dr. GRPO ablation."""
+    one greedy response to the prompt, which the loop generates each step and never trains on), poise (POISE: R minus
+    the mean of the other responses' values, each predicted by a probe on the policy's own hidden states; needs the
+    poise_* fields and reward_range). The std switch of the Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
     """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
     verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
     reward_range: tuple[float, float] | None = Field(strict=False)
     """(lowest, highest) reward the task gives, finite, low < high (the toy's and math's [0, 1]): ngrpo's virtual
     sample has the highest (NGRPO's r_max, arXiv 2509.18851), bnpo maps rewards onto [0, 1] with it (arXiv
-    2506.02864); a reward outside it fails the step. Set exactly when advantage is ngrpo or bnpo."""
+    2506.02864), and a reward outside it fails the step; poise clips its probe's predictions to it (the authors'
+    [0, 1], arXiv 2605.07579). Set exactly when advantage is ngrpo, bnpo or poise."""
     bnpo_params: tuple[float, float] | None = Field(strict=False)
     """BNPO's (α, β), each > 0 and finite, fixed for the whole run: (1, 1) is REINFORCE with the group baseline,
     (1.5, 1.5) GRPO's advantage with the population std, times π/8. null = the paper's rule, re-estimated each
@@ -68,6 +70,29 @@ class ObjectiveSettings(BaseModel):
     """α, the weight of the stratified term in Stratified GRPO's blend α·A_SAN + (1 − α)·A_GRPO (arXiv 2510.06214:
     SAN blended with the group's global normalisation for finite samples); 1 = SAN alone. Other than 1 only with
     advantage stratified."""
+    poise_depth: float | None = Field(gt=0, le=1)
+    """POISE's value probe (advantage poise, arXiv 2605.07579) reads the hidden states output by decoder layer
+    round(depth × layers) (at least 1; 1 = the last layer's, which Llama- and Qwen-style models give after the final
+    norm). The authors hook decoder layer 19 (0-based) of Qwen3-4B's 36, the output of the 20th: 0.56 (the `poise`
+    preset; their OLMo-3-7B config reads the 8th of 32, 0.25). Set exactly when advantage is poise."""
+    poise_pool_tokens: int | None = Field(ge=1)
+    """n: the probe reads the mean hidden state of the prompt's last n tokens and that of the response's last n (all
+    of them when shorter): the authors' `last_n_mean` pooling, n = 10 for Qwen3-4B (32 for OLMo-3-7B). Set exactly
+    when advantage is poise."""
+    poise_pca_dims: tuple[int, int] | None = Field(strict=False)
+    """(prompt, response): the principal components of each pooled hidden state the probe keeps, refit with it on its
+    buffer at every fit (at most the buffer's rows and the hidden size); 0 keeps the whole hidden state. The authors'
+    Qwen3-4B (32, 64). Set exactly when advantage is poise."""
+    poise_ridge_alpha: float | None = Field(gt=0, allow_inf_nan=False)
+    """α of the probe's ridge regression on its standardised features (the authors' 100). Set exactly when advantage
+    is poise."""
+    poise_buffer_rows: int | None = Field(ge=2, le=1 << 20)
+    """The most responses the probe is fit on: the newest whole prompt groups of the steps so far, the oldest dropped
+    first (the authors' recent-rollout buffer, 4096 rows for math). Set exactly when advantage is poise."""
+    poise_bootstrap_steps: int | None = Field(ge=1, le=1_000_000)
+    """RL steps before the probe's first fit: meanwhile the baseline is the other responses' mean reward (RLOO), and
+    each step's responses fill the buffer; the probe is fit after that many steps, then refit after every step (the
+    authors' scratch bootstrap, 16 steps). Set exactly when advantage is poise."""
     aggregation: str
     """Loss aggregation, the length-normalisation switch: seq_mean_token_mean (GRPO), token_mean
     (DAPO), constant (Dr. GRPO, needs max_len), seq_mean_token_sum (verl)."""
@@ -269,6 +294,24 @@ class ObjectiveSettings(BaseModel):
             raise ValueError(f"dynamic_sampling_drop: {self.dynamic_sampling_drop} needs dynamic_sampling: true")
         if self.bnpo_max_weight is not None and self.advantage != "bnpo":
             raise ValueError(f"bnpo_max_weight needs advantage 'bnpo' (advantage: {self.advantage})")
+        probe = {name: getattr(self, name) for name in POISE_FIELDS}
+        if self.advantage in _VALUE_ADVANTAGES:
+            missing = [name for name, value in probe.items() if value is None]
+            if missing:
+                raise ValueError(
+                    f"advantage {self.advantage} needs {', '.join(missing)} (its value probe's settings; the preset "
+                    f"poise sets them all)"
+                )
+        else:
+            given = [name for name, value in probe.items() if value is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} set the value probe of advantage poise (advantage: {self.advantage})"
+                )
+        if self.poise_pca_dims is not None and min(self.poise_pca_dims) < 0:
+            raise ValueError(
+                f"poise_pca_dims must be two component counts >= 0 (0 = no projection), got {list(self.poise_pca_dims)}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -399,6 +442,12 @@ class ObjectiveSettings(BaseModel):
         return bool(ADVANTAGES.meta(self.advantage).get("needs_greedy", False))
 
     @property
+    def needs_values(self) -> bool:
+        """Whether the advantage needs each response's value from the policy's internal states, predicted by the
+        trainer's value probe (POISE's baseline): what the estimator registered (`needs_values`)."""
+        return bool(ADVANTAGES.meta(self.advantage).get("needs_values", False))
+
+    @property
     def one_response(self) -> bool:
         """Whether the advantage has a signal with one response per prompt: its baseline is not the group's own
         rewards (a group of one is flat, and a group baseline gives it 0): `ONE_RESPONSE_ADVANTAGES`."""
@@ -410,8 +459,21 @@ class ObjectiveSettings(BaseModel):
         return 1 if self.median_pivot else 0
 
 
-_REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo")
+_REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo", "poise")
 """The advantage estimators that read reward_range."""
+
+_VALUE_ADVANTAGES = ("poise",)
+"""The advantage estimators whose baseline is the trainer's value probe (the poise_* fields)."""
+
+POISE_FIELDS = (
+    "poise_depth",
+    "poise_pool_tokens",
+    "poise_pca_dims",
+    "poise_ridge_alpha",
+    "poise_buffer_rows",
+    "poise_bootstrap_steps",
+)
+"""The value probe's settings: set exactly when the advantage is poise."""
 
 _STRATUM_ADVANTAGES = ("stratified",)
 """The advantage estimators that read each response's stratum (stratum_key)."""
@@ -459,6 +521,12 @@ _COMMON: dict[str, Any] = dict(
     median_pivot=False,
     drop_correct=False,
     positive_weight=None,
+    poise_depth=None,
+    poise_pool_tokens=None,
+    poise_pca_dims=None,
+    poise_ridge_alpha=None,
+    poise_buffer_rows=None,
+    poise_bootstrap_steps=None,
     surrogate="clip",
     sapo_temperature=None,
     vespo_k=None,
@@ -703,6 +771,28 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ratio": "token",
         "clip_low": 0.2,
         "clip_high": 0.2,
+    },
+    # POISE (arXiv 2605.07579; holi-lab/POISE: scripts/train/_poise.sh, scripts/train/lib/config.sh,
+    # src/poise/config/*_qwen3_4b.json): each response's baseline is its sibling's value, from a probe (PCA 32/64,
+    # standardised, ridge α 100, clipped to [0, 1]) on the policy's layer-20-of-36 hidden states (the last 10 tokens of
+    # prompt and response, pooled) and its mean token entropy, refit after each step on the newest 4096 responses, RLOO
+    # for the first 16 steps; verl's token mean, clip 0.2 / 0.28, dual clip 10, no KL. Their rollout.n is 2 (G ≥ 2 is
+    # required here too).
+    "poise": {
+        **_COMMON,
+        "advantage": "poise",
+        "reward_range": (0.0, 1.0),
+        "poise_depth": 0.56,
+        "poise_pool_tokens": 10,
+        "poise_pca_dims": (32, 64),
+        "poise_ridge_alpha": 100.0,
+        "poise_buffer_rows": 4096,
+        "poise_bootstrap_steps": 16,
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "dual_clip": 10.0,
     },
     # Negative-sample reinforcement as released (arXiv 2506.01347; TianHongZXY/RLVR-Decomposed,
     # run_qwen3-4b_psr_nsr.sh with advantage=negative / weighted): no baseline (wrong −1, correct +1), verl's token
