@@ -52,6 +52,10 @@ TABLE: dict[str, str] = {
     "objective.bnpo_max_weight": "unused (bnpo only, which TRL has not)",
     "objective.stratum_key": "TRL normalises over whole groups, with no strata (Stratified GRPO): set is an error",
     "objective.stratum_blend": "unused (stratified only, which TRL has not)",
+    "objective.reward_components": "TRL's GDPO (`multi_objective_aggregation=normalize_then_sum`) takes one reward "
+    "function per component, where harness's TRL engine hands TRL the task's reward (and the overlong punishment) and "
+    "its correctness at weight 0: not mapped, set is an error",
+    "objective.reward_weights": "unused (GDPO only, not mapped)",
     "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
     "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
     "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
@@ -221,6 +225,11 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.positive_weight: {o.positive_weight:g} (TRL weighs every response the same: no NSR)")
     if o.stratum_key is not None:
         out.append(f"objective.stratum_key: {o.stratum_key} (TRL normalises over whole groups: no strata)")
+    if o.reward_components is not None:
+        out.append(
+            f"objective.reward_components: {', '.join(o.reward_components)} (TRL's normalize_then_sum needs one reward "
+            "function per component; harness's TRL engine hands TRL the task's reward as one: GDPO is not mapped)"
+        )
     if t.reference_kl and o.kl_coef == 0:
         out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
     if t.reference_sync_steps is not None and o.kl_coef == 0:
@@ -367,6 +376,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "dynamic_sampling_drop": "flat",
             "stratum_key": None,
             "stratum_blend": 1.0,
+            "reward_components": None,
+            "reward_weights": None,
             "aggregation": aggregation,
             "surrogate": surrogate,
             "max_len": args.max_completion_length,

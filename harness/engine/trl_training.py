@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -58,7 +57,7 @@ class TRLJob:
             for i, text, ids in zip(row, completions, completion_ids):
                 grade = task.grade(groups[i // G], i % G, text)
                 if ended_without_eos(trainer, ids):  # no final answer within the budget: wrong (harness's rule)
-                    grade = replace(grade, reward=0.0, correct=False)
+                    grade = grade.unanswered()
                 grades.append(grade)
             firsts = row[::G]
             self.callback.add_metrics(
