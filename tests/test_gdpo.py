@@ -14,7 +14,7 @@ from fake_loop import FakeBackend, FakeLM
 
 from harness.config.errors import ConfigError
 from harness.config.run_config import LATER_FIELDS, load_run_config
-from harness.config.trl_args import trl_problems
+from harness.config.trl_args import grpo_args, settings_of, trl_problems
 from tests.test_trl_engine import EXPRESSIBLE, TOY_RUN
 from trainer.config import RolloutConfig, TrainConfig
 from trainer.loop import Trainer, TrainerSettings
@@ -133,16 +133,43 @@ def test_the_new_fields_enter_a_job_id_only_when_set_and_the_toy_names_its_compo
         load_run_config(TOY_RUN, ["objective.advantage=gdpo", "objective.reward_components=[reward,answered]"])
 
 
-def test_trl_refuses_gdpo_in_one_line():
-    sets = ["objective.advantage=gdpo", "objective.reward_components=[reward,format]", "objective.adv_eps=1e-4"]
+def test_trl_maps_gdpo_to_normalize_then_sum_and_reads_it_back():
+    import trl
+
+    sets = ["objective.advantage=gdpo", "objective.reward_components=[reward,format]"]
+    sets.append("objective.reward_weights=[1,0.5]")
+    cfg = load_run_config(TOY_RUN, ["train.engine=trl", *EXPRESSIBLE, *sets])
+    args = grpo_args(cfg.objective, cfg.rollout, cfg.train)
+    assert args["multi_objective_aggregation"] == "normalize_then_sum"
+    assert (
+        grpo_args(_settings(advantage="group_std", reward_components=None), cfg.rollout, cfg.train)[
+            "multi_objective_aggregation"
+        ]
+        == "sum_then_normalize"
+    )
+
+    def accuracy(**_):
+        return []
+
+    def fmt(**_):
+        return []
+
+    built = trl.GRPOConfig(output_dir="unused", report_to="none", bf16=False, reward_weights=[1.0, 0.5], **args)
+    back = settings_of(built, built.max_steps, [accuracy, fmt])["objective"]
+    assert (back["advantage"], back["reward_components"], back["reward_weights"]) == (
+        "gdpo",
+        ["accuracy", "fmt"],
+        [1.0, 0.5],
+    )
+
+
+def test_trl_refuses_gdpo_tokens_and_gdpos_epsilon_in_one_line():
+    sets = ["objective.advantage=gdpo_tokens", "objective.reward_components=[reward,format]"]
     with pytest.raises(ConfigError) as err:
         load_run_config(TOY_RUN, ["train.engine=trl", *EXPRESSIBLE, *sets])
-    assert "\n" not in str(err.value) and "objective.reward_components" in str(err.value)
-    cfg = load_run_config(TOY_RUN, [*EXPRESSIBLE, *sets])
-    assert any(
-        p.startswith("objective.reward_components: reward, format")
-        for p in trl_problems(cfg.objective, cfg.rollout, cfg.train)
-    )
+    assert "\n" not in str(err.value) and "objective.advantage: gdpo_tokens (TRL's normalize_then_sum" in str(err.value)
+    cfg = load_run_config(TOY_RUN, ["objective.advantage=gdpo", "objective.reward_components=[reward,format]"])
+    assert trl_problems(cfg.objective, cfg.rollout, cfg.train)[0].startswith("objective.adv_eps: 1e-06")
 
 
 # ---- the update: split into micro-batches, and unlike GRPO's -------------------------------------------------------
@@ -263,3 +290,38 @@ def test_a_truncated_response_has_every_component_at_zero_and_the_toy_grades_its
     assert toy.grade(group, 0, "2+4=06;1+3=04;>47;ab").component("format") == 1.0  # wrong, but well formed
     assert toy.grade(group, 0, "2+4=06;1+3").component("format") == 0.0
     assert ToyAdditionConfig().reward_components == ("format",)
+
+
+# ---- a real job under each engine ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ["harness", "trl"])
+def test_a_gdpo_job_trains_under_each_engine_and_trls_advantages_are_harnesss(tmp_path, tiny_run_overrides, engine):
+    """A 3-step job on the tiny toy: under TRL, one reward function per component (task_reward, task_format, the
+    correctness at weight 0), and TRL's advantages equal harness's `gdpo` of the logged components, step by step (TRL
+    computes in float32); the logged reward is the task's, not the weighted sum."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.cli import main
+    from trainer.models.toy import ensure_toy_model
+
+    cfg = load_run_config(TOY_RUN, tiny_run_overrides)
+    ensure_toy_model(cfg.model.toy, cfg.model.cache_dir)
+    sets = [*tiny_run_overrides, *EXPRESSIBLE, f"train.engine={engine}", f"tracking.experiment=gdpo_{engine}"]
+    sets += [
+        "objective.advantage=gdpo",
+        "objective.reward_components=[reward,format]",
+        "objective.reward_weights=[1,0.5]",
+    ]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["run", str(TOY_RUN), *[x for s in sets for x in ("--set", s)], "--tracking-uri", uri, "--quiet"]) == 0
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(f"gdpo_{engine}").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["objective.advantage"] == "gdpo"
+    table = __import__("pandas").read_parquet(client.download_artifacts(run.info.run_id, "rollouts.parquet"))
+    assert len(table) == 3 * 4 * 4 and table["advantage"].notna().all() and (table["advantage"] != 0).any()
+    if engine == "harness":
+        return
+    assert (table["reward"] == table["reward_task_reward"]).all()  # the task's reward, not 1·r + 0.5·format
+    for _, step in table.groupby("step"):
+        comps = torch.tensor(step[["reward_task_reward", "reward_task_format"]].to_numpy()).view(4, 4, 2)
+        want = ADVANTAGES["gdpo"](comps[..., 0], 1e-4, comps, (1.0, 0.5)).flatten()
+        assert step["advantage"].tolist() == pytest.approx(want.tolist(), abs=1e-5)
