@@ -539,8 +539,10 @@ def gdpo(
     (the summed reward) is not read. A component flat within a group adds 0 for it; a flat group keeps −mean_B/std_B
     (the batch step), as in both releases. A batch whose sums are all equal gets 0. `gdpo_tokens` is the authors'
     verl release, whitened per token.
-    Departs from TRL's release: none on finite rewards (benchmarks/advantages_vs_authors.py); TRL's NaN rewards (a
-    reward function that returns None) have no counterpart here.
+    Departs from TRL's release: none on finite rewards (benchmarks/gdpo_vs_references.py: 5.6e-12 over 400 cases);
+    TRL's NaN rewards (a reward function that returns None) have no counterpart here. From the authors' fork: with a
+    single component theirs falls back to GRPO (no batch step), where TRL 1.16 and harness whiten it anyway; their
+    SA-GDPO option (each weight scaled down by its reward's saturation over the batch) is not built.
     """
     summed = _decoupled_sum(components.to(rewards.dtype), eps, reward_weights)
     flat = summed.flatten()
@@ -569,7 +571,8 @@ def gdpo_tokens(
     (`NVlabs/GDPO`, `verl-GDPO/verl/trainer/ppo/ray_trainer.py`, two components, weights 1). `components`: [groups,
     G, K]; `lengths`: [groups, G] response tokens.
     Departs from verl's release: a group of one response gets 0 from each component here (verl: mean 0, std 1, so
-    r/(1 + ε)); verl reads its components in float32, harness in the rewards' dtype.
+    r/(1 + ε)); verl reads its components in float32, harness in the rewards' dtype. Elsewhere the same
+    (benchmarks/gdpo_vs_references.py: 7.0e-10 over 400 cases, all on components flat in a group).
     """
     summed = _decoupled_sum(components.to(rewards.dtype), eps, reward_weights)
     return _token_whiten(summed, lengths)
