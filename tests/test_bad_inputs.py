@@ -975,6 +975,50 @@ CASES += [
     ),
 ]
 
+# GDPO (advantage gdpo, gdpo_tokens): the reward components it normalises one by one, and their weights.
+GDPO = "objective:\n  preset: grpo\n  advantage: gdpo\n"
+CASES += [
+    Case("run: gdpo without reward_components", "run", GDPO, "reward_components"),
+    Case(
+        "run: reward_components the toy does not grade",
+        "run",
+        GDPO + "  reward_components: [reward, answered]\n",
+        "objective.reward_components",
+    ),
+    Case(
+        "run: reward_components under group_std",
+        "run",
+        "objective:\n  preset: grpo\n  reward_components: [reward, format]\n",
+        "reward_components",
+    ),
+    Case(
+        "run: one reward_weight for two components",
+        "run",
+        GDPO + "  reward_components: [reward, format]\n  reward_weights: [1]\n",
+        "reward_weights",
+    ),
+    Case(
+        "run: the overlong component without the penalty",
+        "run",
+        GDPO + "  reward_components: [reward, overlong]\n",
+        "overlong_penalty",
+    ),
+    Case(
+        "run: gdpo with the KL in the reward",
+        "run",
+        GDPO + "  reward_components: [reward, format]\n  kl_reward_coef: 0.1\n",
+        "kl_reward_coef",
+    ),
+    Case("run: gdpo misspelt", "run", "objective:\n  preset: grpo\n  advantage: gdp0\n", "objective.advantage"),
+    Case(
+        "gdpo_tokens under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.advantage: gdpo_tokens\n  objective.reward_components: [reward, format]\n"
+        "  objective.adv_eps: 0.0001\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.advantage",
+    ),
+]
+
 # One response per prompt (rollout.group_size: 1): only an advantage whose baseline is not the group's own rewards.
 CASES += [
     Case(

@@ -177,10 +177,12 @@ def test_task_class_is_built_with_its_options(folder):
     groups = t.sample_groups(np.random.default_rng(0), 2, 3)
     assert [g.prompts for g in groups] == [("1+6=", "2+5=", "3+4=")] * 2
     assert t.grade(groups[0], 1, "7").correct and not t.grade(groups[0], 1, "8").correct
+    assert t.grade(groups[0], 1, "7").component("short") == 1.0  # components cross from the class's process
+    assert t.grade(groups[0], 1, "7777").component("short") == 0.0
 
 
 CLASS_TASK = '''
-from trainer.rewards.grade import Grade
+from trainer.rewards.grade import Grade, RewardComponent
 from trainer.tasks.base import Group
 
 
@@ -199,7 +201,8 @@ class Echo:
 
     def grade(self, group, index, completion):
         right = completion.split(";")[0].lstrip(">").endswith(group.answer)
-        return Grade(reward=float(right), correct=right, info={"echo": 1.0})
+        short = RewardComponent("short", float(len(completion) < 3))  # a reward component (GDPO's)
+        return Grade(reward=float(right), correct=right, info={"echo": 1.0}, components=(short,))
 
     def step_metrics(self, groups, grades, lengths):
         return {"task/echo_groups": float(len(groups))}

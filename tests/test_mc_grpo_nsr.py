@@ -336,6 +336,7 @@ def test_trl_s_callback_logs_the_sign_flips_from_its_rewards_and_advantages():
         reward_func_names = ["accuracy"]
         num_generations, eos_token_ids = 5, [1]
         accelerator = SimpleNamespace(is_main_process=False)  # logs through on_step only
+        args = SimpleNamespace(sync_ref_model=False)  # no reference refresh to log
 
         def __init__(self, advantages):
             self._logs = {"advantages": advantages}

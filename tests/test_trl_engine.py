@@ -261,10 +261,9 @@ def test_trl_refuses_vespo_with_a_sequence_level_rollout_correction(mode, refuse
 
 
 def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_names():
-    """What harness has no switch for is not logged as the nearest harness setting: TRL's multi-reward
-    normalise-then-sum (it ignores scale_rewards) and a delta at or below 1 + ε_high (it then caps
-    positive-advantage tokens too: not a dual clip). Its bias-corrected KL (on by default) is harness's
-    kl_gradient trl_bias_correction."""
+    """What harness has no switch for is not logged as the nearest harness setting: a delta at or below 1 + ε_high
+    (it then caps positive-advantage tokens too: not a dual clip). Its bias-corrected KL (on by default) is harness's
+    kl_gradient trl_bias_correction; its multi-reward normalise-then-sum is GDPO."""
     trl = pytest.importorskip("trl")
 
     def back(**kw):
@@ -273,7 +272,7 @@ def test_a_plain_trl_runs_settings_without_a_harness_switch_are_logged_as_trl_na
 
     plain = back(beta=0.0)
     assert (plain["advantage"], plain["kl_estimator"], plain["dual_clip"]) == ("group_std", "k3", None)
-    assert back(multi_objective_aggregation="normalize_then_sum")["advantage"] == "trl:normalize_then_sum"
+    assert back(multi_objective_aggregation="normalize_then_sum")["advantage"] == "gdpo"  # GDPO (test_gdpo.py)
     assert plain["kl_gradient"] == "estimator"  # beta 0: no KL term, whatever use_bias_correction_kl says
     kl = lambda o: (o["kl_estimator"], o["kl_gradient"])  # noqa: E731
     assert kl(back(beta=0.04)) == ("k3", "trl_bias_correction")

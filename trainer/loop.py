@@ -39,8 +39,10 @@ from trainer.objective import (
     policy_loss,
     shape_rewards,
     sign_flip_metrics,
+    soft_overlong_penalty,
     trained_samples,
 )
+from trainer.objective.settings import OVERLONG_COMPONENT, TASK_REWARD_COMPONENT
 from trainer.reference import ReferenceRefresh
 from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBackend, SamplingParams
@@ -188,7 +190,7 @@ class Trainer:
         """The task's grade of response `index` of `group`; a truncated one (no final answer within the budget) is
         wrong, whatever the text holds."""
         grade = self.task.grade(group, index, text)
-        return replace(grade, reward=0.0, correct=False) if truncated else grade
+        return grade.unanswered() if truncated else grade
 
     def _greedy(self, step: int, groups: list[Group]) -> tuple[torch.Tensor, dict[str, float], int]:
         """([groups, G] shaped rewards, metrics, tokens generated) of one greedy (temperature-0) response to each
@@ -515,11 +517,13 @@ class Trainer:
             metrics[M.KL_REWARD_PENALTY] = penalty.mean().item()
             metrics[M.KL_REWARD_MEAN] = kl_reward_mean(old, ref, every["resp_mask"], self.obj)
         strata = None if self.obj.stratum_key is None else stratum_labels(kept, self.obj.stratum_key, self.task.name)
+        components = None if self.obj.reward_components is None else reward_components(kept, self.obj, self.task.name)
         values, features = None, None  # each kept response's value from the policy's hidden states, when read
         if self.probe is not None:
             features = self._probe_features(kept)
             values = self.probe.values(features, penalised)
-        grouped = compute_advantages(penalised, self.obj, strata, kept.lengths.view(shaped.shape), greedy, values)
+        lengths = kept.lengths.view(shaped.shape)
+        grouped = compute_advantages(penalised, self.obj, strata, lengths, greedy, values=values, components=components)
         if self.probe is not None:  # the step's responses into the probe's buffer, and its refit, after the advantages
             assert features is not None and values is not None
             metrics.update(self.probe.observe(step, features, penalised, values, grouped))
@@ -598,6 +602,33 @@ def stratum_labels(s: Samples, key: str, task: str) -> torch.Tensor:
             )
         labels.append(ids.setdefault(repr(value), len(ids)))
     return torch.tensor(labels).view(len(s.groups), width)
+
+
+def reward_components(s: Samples, obj: ObjectiveSettings, task: str) -> torch.Tensor:
+    """[groups, G, K] values of the K reward components objective.reward_components names, for GDPO: `reward` is each
+    grade's reward, `overlong` DAPO's soft overlong punishment of the response's length, any other name the grade's
+    component of that name (all 0 for a truncated response, as its reward). A sample whose task grades no such
+    component is a one-line error naming the setting and the components that sample has."""
+    names = obj.reward_components or ()
+    columns = []
+    for name in names:
+        if name == TASK_REWARD_COMPONENT:
+            columns.append(torch.tensor([g.reward for g in s.grades], dtype=torch.float64))
+        elif name == OVERLONG_COMPONENT:
+            assert obj.max_len is not None and obj.overlong_cache_len is not None  # validated with overlong_penalty
+            columns.append(soft_overlong_penalty(s.lengths, obj.max_len, obj.overlong_cache_len))
+        else:
+            values = [g.component(name) for g in s.grades]
+            missing = next((k for k, v in enumerate(values) if v is None), None)
+            if missing is not None:
+                graded = ", ".join(c.name for c in s.grades[missing].components) or "none"
+                raise ValueError(
+                    f"objective.reward_components: task {task} grades no {name!r} component (it grades: reward, "
+                    f"overlong with overlong_penalty, and {graded})"
+                )
+            columns.append(torch.tensor(values, dtype=torch.float64))
+    width = len(s.grades) // len(s.groups)
+    return torch.stack(columns, dim=-1).view(len(s.groups), width, len(names))
 
 
 def rollout_metrics(s: Samples, rewards: torch.Tensor) -> dict[str, float]:

@@ -275,6 +275,20 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _task_grades_the_components(self) -> RunConfig:
+        names = self.objective.reward_components
+        if names is None or not isinstance(self.task, ToyTask):  # another task's are checked at its first step
+            return self
+        graded = ("reward", "overlong", *self.task.toy_addition.reward_components)
+        unknown = [n for n in names if n not in graded]
+        if unknown:
+            raise ValueError(
+                f"objective.reward_components: {unknown[0]!r} is not a reward component of task toy_addition "
+                f"(it has: {', '.join(graded)})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _median_pivot_has_a_median(self) -> RunConfig:
         if self.objective.median_pivot and self.rollout.group_size % 2:
             raise ValueError(
@@ -426,6 +440,8 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.positive_weight": None,
     "objective.stratum_key": None,
     "objective.stratum_blend": 1.0,
+    "objective.reward_components": None,
+    "objective.reward_weights": None,
     "objective.kl_reward_coef": 0.0,
     "objective.kl_reward_estimator": "k1",
     "objective.dppo_bounds": None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.config import RolloutConfig, TrainConfig
-from trainer.objective.settings import POISE_FIELDS, ObjectiveSettings
+from trainer.objective.settings import OVERLONG_COMPONENT, POISE_FIELDS, ObjectiveSettings
 
 TRL_REQUIREMENT = "trl>=1.16,<1.17"
 """The TRL versions harness is tested with (pyproject's `trl` extra): HarnessCallback reads two private members of
@@ -23,6 +23,9 @@ OVERLONG_REWARD = "soft_overlong_punishment_reward"
 """The `__name__` of TRL's soft overlong punishment reward (trl.rewards.get_soft_overlong_punishment)."""
 
 SCALE_REWARDS = {"group_std": "group", "batch_std": "batch", "group_mean": "none"}
+MULTI_OBJECTIVE = {"gdpo": "normalize_then_sum"}
+"""Advantages TRL computes with `multi_objective_aggregation` (one reward function per component) in place of
+`scale_rewards`, which that aggregation ignores."""
 LOSS_TYPES = {
     ("clip", "seq_mean_token_mean"): "grpo",
     ("clip", "token_mean"): "dapo",
@@ -44,8 +47,9 @@ ELSEWHERE = {
 """Surrogates TRL's GRPOTrainer has no loss_type for, with why: refused by name, whatever the aggregation."""
 
 TABLE: dict[str, str] = {
-    "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; "
-    "the other estimators have none (error)",
+    "objective.advantage": "`scale_rewards`: group_std → group, batch_std → batch, group_mean → none; gdpo → "
+    "`multi_objective_aggregation=normalize_then_sum` (GDPO); the other estimators have none (error: gdpo_tokens, "
+    "verl's per-token whitening, too)",
     "objective.adv_eps": "TRL adds a fixed 1e-4 to the std: must be 1e-4 when the advantage divides by a std (error)",
     "objective.reward_range": "unused (ngrpo, bnpo and poise only, which TRL has not)",
     "objective.bnpo_params": "unused (bnpo only, which TRL has not)",
@@ -58,6 +62,11 @@ TABLE: dict[str, str] = {
     "objective.poise_ridge_alpha": "unused (poise only, which TRL has not)",
     "objective.poise_buffer_rows": "unused (poise only, which TRL has not)",
     "objective.poise_bootstrap_steps": "unused (poise only, which TRL has not)",
+    "objective.reward_components": "one reward function each (harness's engine: the task's reward, `task_<name>` for "
+    "a component the task grades, TRL's soft overlong punishment for overlong), TRL normalising each on its own "
+    "(`multi_objective_aggregation=normalize_then_sum`); the task's reward function comes first at weight 0 when not "
+    "named, and its correctness last at weight 0, each adding 0 to the advantage",
+    "objective.reward_weights": "`reward_weights` of those reward functions (1 each when null)",
     "objective.aggregation": "`loss_type`, with the surrogate: clip with seq_mean_token_mean → grpo, token_mean → "
     "dapo, constant → dr_grpo, seq_mean_token_sum → luspo; cispo with token_mean → cispo; sapo with "
     "seq_mean_token_mean → sapo; vespo with token_mean → vespo; any other pair has none (error)",
@@ -173,9 +182,14 @@ def trl_install_problem() -> str | None:
 def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list[str]:
     """Each setting TRL cannot express, as `key: value (why; what to set)`; empty when every switch maps."""
     out = []
-    if o.advantage not in SCALE_REWARDS:
+    if o.advantage == "gdpo_tokens":
+        out.append(
+            "objective.advantage: gdpo_tokens (TRL's normalize_then_sum whitens over responses, not tokens: "
+            "advantage gdpo)"
+        )
+    elif o.advantage not in SCALE_REWARDS and o.advantage not in MULTI_OBJECTIVE:
         out.append(f"objective.advantage: {o.advantage} (TRL's scale_rewards is group, batch or none)")
-    elif SCALE_REWARDS[o.advantage] != "none" and o.adv_eps != TRL_STD_EPS:
+    elif SCALE_REWARDS.get(o.advantage) != "none" and o.adv_eps != TRL_STD_EPS:
         out.append(f"objective.adv_eps: {o.adv_eps:g} (TRL adds a fixed 1e-4 to the std: set objective.adv_eps=1e-4)")
     if o.surrogate in ELSEWHERE:
         out.append(f"objective.surrogate: {o.surrogate} ({ELSEWHERE[o.surrogate]})")
@@ -253,7 +267,8 @@ def grpo_args(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> dict[st
     accumulation = mini // micro
     sapo, vk, vl = o.sapo_temperature or (1.0, 1.05), o.vespo_k or (2.0, 3.0), o.vespo_lambda or (3.0, 2.0)
     return {
-        "scale_rewards": SCALE_REWARDS[o.advantage],
+        "scale_rewards": SCALE_REWARDS.get(o.advantage, "group"),  # normalize_then_sum ignores it
+        "multi_objective_aggregation": MULTI_OBJECTIVE.get(o.advantage, "sum_then_normalize"),
         "loss_type": LOSS_TYPES[o.surrogate, o.aggregation],
         "importance_sampling_level": IS_LEVELS[o.ratio],
         "epsilon": o.clip_low,
@@ -332,6 +347,15 @@ def grpo_args(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> dict[st
     }
 
 
+def _reward_name(f: Any) -> str:
+    """A reward function's name as TRL names it: a callable's `__name__`, a model's name or path's last part."""
+    name = getattr(f, "__name__", None)
+    if name is None:
+        config = getattr(f, "config", None)
+        name = str(getattr(config, "_name_or_path", f)).split("/")[-1]
+    return name
+
+
 def overlong_reward_args(o: ObjectiveSettings) -> tuple[int, int] | None:
     """(max_completion_len, soft_punish_cache) of TRL's soft overlong punishment for these settings, None if off."""
     if not o.overlong_penalty:
@@ -356,7 +380,10 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
     per_generation = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
     # TRL settings harness has no switch for are logged as `trl:` names where they change the objective
     aggregate = getattr(args, "multi_objective_aggregation", "sum_then_normalize")  # normalize_then_sum ignores scale
-    advantage = inverse(SCALE_REWARDS, scale) if aggregate == "sum_then_normalize" else f"trl:{aggregate}"
+    summed_first = aggregate == "sum_then_normalize"
+    advantage = inverse(SCALE_REWARDS, scale) if summed_first else inverse(MULTI_OBJECTIVE, aggregate)
+    components = [OVERLONG_COMPONENT if n == OVERLONG_REWARD else n for n in map(_reward_name, reward_funcs)]
+    gdpo = advantage in MULTI_OBJECTIVE
     corrected = bool(args.beta and getattr(args, "use_bias_correction_kl", False))
     synced = bool(args.beta and getattr(args, "sync_ref_model", False))  # TRL refuses it with beta 0
     every, rest = divmod(args.ref_model_sync_steps, max(per_generation, 1)) if synced else (None, 0)
@@ -374,6 +401,8 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "stratum_key": None,
             "stratum_blend": 1.0,
             **dict.fromkeys(POISE_FIELDS),
+            "reward_components": components if gdpo else None,  # each reward function one component
+            "reward_weights": list(args.reward_weights) if gdpo and args.reward_weights is not None else None,
             "aggregation": aggregation,
             "surrogate": surrogate,
             "max_len": args.max_completion_length,

@@ -4,8 +4,10 @@ engine, every switch through `harness.config.trl_args`, every metric through `Ha
 The prompts are harness's: the run's seed draws the same groups step by step as harness's trainer does, and each
 sample sees its own prompt (the toy task's noisy copies), in harness's order (a sampler in place of TRL's shuffled
 repeats). The reward is the task's grade, 0 for a response truncated without EOS (harness's rule), plus TRL's soft
-overlong punishment when the objective asks for it. TRL samples with its own generation code and RNG, so the
-responses differ from harness's for the same seed: the two engines agree in distribution, not sample by sample.
+overlong punishment when the objective asks for it; under GDPO (objective.reward_components) one reward function per
+component, which TRL normalises each on its own (`multi_objective_aggregation=normalize_then_sum`). TRL samples with
+its own generation code and RNG, so the responses differ from harness's for the same seed: the two engines agree in
+distribution, not sample by sample.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from __future__ import annotations
 import tempfile
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from harness.config.run_config import RunConfig
-from harness.config.trl_args import grpo_args, overlong_reward_args
+from harness.config.trl_args import OVERLONG_REWARD, grpo_args, overlong_reward_args
 from harness.integrations.trl import HarnessCallback, check_trl, ended_without_eos
+from trainer.objective.settings import OVERLONG_COMPONENT, TASK_REWARD_COMPONENT
+from trainer.rewards.grade import Grade
 from trainer.tasks.base import Task
 
 
@@ -52,13 +55,14 @@ class TRLJob:
         )
 
         correct: dict[int, bool] = {}  # row -> the task's verdict, read back by task_correct in the same batch
+        graded: dict[int, Grade] = {}  # row -> its grade, read back by a reward component's function (GDPO)
 
         def task_reward(prompts, completions, completion_ids, row, **_):
             grades = []
             for i, text, ids in zip(row, completions, completion_ids):
                 grade = task.grade(groups[i // G], i % G, text)
                 if ended_without_eos(trainer, ids):  # no final answer within the budget: wrong (harness's rule)
-                    grade = replace(grade, reward=0.0, correct=False)
+                    grade = grade.unanswered()
                 grades.append(grade)
             firsts = row[::G]
             self.callback.add_metrics(
@@ -70,19 +74,55 @@ class TRLJob:
             )
             correct.clear()
             correct.update({i: g.correct for i, g in zip(row, grades)})
+            graded.clear()
+            graded.update(zip(row, grades))
             return [g.reward for g in grades]
+
+        def component_reward(name: str) -> Callable[..., list[float]]:
+            """The reward function of the task's component `name` (GDPO's objective.reward_components), read from the
+            grades task_reward made of the same batch."""
+
+            def component(prompts, completions, row, **_):
+                values = [graded[i].component(name) for i in row]
+                if None in values:
+                    have = ", ".join(c.name for c in graded[row[values.index(None)]].components) or "none"
+                    raise ValueError(
+                        f"objective.reward_components: task {task.name} grades no {name!r} component (it grades: "
+                        f"reward, overlong with overlong_penalty, and {have})"
+                    )
+                return values
+
+            component.__name__ = f"task_{name}"
+            return component
 
         def task_correct(prompts, completions, row, **_):
             """The task's correctness (weight 0: it trains nothing), so harness's metrics read the grader's verdict,
             not a reward threshold (a partial-credit reward is not a right answer)."""
             return [float(correct[i]) for i in row]
 
-        reward_funcs: list[Any] = [task_reward]
         overlong = overlong_reward_args(cfg.objective)
-        if overlong is not None:
-            reward_funcs.append(get_soft_overlong_punishment(*overlong))
+        logged = ["task_reward", *([OVERLONG_REWARD] if overlong is not None else [])]  # harness's shaped reward
+        reward_funcs: list[Any] = [task_reward]
+        names = cfg.objective.reward_components
+        if names is None:  # the shaped reward: the task's, plus the overlong punishment
+            weights = [1.0]
+            if overlong is not None:
+                reward_funcs.append(get_soft_overlong_punishment(*overlong))
+                weights.append(1.0)
+        else:  # GDPO: one reward function per component, normalised each on its own by TRL
+            weight = dict(zip(names, cfg.objective.reward_weights or [1.0] * len(names)))
+            weights = [weight.get(TASK_REWARD_COMPONENT, 0.0)]  # graded first in any case; 0 adds nothing
+            for name in names:
+                if name == OVERLONG_COMPONENT:
+                    assert overlong is not None  # the settings' validation: overlong needs overlong_penalty
+                    reward_funcs.append(get_soft_overlong_punishment(*overlong))
+                elif name != TASK_REWARD_COMPONENT:
+                    reward_funcs.append(component_reward(name))
+                else:
+                    continue
+                weights.append(weight[name])
         reward_funcs.append(task_correct)
-        weights = [1.0] * (len(reward_funcs) - 1) + [0.0]
+        weights.append(0.0)
 
         class InOrder(Sampler):
             """The rows in order, each generation batch repeated once per optimiser pass over it (as TRL's
@@ -137,6 +177,7 @@ class TRLJob:
                 trainer,
                 correct_reward="task_correct",
                 correct_above=0.5,
+                logged_reward=tuple(logged),
                 log_text=cfg.train.log_text,
                 tracker=tracker,
                 on_step=on_step,

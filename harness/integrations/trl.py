@@ -16,9 +16,10 @@ and machine (CPU, torch, threads, the base model's sha256) as tags, and a per-ro
 the end.
 
 A response is correct when the reward function `correct_reward` (default: the first) gave it more than
-`correct_above`. Its length is its token count (EOS included) and it is truncated when it ends without EOS, both as
-TRL counts them. Policy metrics need TRL to log every step (`logging_steps=1`); otherwise they are logged at TRL's
-logging steps only.
+`correct_above`. Its logged reward is TRL's weighted sum of the reward functions, or with `logged_reward` the plain sum
+of those named (harness's engine: the task's reward and the overlong punishment, whatever GDPO's weights). Its length
+is its token count (EOS included) and it is truncated when it ends without EOS, both as TRL counts them. Policy
+metrics need TRL to log every step (`logging_steps=1`); otherwise they are logged at TRL's logging steps only.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class HarnessCallback(TrainerCallback):
         *,
         correct_reward: str | None = None,
         correct_above: float = 0.0,
+        logged_reward: tuple[str, ...] | None = None,
         experiment: str = "trl",
         sweep: str = "",
         arm_label: str = "",
@@ -129,6 +131,10 @@ class HarnessCallback(TrainerCallback):
         if correct_reward is not None and correct_reward not in names:
             raise ValueError(f"correct_reward: no reward function {correct_reward!r}; the trainer has {names}")
         self.correct_index = names.index(correct_reward) if correct_reward is not None else 0
+        unknown = [n for n in logged_reward or () if n not in names]
+        if unknown:
+            raise ValueError(f"logged_reward: no reward function {unknown[0]!r}; the trainer has {names}")
+        self.logged = None if logged_reward is None else [names.index(n) for n in logged_reward]
         self.trainer, self.correct_above, self.log_text = trainer, correct_above, log_text
         self.place = {"experiment": experiment, "sweep": sweep, "arm_label": arm_label, "run_name": run_name}
         self.tracking_uri = tracking_uri
@@ -226,7 +232,7 @@ class HarnessCallback(TrainerCallback):
             local = gather_object(local)
         rewards = rewards.detach().cpu().double()
         weights = t.reward_weights.detach().cpu().double()
-        total = (rewards * weights).nansum(dim=1)
+        total = (rewards * weights).nansum(dim=1) if self.logged is None else rewards[:, self.logged].nansum(dim=1)
         correct = torch.nan_to_num(rewards[:, self.correct_index], nan=-math.inf) > self.correct_above
         lengths = torch.tensor([n for n, *_ in local])
         truncated = torch.tensor([cut for _, cut, *_ in local])

@@ -5,16 +5,17 @@ registered with `params` also takes those settings fields by name (`compute_adva
 registered `needs_strata=True` each response's stratum label, [groups, G] (stratified), and one registered
 `needs_lengths=True` each response's token count, [groups, G] (REINFORCE++'s token whitening), and one registered
 `needs_greedy=True` the reward of one greedy (temperature-0) response to each prompt, [groups, 1] or [groups, G],
-which the training loop generates, grades and never trains on (ReMax's baseline), and one registered `needs_values=True`
+which the training loop generates, grades and never trains on (ReMax's baseline), one registered `needs_values=True`
 each response's value from the policy's internal states, [groups, G], which the trainer's value probe predicts (POISE's
-baseline: trainer/value_probe.py). Only an estimator named in
+baseline: trainer/value_probe.py), and one registered `needs_components=True` each response's reward components,
+[groups, G, K] (GDPO). Only an estimator named in
 `registry.ONE_RESPONSE_ADVANTAGES` has a signal with one response per prompt (`rollout.group_size: 1`): its
 baseline is not the group's own mean.
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but those registered `zeroes_flat_groups=False`, whose point is
-a signal there: batch_norm (no group baseline: only a flat batch gets 0), ngrpo (a flat group below
-the virtual maximum reward gets a negative advantage), remax (a flat group's reward may differ from its greedy
-baseline) and poise (a flat group's reward may differ from its probe's baseline).
+a signal there: batch_norm (no group baseline: only a flat batch gets 0), gdpo and gdpo_tokens (their batch step),
+ngrpo (a flat group below the virtual maximum reward gets a negative advantage), remax (a flat group's reward may
+differ from its greedy baseline) and poise (a flat group's reward may differ from its probe's baseline).
 """
 
 from __future__ import annotations
@@ -547,6 +548,77 @@ def leave_one_out_targets(rewards: torch.Tensor) -> torch.Tensor:
     if G < 2:
         raise ValueError("POISE's probe targets need at least 2 responses per prompt")
     return (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)
+
+
+def _decoupled_sum(components: torch.Tensor, eps: float, weights: tuple[float, ...] | None) -> torch.Tensor:
+    """Σ_k w_k·group_std(r_k): each component [groups, G, K] normalised within its group on its own, then weighted
+    (w_k = 1 when `weights` is None) and summed, [groups, G]."""
+    k = components.shape[-1]
+    w = (1.0,) * k if weights is None else weights
+    if len(w) != k:
+        raise ValueError(f"reward_weights has {len(w)} weights for {k} reward components")
+    out = torch.zeros(components.shape[:2], dtype=components.dtype)
+    for j in range(k):
+        out = out + w[j] * group_std(components[..., j], eps)
+    return out
+
+
+@ADVANTAGES.register("gdpo", zeroes_flat_groups=False, params=("reward_weights",), needs_components=True)
+def gdpo(
+    rewards: torch.Tensor, eps: float, components: torch.Tensor, reward_weights: tuple[float, ...] | None = None
+) -> torch.Tensor:
+    """A_i = (S_i − mean_B S) / (std_B S + ε), S_i = Σ_k w_k·(r_ik − mean_g r_k) / (std_g r_k + ε): each reward
+    component r_k normalised within the group (GRPO's advantage of that component alone, Bessel std), weighted by
+    w_k (objective.reward_weights, 1 each by default) and summed, then the sums whitened over the batch's responses
+    (Bessel std over B).
+
+    GDPO: Liu et al. 2026, Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL Optimization
+    (arXiv 2601.05242): summing the components before GRPO's group normalisation makes distinct combinations
+    collapse onto one advantage ((0, 1) and (1, 0) alike); normalising each first keeps them apart, and the batch
+    normalisation keeps the scale from growing with the number of components. The authors' TRL release
+    (`NVlabs/GDPO`, `trl-GDPO/trl-0.18.0-gdpo/trl/trainer/grpo_trainer.py`: std + 1e-4 in both steps) and TRL 1.16's
+    `multi_objective_aggregation="normalize_then_sum"` (`_generate_and_score_completions`) compute this with ε = 1e-4
+    (objective.adv_eps). `components`: [groups, G, K], the K rewards objective.reward_components names; `rewards`
+    (the summed reward) is not read. A component flat within a group adds 0 for it; a flat group keeps −mean_B/std_B
+    (the batch step), as in both releases. A batch whose sums are all equal gets 0. `gdpo_tokens` is the authors'
+    verl release, whitened per token.
+    Departs from TRL's release: none on finite rewards (benchmarks/gdpo_vs_references.py: 5.6e-12 over 400 cases);
+    TRL's NaN rewards (a reward function that returns None) have no counterpart here. From the authors' fork: with a
+    single component theirs falls back to GRPO (no batch step), where TRL 1.16 and harness whiten it anyway; their
+    SA-GDPO option (each weight scaled down by its reward's saturation over the batch) is not built.
+    """
+    summed = _decoupled_sum(components.to(rewards.dtype), eps, reward_weights)
+    flat = summed.flatten()
+    if flat.numel() < 2 or bool((flat == flat[0]).all()):
+        return torch.zeros_like(summed)
+    return (summed - flat.mean()) / (flat.std(unbiased=True) + eps)
+
+
+@ADVANTAGES.register(
+    "gdpo_tokens", zeroes_flat_groups=False, params=("reward_weights",), needs_components=True, needs_lengths=True
+)
+def gdpo_tokens(
+    rewards: torch.Tensor,
+    eps: float,
+    components: torch.Tensor,
+    lengths: torch.Tensor,
+    reward_weights: tuple[float, ...] | None = None,
+) -> torch.Tensor:
+    """A_i = (S_i − m)·(v + 1e-8)^(−1/2), S_i = Σ_k w_k·(r_ik − mean_g r_k) / (std_g r_k + ε) as `gdpo`, with m and v
+    over the batch's response tokens (`_token_whiten`: a response weighs by its length T_i).
+
+    GDPO (Liu et al. 2026, arXiv 2601.05242) as verl 0.9.1 computes it (`algorithm.adv_estimator=gdpo` with
+    `algorithm.gdpo_reward_keys` and `gdpo_reward_weights`; `verl/trainer/ppo/core_algos.py`,
+    `compute_gdpo_outcome_advantage`: `compute_grpo_outcome_advantage` per component, ε = 1e-6 by default, the
+    weighted sum, then `masked_whiten` over the response mask) and as the authors' verl release does
+    (`NVlabs/GDPO`, `verl-GDPO/verl/trainer/ppo/ray_trainer.py`, two components, weights 1). `components`: [groups,
+    G, K]; `lengths`: [groups, G] response tokens.
+    Departs from verl's release: a group of one response gets 0 from each component here (verl: mean 0, std 1, so
+    r/(1 + ε)); verl reads its components in float32, harness in the rewards' dtype. Elsewhere the same
+    (benchmarks/gdpo_vs_references.py: 7.0e-10 over 400 cases, all on components flat in a group).
+    """
+    summed = _decoupled_sum(components.to(rewards.dtype), eps, reward_weights)
+    return _token_whiten(summed, lengths)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:

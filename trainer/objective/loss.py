@@ -59,6 +59,7 @@ def compute_advantages(
     lengths: torch.Tensor | None = None,
     greedy: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    components: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`; the
     settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params and
@@ -66,8 +67,9 @@ def compute_advantages(
     `s.stratum_key`) to an estimator registered `needs_strata`, which is given them exactly when it is named (an
     error otherwise); each response's length to one registered `needs_lengths`, and `greedy` ([groups, 1] or
     [groups, G], the reward of one greedy response to each response's prompt) to one registered `needs_greedy`
-    (ReMax), and `values` ([groups, G], each response's value from the policy's internal states, the trainer's value
-    probe's) to one registered `needs_values` (POISE)."""
+    (ReMax), `values` ([groups, G], each response's value from the policy's internal states, the trainer's value
+    probe's) to one registered `needs_values` (POISE), and `components` ([groups, G, K], each response's
+    objective.reward_components) to one registered `needs_components` (GDPO)."""
     meta = ADVANTAGES.meta(s.advantage)
     kwargs = {name: getattr(s, name) for name in meta.get("params", ())}
     if meta.get("needs_strata", False) != (strata is not None):
@@ -89,6 +91,10 @@ def compute_advantages(
         if values is None:
             raise ValueError(f"advantage {s.advantage} needs each response's value from the trainer's value probe")
         kwargs["values"] = values
+    if meta.get("needs_components", False):  # each response's reward components, normalised one by one
+        if components is None:
+            raise ValueError(f"advantage {s.advantage} needs each response's reward components")
+        kwargs["components"] = components
     return ADVANTAGES[s.advantage](rewards, s.adv_eps, **kwargs)
 
 

@@ -81,8 +81,13 @@ ADVANTAGES: Registry = Registry(
         "stratified",
         "remax",
         "poise",
+        "gdpo",
+        "gdpo_tokens",
     ),
 )
+COMPONENT_ADVANTAGES = ("gdpo", "gdpo_tokens")
+"""The estimators that read each response's reward components (objective.reward_components) instead of its reward:
+GDPO's. Declared here, not at registration, so validating a config imports no torch."""
 ONE_RESPONSE_ADVANTAGES = (
     "baseline_free",
     "batch_norm",

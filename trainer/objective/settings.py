@@ -11,6 +11,7 @@ from trainer.config import STRICT
 from trainer.objective.registry import (
     ADVANTAGES,
     AGGREGATIONS,
+    COMPONENT_ADVANTAGES,
     KL_ESTIMATORS,
     KL_GRADIENTS,
     ONE_RESPONSE_ADVANTAGES,
@@ -38,7 +39,9 @@ class ObjectiveSettings(BaseModel):
     responses of flat groups), gpg_nonzero (verl's GPG: times B/#non-zero rewards), remax (ReMax: R minus the reward of
     one greedy response to the prompt, which the loop generates each step and never trains on), poise (POISE: R minus
     the mean of the other responses' values, each predicted by a probe on the policy's own hidden states; needs the
-    poise_* fields and reward_range). The std switch of the Dr. GRPO ablation."""
+    poise_* fields and reward_range), gdpo (GDPO: each of reward_components normalised within its group, weighted,
+    summed, whitened over the batch's responses; TRL's normalize_then_sum), gdpo_tokens (the same whitened over the
+    batch's tokens: verl's gdpo). The std switch of the Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
     """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
     verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
@@ -93,6 +96,18 @@ class ObjectiveSettings(BaseModel):
     """RL steps before the probe's first fit: meanwhile the baseline is the other responses' mean reward (RLOO), and
     each step's responses fill the buffer; the probe is fit after that many steps, then refit after every step (the
     authors' scratch bootstrap, 16 steps). Set exactly when advantage is poise."""
+    reward_components: tuple[str, ...] | None = Field(strict=False, min_length=1)
+    """The reward components GDPO (advantage gdpo or gdpo_tokens, arXiv 2601.05242) normalises each within its group
+    before summing them (verl's `algorithm.gdpo_reward_keys`, TRL's one reward function per component): `reward` (the
+    task's reward), `overlong` (DAPO's soft overlong punishment, which then enters as its own component instead of
+    being added to the reward: needs overlong_penalty, which under GDPO must be named here), or a component the task
+    grades (the toy: format, 1 iff an answer `>digits;` was written). Distinct names; a component the task does not
+    grade is an error (at validation for the toy, at the first step otherwise). Set exactly when advantage is gdpo or
+    gdpo_tokens."""
+    reward_weights: tuple[float, ...] | None = Field(strict=False, min_length=1)
+    """GDPO's weight w_k of each reward component after its group normalisation (verl's
+    `algorithm.gdpo_reward_weights`, TRL's `reward_weights`), finite, one per reward_components entry in its order;
+    null = 1 each (both references' default). Only with reward_components."""
     aggregation: str
     """Loss aggregation, the length-normalisation switch: seq_mean_token_mean (GRPO), token_mean
     (DAPO), constant (Dr. GRPO, needs max_len), seq_mean_token_sum (verl)."""
@@ -312,7 +327,43 @@ class ObjectiveSettings(BaseModel):
             raise ValueError(
                 f"poise_pca_dims must be two component counts >= 0 (0 = no projection), got {list(self.poise_pca_dims)}"
             )
+        self._reward_components()
         return self
+
+    def _reward_components(self) -> None:
+        """GDPO's components and weights: set exactly under its estimators, each named once, the overlong punishment
+        one of them when on (else it would leave the advantage unread), and no KL in the reward (not a component)."""
+        gdpo = self.advantage in COMPONENT_ADVANTAGES
+        names = self.reward_components
+        if gdpo != (names is not None):
+            raise ValueError(
+                f"reward_components is set exactly when advantage is {' or '.join(COMPONENT_ADVANTAGES)} "
+                f"(advantage: {self.advantage})"
+            )
+        if self.reward_weights is not None:
+            if names is None:
+                raise ValueError("reward_weights needs reward_components (one weight per component)")
+            if len(self.reward_weights) != len(names):
+                raise ValueError(
+                    f"reward_weights has {len(self.reward_weights)} weights for {len(names)} reward_components "
+                    f"({', '.join(names)})"
+                )
+        if names is None:
+            return
+        if len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"reward_components must be distinct non-empty names, got {list(names)}")
+        if OVERLONG_COMPONENT in names and not self.overlong_penalty:
+            raise ValueError("reward_components names overlong: it needs overlong_penalty: true")
+        if self.overlong_penalty and OVERLONG_COMPONENT not in names:
+            raise ValueError(
+                f"overlong_penalty under advantage {self.advantage} is one of its reward components: add overlong to "
+                f"reward_components ({', '.join(names)})"
+            )
+        if self.kl_reward_coef > 0:
+            raise ValueError(
+                f"kl_reward_coef ({self.kl_reward_coef:g}): advantage {self.advantage} normalises the reward's "
+                "components, not the reward, so a KL in the reward would go unread (set kl_coef for a KL in the loss)"
+            )
 
     @model_validator(mode="after")
     def _combinations(self) -> ObjectiveSettings:
@@ -459,6 +510,11 @@ class ObjectiveSettings(BaseModel):
         return 1 if self.median_pivot else 0
 
 
+OVERLONG_COMPONENT = "overlong"
+"""The reward component that is DAPO's soft overlong punishment (objective.overlong_penalty), for GDPO."""
+TASK_REWARD_COMPONENT = "reward"
+"""The reward component that is the task's reward itself (a grade's `reward`), for GDPO."""
+
 _REWARD_RANGE_ADVANTAGES = ("ngrpo", "bnpo", "poise")
 """The advantage estimators that read reward_range."""
 
@@ -502,6 +558,8 @@ _COMMON: dict[str, Any] = dict(
     bnpo_max_weight=None,
     stratum_key=None,
     stratum_blend=1.0,
+    reward_components=None,
+    reward_weights=None,
     max_len=None,
     dual_clip=None,
     kl_coef=0.0,

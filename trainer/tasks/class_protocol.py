@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.rewards.grade import Grade
+from trainer.rewards.grade import Grade, RewardComponent
 from trainer.tasks.base import Group
 
 
@@ -29,11 +29,18 @@ def group_in(data: Mapping[str, Any]) -> Group:
 
 
 def grade_out(grade: Grade) -> dict[str, Any]:
-    return {"reward": grade.reward, "correct": grade.correct, "info": grade.info, "timed_out": grade.timed_out}
+    return {
+        "reward": grade.reward,
+        "correct": grade.correct,
+        "info": grade.info,
+        "timed_out": grade.timed_out,
+        "components": [[str(c.name), float(c.value)] for c in grade.components],
+    }
 
 
 def grade_in(data: Mapping[str, Any]) -> Grade:
-    return Grade(float(data["reward"]), bool(data["correct"]), dict(data["info"]), bool(data["timed_out"]))
+    components = tuple(RewardComponent(str(name), float(value)) for name, value in data.get("components", ()))
+    return Grade(float(data["reward"]), bool(data["correct"]), dict(data["info"]), bool(data["timed_out"]), components)
 
 
 def generator(state: Mapping[str, Any]) -> np.random.Generator:

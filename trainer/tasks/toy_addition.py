@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from trainer.metric_names import task_metric
-from trainer.rewards.grade import Grade
+from trainer.rewards.grade import Grade, RewardComponent
 from trainer.tasks.base import Group
 from trainer.tasks.toy_addition_config import FILLER_ALPHABET, ToyAdditionConfig
 
@@ -101,7 +101,9 @@ class ToyAdditionTask:
     def grade(self, group: Group, index: int, completion: str) -> Grade:
         """Reward 1 iff the text between the first `>` and the next `;` is the true sum.
 
-        Everything after `;` is filler and ignored (counted in `info["filler_tokens"]`).
+        Everything after `;` is filler and ignored (counted in `info["filler_tokens"]`). One reward component beyond
+        the reward (for GDPO, objective.reward_components): `format`, 1 iff the completion wrote an answer in the
+        form `>digits;` (or `!`), right or wrong (`info["answered"]`).
         The completion has its special tokens removed, so a response truncated
         without end-of-sequence cannot be told apart here: the trainer must count
         it wrong from the rollout's `truncated` flag.
@@ -114,6 +116,7 @@ class ToyAdditionTask:
             reward=(1.0 if correct else 0.0) if reward is None else reward,
             correct=correct,
             info={"filler_tokens": filler, "hidden_digit": hidden, "answered": answer is not None},
+            components=(RewardComponent("format", 1.0 if answer is not None else 0.0),),
         )
 
     def step_metrics(

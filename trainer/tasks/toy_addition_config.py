@@ -92,6 +92,12 @@ class ToyAdditionConfig(BaseModel):
         return tuple(sorted(keys | ({"random_reward"} if self.random_reward is not None else set())))
 
     @property
+    def reward_components(self) -> tuple[str, ...]:
+        """The reward components the toy grades beyond its reward (what objective.reward_components may name besides
+        `reward` and `overlong`): format (an answer in the form `>digits;` was written)."""
+        return ("format",)
+
+    @property
     def max_prompt_len(self) -> int:
         """Tokens of the longest prompt `a+b=` (characters are tokens)."""
         return 2 * self.max_digits + 2
