@@ -64,3 +64,44 @@ class TableTask:
 
     def step_metrics(self, groups, grades, lengths):
         return {}
+
+
+def record_updates(trainer, keep=lambda t, advantages: advantages.tolist()) -> list:
+    """A list that each of `trainer.update`'s calls appends `keep(batch tensors, advantages)` to, before it runs."""
+    seen: list = []
+    update = trainer.update
+
+    def spy(step, t, advantages, mask, *rest):
+        seen.append(keep(t, advantages))
+        return update(step, t, advantages, mask, *rest)
+
+    trainer.update = spy
+    return seen
+
+
+UPDATE_LENGTHS = torch.tensor([10, 3, 7, 1, 10, 5, 2, 9])
+"""The response lengths of `split_update`'s 8 responses."""
+
+
+def split_update(s, advantages: torch.Tensor, splits: int):
+    """(summed loss, merged metrics, the logits' gradient) of one update of objective `s` on 8 random float64
+    responses of `UPDATE_LENGTHS` tokens (seed 0, π_old 0.3 off π_θ so clipping acts), advantages `advantages` [8],
+    over the whole batch's normaliser in `splits` micro-batches: the same result for every split, by design."""
+    from trainer.objective import Normaliser, merge_metrics, policy_loss
+    from trainer.objective.kl import token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(8, 10, 5, generator=g, dtype=torch.float64).requires_grad_(True)
+    tokens = torch.randint(0, 5, (8, 10), generator=g)
+    mask = (torch.arange(10) < UPDATE_LENGTHS[:, None]).long()
+    old = token_logprobs(logits.detach(), tokens) + 0.3 * torch.randn(8, 10, generator=g, dtype=torch.float64)
+    norm = Normaliser.from_mask(mask, s.max_len)
+    total, parts = 0.0, []
+    for rows in torch.arange(8).chunk(splits):
+        out = policy_loss(
+            token_logprobs(logits[rows], tokens[rows]), old[rows], advantages[rows], mask[rows], s, norm=norm
+        )
+        out.loss.backward()
+        total += out.loss.item()
+        parts.append(out.metrics)
+    return total, merge_metrics(parts), logits.grad.clone()

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from fake_loop import FakeBackend, FakeLM
+from fake_loop import UPDATE_LENGTHS, FakeBackend, FakeLM, record_updates, split_update
 
 from harness.config.errors import ConfigError
 from harness.config.run_config import LATER_FIELDS, load_run_config
@@ -18,8 +18,7 @@ from harness.config.trl_args import grpo_args, settings_of, trl_problems
 from tests.test_trl_engine import EXPRESSIBLE, TOY_RUN
 from trainer.config import RolloutConfig, TrainConfig
 from trainer.loop import Trainer, TrainerSettings
-from trainer.objective import ADVANTAGES, Normaliser, ObjectiveSettings, compute_advantages, merge_metrics, policy_loss
-from trainer.objective.kl import token_logprobs
+from trainer.objective import ADVANTAGES, ObjectiveSettings, compute_advantages
 from trainer.rewards.grade import Grade, RewardComponent
 from trainer.tasks.base import Group
 from trainer.tasks.toy_addition import ToyAdditionTask
@@ -174,25 +173,13 @@ def test_trl_refuses_gdpo_tokens_and_gdpos_epsilon_in_one_line():
 
 # ---- the update: split into micro-batches, and unlike GRPO's -------------------------------------------------------
 COMPONENTS = torch.stack([T([1, 0, 0, 1], [0, 0, 0, 1]), T([1, 1, 0, 1], [1, 0, 1, 1])], dim=-1)
-LENGTHS = torch.tensor([10, 3, 7, 1, 10, 5, 2, 9])
+LENGTHS = UPDATE_LENGTHS
 
 
 def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float], torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(8, 10, 5, generator=g, dtype=torch.float64).requires_grad_(True)
-    tokens = torch.randint(0, 5, (8, 10), generator=g)
-    mask = (torch.arange(10) < LENGTHS[:, None]).long()
-    old = token_logprobs(logits.detach(), tokens) + 0.3 * torch.randn(8, 10, generator=g, dtype=torch.float64)
     rewards = COMPONENTS[..., 0]
     adv = compute_advantages(rewards, s, lengths=LENGTHS.view(2, 4), components=COMPONENTS).flatten()
-    norm = Normaliser.from_mask(mask, s.max_len)
-    total, parts = 0.0, []
-    for rows in torch.arange(8).chunk(splits):
-        out = policy_loss(token_logprobs(logits[rows], tokens[rows]), old[rows], adv[rows], mask[rows], s, norm=norm)
-        out.loss.backward()
-        total += out.loss.item()
-        parts.append(out.metrics)
-    return total, merge_metrics(parts), logits.grad.clone()
+    return split_update(s, adv, splits)
 
 
 @pytest.mark.parametrize("advantage", ["gdpo", "gdpo_tokens"])
@@ -243,15 +230,7 @@ def _loop(task, objective: ObjectiveSettings, backend=None):
         0,
     )
     tr = Trainer(FakeLM(), task, backend or FakeBackend(), 0, settings)
-    seen = []
-    update = tr.update
-
-    def spy(step, t, advantages, mask, *rest):
-        seen.append(advantages.tolist())
-        return update(step, t, advantages, mask, *rest)
-
-    tr.update = spy
-    return tr, seen
+    return tr, record_updates(tr)
 
 
 REWARDS = {"p0": [1, 0, 0, 1], "p1": [0, 0, 0, 1]}

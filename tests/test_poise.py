@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fake_loop import FakeBackend, FakeLM, TableTask
+from fake_loop import FakeBackend, FakeLM, TableTask, record_updates
 from test_rollout_contract import tiny_model, tiny_tokenizer
 
 from trainer import metric_names as M
@@ -188,15 +188,7 @@ def _loop(objective: ObjectiveSettings, steps: int = 1):
         0,
     )
     tr = Trainer(HiddenLM(), TableTask(REWARDS), FakeBackend(), 0, settings)
-    seen = []
-    update = tr.update
-
-    def spy(step, t, advantages, mask, *rest):
-        seen.append(advantages.tolist())
-        return update(step, t, advantages, mask, *rest)
-
-    tr.update = spy
-    return tr, seen
+    return tr, record_updates(tr)
 
 
 def _poise(**overrides) -> ObjectiveSettings:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fake_loop import FakeBackend, FakeLM
+from fake_loop import UPDATE_LENGTHS, FakeBackend, FakeLM, record_updates, split_update
 from test_rollout_contract import tiny_model, tiny_tokenizer
 
 from trainer import metric_names as M
 from trainer.config import RolloutConfig, TrainConfig
 from trainer.loop import Trainer, TrainerSettings
-from trainer.objective import ADVANTAGES, Normaliser, ObjectiveSettings, compute_advantages, merge_metrics, policy_loss
-from trainer.objective.kl import token_logprobs
+from trainer.objective import ADVANTAGES, ObjectiveSettings, compute_advantages
 from trainer.rewards.grade import Grade
 from trainer.rollout.hf import TransformersBackend
 from trainer.tasks.base import Group
@@ -51,24 +50,12 @@ def test_compute_advantages_hands_the_greedy_rewards_to_remax_only():
 # ---- the update: split into micro-batches, and unlike GRPO's -------------------------------------------------------
 REWARDS = T([1, 0, 0, 1], [0, 0, 0, 0])
 GREEDY = T([0], [1])  # the first group's greedy response wrong, the second's right: every response has a signal
-LENGTHS = torch.tensor([10, 3, 7, 1, 10, 5, 2, 9])
+LENGTHS = UPDATE_LENGTHS
 
 
 def _update(s: ObjectiveSettings, splits: int) -> tuple[float, dict[str, float], torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(8, 10, 5, generator=g, dtype=torch.float64).requires_grad_(True)
-    tokens = torch.randint(0, 5, (8, 10), generator=g)
-    mask = (torch.arange(10) < LENGTHS[:, None]).long()
-    old = token_logprobs(logits.detach(), tokens) + 0.3 * torch.randn(8, 10, generator=g, dtype=torch.float64)
     adv = compute_advantages(REWARDS, s, greedy=GREEDY if s.needs_greedy else None).flatten()
-    norm = Normaliser.from_mask(mask, s.max_len)
-    total, parts = 0.0, []
-    for rows in torch.arange(8).chunk(splits):
-        out = policy_loss(token_logprobs(logits[rows], tokens[rows]), old[rows], adv[rows], mask[rows], s, norm=norm)
-        out.loss.backward()
-        total += out.loss.item()
-        parts.append(out.metrics)
-    return total, merge_metrics(parts), logits.grad.clone()
+    return split_update(s, adv, splits)
 
 
 @pytest.mark.parametrize("preset", ["remax", "grpo"])
@@ -135,15 +122,7 @@ def _loop(task, objective: ObjectiveSettings, backend=None, group_size: int = 4)
         0,
     )
     tr = Trainer(FakeLM(), task, backend or RecordingBackend(), 0, settings)
-    seen = []
-    update = tr.update
-
-    def spy(step, t, advantages, mask, *rest):
-        seen.append((t, advantages.tolist()))
-        return update(step, t, advantages, mask, *rest)
-
-    tr.update = spy
-    return tr, seen
+    return tr, record_updates(tr, lambda t, advantages: (t, advantages.tolist()))
 
 
 def test_the_loop_draws_one_greedy_response_per_prompt_and_never_trains_on_it():
