@@ -12,13 +12,13 @@ import torch
 from harness.config.errors import ConfigError
 from harness.config.run_config import LATER_FIELDS, load_run_config
 from harness.config.trl_args import grpo_args, trl_problems
+from tests.fake_loop import UPDATE_LENGTHS, split_update
 from tests.test_trl_engine import EXPRESSIBLE, TOY_RUN
 from trainer.objective import (
     ADVANTAGES,
     Normaliser,
     ObjectiveSettings,
     compute_advantages,
-    merge_metrics,
     policy_loss,
     token_logprobs,
 )
@@ -446,7 +446,7 @@ def test_lite_ppo_maps_to_trls_batch_scale_and_dapo_loss():
 
 # ---- the update: split into micro-batches, and unlike GRPO's -----------------------------------
 GROUP_REWARDS = T([1, 0, 0, 1], [0, 0, 0, 0])  # one mixed group, one all-wrong group: 8 responses
-LENGTHS = torch.tensor([10, 3, 7, 1, 10, 5, 2, 9])
+LENGTHS = UPDATE_LENGTHS
 
 
 def _batch(seed: int = 0, b: int = 8, t: int = 10, v: int = 5):
@@ -464,18 +464,8 @@ def _update(
 ) -> tuple[float, dict[str, float], torch.Tensor]:
     """Loss, metrics and gradient of one batch, its advantages computed once over the whole batch (as the loop does),
     the loss accumulated over `splits` micro-batches with batch-wide counts."""
-    logits, tokens, mask, old_logp = _batch()
     adv = compute_advantages(rewards, s, lengths=LENGTHS.view(rewards.shape)).flatten()
-    norm = Normaliser.from_mask(mask, s.max_len)
-    total, parts = 0.0, []
-    for rows in torch.arange(8).chunk(splits):
-        out = policy_loss(
-            token_logprobs(logits[rows], tokens[rows]), old_logp[rows], adv[rows], mask[rows], s, norm=norm
-        )
-        out.loss.backward()
-        total += out.loss.item()
-        parts.append(out.metrics)
-    return total, merge_metrics(parts), logits.grad.clone()
+    return split_update(s, adv, splits)
 
 
 VARIANTS = {
