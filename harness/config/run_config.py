@@ -331,8 +331,8 @@ class RunConfig(BaseModel):
         o, r = self.objective, self.rollout
         if o.spo_init_samples and r.prompt_pool is None:
             raise ValueError(
-                f"objective.spo_init_samples: {o.spo_init_samples} samples each prompt of a fixed pool before training: "
-                "set rollout.prompt_pool (or spo_init_samples: 0)"
+                f"objective.spo_init_samples: {o.spo_init_samples} samples each prompt of a fixed pool before "
+                "training: set rollout.prompt_pool (or spo_init_samples: 0)"
             )
         if r.prompt_sampling == "value_priority" and not o.tracks_prompts:
             raise ValueError(
