@@ -274,3 +274,33 @@ def test_without_a_pool_each_step_draws_fresh_problems_from_the_task():
 def test_other_advantages_keep_no_tracker():
     tr, _ = _loop({"p0": [1.0], "p1": [0.0]}, ObjectiveSettings.preset("remax", max_len=8))
     assert tr.tracker is None and tr.pool is None
+
+
+# ---- the run config and TRL ----------------------------------------------------------------------------------------
+def test_the_recipe_validates_and_trl_refuses_it():
+    from harness.config.errors import ConfigError
+    from harness.config.run_config import LATER_FIELDS, load_run_config
+    from harness.config.trl_args import trl_problems
+    from tests.test_trl_engine import TOY_RUN
+
+    recipe = [
+        "objective.preset=spo",
+        "rollout.group_size=1",
+        "rollout.prompts_per_step=128",
+        "rollout.prompt_pool=1024",
+        "rollout.prompt_sampling=value_priority",
+    ]
+    cfg = load_run_config(TOY_RUN, recipe)
+    o = cfg.objective
+    assert (o.spo_rho_min, o.spo_rho_max, o.spo_d_half, o.spo_init_samples, o.spo_rho) == (0.875, 0.96, 0.06, 8, None)
+    assert (o.adv_eps, o.aggregation, o.clip_high, o.dual_clip) == (1e-8, "token_mean", 0.28, 10.0)
+    problems = trl_problems(cfg.objective, cfg.rollout, cfg.train)
+    assert any(p.startswith("objective.advantage: spo") for p in problems)
+    assert any(p.startswith("rollout.prompt_pool: 1024") for p in problems)
+    plain = load_run_config(TOY_RUN, []).identity()  # the new fields enter a job id only when set
+    assert not {"spo_rho_min", "spo_rho"} & set(plain["objective"]) and "prompt_pool" not in plain["rollout"]
+    assert LATER_FIELDS["rollout.prompt_sampling"] == "uniform"
+    with pytest.raises(ConfigError, match="objective.spo_init_samples: 8 samples each prompt of a fixed pool"):
+        load_run_config(TOY_RUN, ["objective.preset=spo"])
+    with pytest.raises(ConfigError, match="rollout.prompt_sampling: value_priority weighs prompts"):
+        load_run_config(TOY_RUN, ["rollout.prompt_pool=8", "rollout.prompt_sampling=value_priority"])
