@@ -204,15 +204,15 @@ class Trainer:
         weights = SAMPLERS[self.roll.prompt_sampling](self.pool.ids, value, self.roll.prompt_priority_eps)
         return self.pool.sample(self.rng, n, weights)
 
-    def _initialise_tracker(self, step: int) -> dict[str, float]:
+    def _initialise_tracker(self, step: int) -> None:
         """Each pool prompt's tracker from spo_init_samples responses of the policy before any update (the authors'
         offline values: `ValueTracker.initialise`), graded as its pool entry's sample j mod G; none without a pool
-        or with 0 samples. Their tokens count as generated. Returns the metrics of the draw."""
+        or with 0 samples. Their tokens count as generated."""
         assert self.tracker is not None
         self.tracker_initialised = True
         n0 = self.tracker.init_samples
         if self.pool is None or n0 == 0:
-            return {}
+            return
         asks = [(g, j) for g in self.pool.groups for j in range(n0)]
         successes: dict[str, int] = {}
         chunk = max(self.roll.prompts_per_step * self.group_width, 1)
@@ -227,7 +227,6 @@ class Trainer:
             self.tokens_generated += int(out.lengths.sum())
         for problem_id, s in successes.items():
             self.tracker.initialise(problem_id, s, n0)
-        return {}
 
     def _track(self, s: Samples, rewards: torch.Tensor) -> dict[str, float]:
         """The tracker after this step (`ValueTracker.observe`): each prompt's drift D measured on its stored last

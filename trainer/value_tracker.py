@@ -117,7 +117,7 @@ class ValueTracker:
     def value(self, problem_id: str) -> float:
         """v̂ of a prompt: its Beta's mean, ½ when never tracked."""
         track = self.tracks.get(problem_id)
-        return PRIOR / (2 * PRIOR) if track is None else track.value
+        return (track or PromptTrack()).value
 
     def values(self, problem_ids: list[str]) -> torch.Tensor:
         """[N] v̂ of each prompt, as the tracker holds it now (float64)."""
