@@ -529,13 +529,14 @@ def test_one_response_advantages_are_exactly_those_with_a_signal_at_one_response
     fields = {"reward_range": (0.0, 1.0)} if name in ("ngrpo", "bnpo") else {}
     fields |= {"stratum_key": "hidden_digit"} if name == "stratified" else {}
     fields |= {"reward_components": ("reward", "format")} if meta.get("needs_components") else {}
-    s = ObjectiveSettings.preset("poise" if name == "poise" else "grpo", advantage=name, **fields)
+    s = ObjectiveSettings.preset(name if name in ("poise", "spo") else "grpo", advantage=name, **fields)
     kwargs = {
         "strata": extra["strata"] if meta.get("needs_strata") else None,
         "lengths": extra["lengths"],
         "greedy": extra["greedy"],
         "values": extra["values"],
         "components": torch.stack([rewards, 1 - rewards], dim=-1),
+        "prompt_values": extra["values"],
     }
     adv = compute_advantages(rewards, s, **kwargs)
     assert bool((adv != 0).any()) == (name in ONE_RESPONSE_ADVANTAGES)

@@ -1083,6 +1083,80 @@ CASES += [
     ),
 ]
 
+# SPO (advantage spo): its value tracker's settings (the spo_* fields), the pool its initial samples and prioritized
+# sampling draw from, a reward outside [0, 1], TRL.
+CASES += [
+    Case(
+        "run: spo's initial samples without a prompt pool",
+        "run",
+        "objective:\n  preset: spo\n",
+        "objective.spo_init_samples",
+    ),
+    Case(
+        "run: a spo tracker setting under group_std",
+        "run",
+        "objective:\n  preset: grpo\n  spo_d_half: 0.06\n",
+        "spo_d_half",
+    ),
+    Case(
+        "run: spo without its drift half-life",
+        "run",
+        "objective:\n  preset: spo\n  spo_d_half: null\n  spo_init_samples: 0\n",
+        "spo_d_half",
+    ),
+    Case(
+        "run: spo's rho clip upside down",
+        "run",
+        "objective:\n  preset: spo\n  spo_rho_min: 0.99\n  spo_init_samples: 0\n",
+        "spo_rho_min",
+    ),
+    Case("run: spo's rho_min at 1", "run", "objective:\n  preset: spo\n  spo_rho_min: 1.0\n", "spo_rho_min"),
+    Case(
+        "run: spo with the overlong punishment (rewards leave [0, 1])",
+        "run",
+        "objective:\n  preset: spo\n  spo_init_samples: 0\n  overlong_penalty: true\n  overlong_cache_len: 16\n",
+        "overlong_penalty",
+    ),
+    Case(
+        "run: prioritized sampling without a pool",
+        "run",
+        "rollout:\n  prompt_sampling: value_priority\n",
+        "rollout.prompt_sampling",
+    ),
+    Case(
+        "run: prioritized sampling without a tracker",
+        "run",
+        "rollout:\n  prompt_pool: 64\n  prompt_sampling: value_priority\n",
+        "rollout.prompt_sampling",
+    ),
+    Case(
+        "run: a priority epsilon under uniform sampling",
+        "run",
+        "rollout:\n  prompt_pool: 64\n  prompt_priority_eps: 0.1\n",
+        "rollout.prompt_priority_eps",
+    ),
+    Case("run: an empty prompt pool", "run", "rollout:\n  prompt_pool: 0\n", "rollout.prompt_pool"),
+    Case(
+        "run: a misspelt prompt sampler",
+        "run",
+        "rollout:\n  prompt_pool: 64\n  prompt_sampling: priority\n",
+        "rollout.prompt_sampling",
+    ),
+    Case(
+        "sweep: spo under TRL",
+        "sweep",
+        SWEEP + "set:\n  objective.preset: spo\n  objective.spo_init_samples: 0\n  train.engine: trl\n"
+        "grid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.advantage",
+    ),
+    Case(
+        "sweep: a prompt pool under TRL",
+        "sweep",
+        SWEEP + "set:\n  rollout.prompt_pool: 64\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "rollout.prompt_pool",
+    ),
+]
+
 # A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
 REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 

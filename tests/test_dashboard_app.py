@@ -345,6 +345,34 @@ def test_remaxs_greedy_baseline_is_drawn_beside_the_advantages_where_logged(tmp_
     assert not any(M.GREEDY_REWARD_MEAN in c.value for c in at.caption)
 
 
+def test_spos_value_tracker_is_drawn_where_logged(tmp_path, monkeypatch):
+    """SPO's tracker (error, mean value, share tracked, ρ) for the arm that logs it; none on a sweep without it."""
+    from fake_sweep import FakeRun
+
+    from trainer import metric_names as M
+
+    def values(seed: int, spo: bool) -> dict[str, list[float]]:
+        common = {M.REWARD_MEAN: [0.5] * 3, M.ADV_ZERO_FRAC: [0.4] * 3, M.ADV_ABS_MEAN: [0.6] * 3}
+        tracker = {
+            M.SPO_VALUE_ABS_ERR: [0.4 + 0.1 * seed] * 3,
+            M.SPO_VALUE_MEAN: [0.5] * 3,
+            M.SPO_TRACKED_FRAC: [1.0] * 3,
+            M.SPO_RHO_MEAN: [0.95] * 3,
+        }
+        return {**common, **tracker} if spo else common
+
+    runs = [FakeRun(arm, s, values=values(s, arm == "spo")) for arm in ("grpo", "spo") for s in (0, 1)]
+    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "dynamic_sampling")
+    assert "SPO's value tracker" in {h.value for h in at.subheader}
+    figure = _figure(at, "|tracked value − reward|")
+    assert _drawn(figure, "x") == {"spo": pytest.approx([0.45] * 3)}
+    assert _drawn(figure, "x4") == {"spo": pytest.approx([0.95] * 3)}
+    plain = [FakeRun("grpo", s, values=values(s, False)) for s in (0, 1)]
+    at = _visit(_app(_fake_store(tmp_path / "plain", plain), monkeypatch), "dynamic_sampling")
+    assert "SPO's value tracker" not in {h.value for h in at.subheader}
+    assert not any(M.SPO_VALUE_MEAN in c.value for c in at.caption)
+
+
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():
     import pandas as pd
 

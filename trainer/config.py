@@ -60,6 +60,34 @@ class RolloutConfig(BaseModel):
     """Sampling temperature; the trainer divides logits by it too, so π_old is the sampling policy."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass (1 = off). Below 1 the sampler's distribution differs from π_θ."""
+    prompt_pool: int | None = Field(None, ge=1, le=MAX_RESPONSES)
+    """A fixed pool of this many problems, drawn once from the task before training (with a stream of its own, from the
+    seed) and deduplicated by problem id; every step then draws its prompts from the pool (`prompt_sampling`), without
+    replacement while the pool holds enough. What a persistent per-prompt tracker needs to see a prompt again (SPO,
+    arXiv 2509.13232, samples a finite training set) when the task's problem space is effectively infinite (the toy's).
+    A pool entry keeps the group_size prompts it was drawn with (the toy's hidden digits). null (the default) = each
+    step draws fresh problems from the task."""
+    prompt_sampling: Literal["uniform", "value_priority"] = "uniform"
+    """How a step draws from the pool: uniform, or value_priority (SPO's prioritized sampling: weight ∝
+    √(v̂(1 − v̂)) + prompt_priority_eps, v̂ the prompt's tracked success rate; needs prompt_pool and an advantage with
+    a per-prompt tracker, spo)."""
+    prompt_priority_eps: float = Field(0.05, ge=0, allow_inf_nan=False)
+    """ε of value_priority's weights, so that a solved or hopeless prompt is still drawn now and then (the authors'
+    0.05). Only with value_priority."""
+
+    @model_validator(mode="after")
+    def _pool(self) -> RolloutConfig:
+        if self.prompt_sampling != "uniform" and self.prompt_pool is None:
+            raise ValueError(
+                f"rollout.prompt_sampling: {self.prompt_sampling} draws from a fixed pool of prompts: set "
+                "rollout.prompt_pool"
+            )
+        if self.prompt_priority_eps != 0.05 and self.prompt_sampling != "value_priority":
+            raise ValueError(
+                f"rollout.prompt_priority_eps: {self.prompt_priority_eps:g} weighs value_priority's draws "
+                f"(rollout.prompt_sampling: {self.prompt_sampling})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _responses(self) -> RolloutConfig:

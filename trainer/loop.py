@@ -1,6 +1,8 @@
 """The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → trained samples → updates.
 (ReMax's advantage also draws one greedy response per prompt, graded and not trained on: `Trainer._greedy`; POISE's
-reads each response's value from a probe on the policy's hidden states: `Trainer._probe_features`, `ValueProbe`.)
+reads each response's value from a probe on the policy's hidden states: `Trainer._probe_features`, `ValueProbe`;
+SPO's reads each prompt's tracked success rate: `Trainer._track`, `ValueTracker`; prompts may come from a fixed pool,
+`PromptPool`.)
 
 Every switch lives in `trainer.objective`; this loop calls it and never looks at
 switch names. It knows nothing of MLflow: metrics go to a `MetricSink`.
@@ -43,11 +45,13 @@ from trainer.objective import (
     trained_samples,
 )
 from trainer.objective.settings import OVERLONG_COMPONENT, TASK_REWARD_COMPONENT
+from trainer.prompt_pool import SAMPLERS, PromptPool
 from trainer.reference import ReferenceRefresh
 from trainer.rewards.grade import Grade
 from trainer.rollout.base import RolloutBackend, SamplingParams
 from trainer.tasks.base import Group, Task
 from trainer.value_probe import ProbeFeatures, ValueProbe, read_features
+from trainer.value_tracker import LastResponse, ValueTracker, mean_abs_drift
 
 
 class MetricSink(Protocol):
@@ -150,6 +154,11 @@ class Trainer:
         self.entropy_coef = EntropyCoefficient.of(self.obj)  # the entropy bonus's, across optimiser steps
         self.kl_coef = KLCoefficient.of(self.obj)  # the KL's β in the loss and in the reward, across RL steps
         self.probe = ValueProbe.of(self.obj)  # POISE's value probe on the policy's hidden states, across RL steps
+        self.tracker = ValueTracker.of(self.obj)  # SPO's per-prompt success rates, across RL steps
+        self.tracker_initialised = False  # its initial samples (spo_init_samples) are drawn before the first step
+        self.pool = None  # the fixed prompts each step draws from (rollout.prompt_pool), when set
+        if self.roll.prompt_pool is not None:
+            self.pool = PromptPool.draw(task, self.roll.prompt_pool, self.group_width, self.seed)
         self.scorer = ResponseScorer(self.roll.temperature, self.cfg.logits_chunk_mb)
 
     # ---- rollouts -------------------------------------------------------------------------
@@ -157,7 +166,7 @@ class Trainer:
         """One generation round's samples, with the seconds its `generate` call took and that call's token steps
         (its longest response)."""
         G = self.group_width
-        groups = self.task.sample_groups(self.rng, self.roll.prompts_per_step, G)
+        groups = self._draw_groups(self.roll.prompts_per_step, G)
         prompts = [p for g in groups for p in g.prompts]
         seed = int(np.random.SeedSequence([self.seed, step, round_]).generate_state(1)[0])
         start = time.perf_counter()
@@ -185,6 +194,71 @@ class Trainer:
             logprobs,
         )
         return samples, decode_s, int(lengths.max())
+
+    def _draw_groups(self, n: int, G: int) -> list[Group]:
+        """`n` groups of G prompts: fresh from the task, or from the fixed pool with the weights of
+        rollout.prompt_sampling (`trainer.prompt_pool.SAMPLERS`; value_priority's read the tracker's values)."""
+        if self.pool is None:
+            return self.task.sample_groups(self.rng, n, G)
+        value = None if self.tracker is None else self.tracker.value
+        weights = SAMPLERS[self.roll.prompt_sampling](self.pool.ids, value, self.roll.prompt_priority_eps)
+        return self.pool.sample(self.rng, n, weights)
+
+    def _initialise_tracker(self, step: int) -> None:
+        """Each pool prompt's tracker from spo_init_samples responses of the policy before any update (the authors'
+        offline values: `ValueTracker.initialise`), graded as its pool entry's sample j mod G; none without a pool
+        or with 0 samples. Their tokens count as generated."""
+        assert self.tracker is not None
+        self.tracker_initialised = True
+        n0 = self.tracker.init_samples
+        if self.pool is None or n0 == 0:
+            return
+        asks = [(g, j) for g in self.pool.groups for j in range(n0)]
+        successes: dict[str, int] = {}
+        chunk = max(self.roll.prompts_per_step * self.group_width, 1)
+        for start in range(0, len(asks), chunk):
+            part = asks[start : start + chunk]
+            seed = int(np.random.SeedSequence([self.seed, step, 17, start]).generate_state(1)[0])
+            out = self.backend.generate([g.prompts[j % len(g.prompts)] for g, j in part], self.params, seed)
+            truncated = out.truncated.cpu().bool()
+            for (g, j), text, cut in zip(part, out.texts, truncated):
+                grade = self._grade(g, j % len(g.prompts), text, bool(cut))
+                successes[g.problem_id] = successes.get(g.problem_id, 0) + int(grade.correct)
+            self.tokens_generated += int(out.lengths.sum())
+        for problem_id, s in successes.items():
+            self.tracker.initialise(problem_id, s, n0)
+
+    def _track(self, s: Samples, rewards: torch.Tensor) -> dict[str, float]:
+        """The tracker after this step (`ValueTracker.observe`): each prompt's drift D measured on its stored last
+        response between the policy after that response's step and the policy now (after this step's update), then
+        each prompt's newest response stored with its log-probabilities under the policy now."""
+        assert self.tracker is not None
+        ids = [g.problem_id for g in s.groups for _ in range(self.group_width)]
+        drifts: dict[str, float] = {}
+        last: dict[str, LastResponse] = {}
+        if self.tracker.reads_drift:
+            previous = self.tracker.previous(ids)
+            if previous:
+                keys = list(previous)
+                then = [list(previous[p].logprobs) for p in keys]
+                now = self._score(
+                    [list(previous[p].prompt_ids) for p in keys], [list(previous[p].response_ids) for p in keys]
+                )
+                drifts = {p: mean_abs_drift(a, b) for p, a, b in zip(keys, then, now)}
+            newest = {p: k for k, p in enumerate(ids)}  # each prompt's last response this step
+            rows = list(newest.values())
+            logp = self._score([s.prompt_ids[k] for k in rows], [s.response_ids[k] for k in rows])
+            last = {
+                p: LastResponse(tuple(s.prompt_ids[k]), tuple(s.response_ids[k]), tuple(lp))
+                for (p, k), lp in zip(newest.items(), logp)
+            }
+        return self.tracker.observe(ids, rewards.flatten(), drifts, last)
+
+    def _score(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
+        """Each response's token log-probabilities under the policy now (at the sampling temperature)."""
+        t = self._pair_tensors(prompts, responses, [[] for _ in prompts])
+        logp = self._logprobs(self.policy, t).double().cpu()
+        return [logp[i, : len(r)].tolist() for i, r in enumerate(responses)]
 
     def _grade(self, group: Group, index: int, text: str, truncated: bool) -> Grade:
         """The task's grade of response `index` of `group`; a truncated one (no final answer within the budget) is
@@ -254,16 +328,24 @@ class Trainer:
     # ---- update ---------------------------------------------------------------------------
     def _tensors(self, s: Samples, rows: list[int]) -> dict[str, torch.Tensor]:
         """The samples `rows`: prompt left-padded + response right-padded, as one [len(rows), P + L] batch."""
-        prompts, responses = [s.prompt_ids[i] for i in rows], [s.response_ids[i] for i in rows]
+        return self._pair_tensors(
+            [s.prompt_ids[i] for i in rows], [s.response_ids[i] for i in rows], [s.logprobs[i] for i in rows]
+        )
+
+    def _pair_tensors(
+        self, prompts: list[list[int]], responses: list[list[int]], logprobs: list[list[float]]
+    ) -> dict[str, torch.Tensor]:
+        """(prompt, response) pairs, prompt left-padded + response right-padded, as one [n, P + L] batch, with each
+        response's rollout log-probabilities (0 where `logprobs` is shorter)."""
         P, L = max(map(len, prompts)), max(1, max(map(len, responses)))
-        n = len(rows)
+        n = len(prompts)
         ids = torch.full((n, P + L), self.pad_id, dtype=torch.long)
         attn = torch.zeros((n, P + L), dtype=torch.long)
         rollout_logp = torch.zeros((n, L))
-        for i, (k, p, r) in enumerate(zip(rows, prompts, responses)):
+        for i, (p, r, lp) in enumerate(zip(prompts, responses, logprobs)):
             ids[i, P - len(p) : P + len(r)] = torch.tensor(p + r, dtype=torch.long)
             attn[i, P - len(p) : P + len(r)] = 1
-            rollout_logp[i, : len(r)] = torch.tensor(s.logprobs[k][: len(r)])
+            rollout_logp[i, : len(lp[: len(r)])] = torch.tensor(lp[: len(r)])
         resp_mask = attn[:, P:].clone()
         return {
             "ids": ids.to(self.device),
@@ -500,6 +582,8 @@ class Trainer:
     # ---- one step, and the run ------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
         start = time.perf_counter()
+        if self.tracker is not None and not self.tracker_initialised:  # its initial samples, before the first step
+            self._initialise_tracker(step)
         everything, kept, metrics = self.collect(step)
         greedy = None  # each kept response's baseline from a greedy response to its prompt, when the advantage reads it
         if self.obj.needs_greedy:
@@ -523,7 +607,20 @@ class Trainer:
             features = self._probe_features(kept)
             values = self.probe.values(features, penalised)
         lengths = kept.lengths.view(shaped.shape)
-        grouped = compute_advantages(penalised, self.obj, strata, lengths, greedy, values=values, components=components)
+        prompt_values = None  # each kept response's prompt's tracked success rate, when read
+        if self.tracker is not None:
+            ids = [g.problem_id for g in kept.groups for _ in range(self.group_width)]
+            prompt_values = self.tracker.values(ids).view(shaped.shape)
+        grouped = compute_advantages(
+            penalised,
+            self.obj,
+            strata,
+            lengths,
+            greedy,
+            values=values,
+            components=components,
+            prompt_values=prompt_values,
+        )
         if self.probe is not None:  # the step's responses into the probe's buffer, and its refit, after the advantages
             assert features is not None and values is not None
             metrics.update(self.probe.observe(step, features, penalised, values, grouped))
@@ -538,6 +635,8 @@ class Trainer:
             resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
             metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask, old, ref))
             self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
+        if self.tracker is not None:  # the step's rewards into each prompt's tracker, after the update
+            metrics.update(self._track(kept, penalised))
         metrics.update(self.refresh(step, self.ref, self.policy))  # the reference the next step's KL reads
         done = time.perf_counter()
         shaped_all, correct_all = self._rewards(everything)

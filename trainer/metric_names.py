@@ -91,6 +91,17 @@ POISE_ADV_VAR_RATIO = "poise/adv_var_ratio"
 POISE_PROBE_FITTED = "poise/probe_fitted"
 POISE_BUFFER_ROWS = "poise/buffer_rows"
 
+# SPO's value tracker (advantage spo only; arXiv 2509.13232, trainer/value_tracker.py). value_abs_err: the mean over the
+# kept responses of |v̂(x_i) − R_i|, the tracked success rate of response i's prompt before this step against its
+# reward; value_mean: the mean v̂ the advantage subtracted; tracked_frac: the share of kept responses whose prompt had
+# been initialised or seen before this step (the rest got the prior ½); rho_mean: the mean forgetting factor ρ applied
+# to this step's prompts; tracked_prompts: the prompts the tracker holds after the step.
+SPO_VALUE_ABS_ERR = "spo/value_abs_err"
+SPO_VALUE_MEAN = "spo/value_mean"
+SPO_TRACKED_FRAC = "spo/tracked_frac"
+SPO_RHO_MEAN = "spo/rho_mean"
+SPO_TRACKED_PROMPTS = "spo/tracked_prompts"
+
 # cost
 GENERATE_S = "time/generate_s"
 # The rollout backend's `generate` calls of a step (prefill and decode), over their token steps: each call's

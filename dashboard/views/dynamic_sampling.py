@@ -2,7 +2,7 @@
 all wrong have zero advantage and no gradient; the filter drops them and samples again. NGRPO (arXiv 2509.18851) and
 negative-sample reinforcement (arXiv 2506.01347) learn from the all-wrong groups instead; MC-GRPO (arXiv 2601.22582)
 counts the responses whose advantage sign its median baseline reverses; ReMax (arXiv 2310.10505) takes its baseline
-from a greedy response."""
+from a greedy response; SPO (arXiv 2509.13232) from a persistent per-prompt success-rate tracker."""
 
 import pandas as pd
 import streamlit as st
@@ -89,6 +89,27 @@ if data.by_arm(M.POISE_ADV_VAR_RATIO, x):  # POISE's runs only, as ReMax's panel
         "on the newest responses. `poise/value_abs_err` and `poise/value_explained_var`: the probe's predictions "
         "against their targets (the siblings' mean reward), made before it saw the step; `poise/adv_var_ratio`: the "
         "advantage's variance against REINFORCE's without a baseline (below 1, the baseline removes variance)."
+    )
+if data.by_arm(M.SPO_VALUE_MEAN, x):  # SPO's runs only, as ReMax's panel above
+    st.subheader("SPO's value tracker")
+    page.curves(
+        [
+            ("|tracked value − reward|", M.SPO_VALUE_ABS_ERR),
+            ("mean tracked value v̂", M.SPO_VALUE_MEAN),
+            ("share of prompts tracked", M.SPO_TRACKED_FRAC),
+            ("forgetting factor ρ", M.SPO_RHO_MEAN),
+        ],
+        data,
+        kw,
+        x,
+        "ds_spo",
+    )
+    st.caption(
+        "SPO (`advantage: spo`, arXiv 2509.13232): each response's baseline is its prompt's success rate v̂(x) from a "
+        "Beta tracker that persists across steps (no group: one response per prompt), its old evidence discounted by "
+        "ρ as the policy drifts on that prompt. `spo/value_abs_err`: |v̂ − R| with v̂ from before the step; "
+        "`spo/tracked_frac`: the share of the step's prompts initialised or seen before (the rest start at ½); "
+        "`spo/rho_mean`: the step's mean ρ (ρ_max on first visits, lower the more the policy moved)."
     )
 st.subheader("Cost of the filter")
 page.curves(

@@ -327,6 +327,21 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _tracker_has_its_prompts(self) -> RunConfig:
+        o, r = self.objective, self.rollout
+        if o.spo_init_samples and r.prompt_pool is None:
+            raise ValueError(
+                f"objective.spo_init_samples: {o.spo_init_samples} samples each prompt of a fixed pool before "
+                "training: set rollout.prompt_pool (or spo_init_samples: 0)"
+            )
+        if r.prompt_sampling == "value_priority" and not o.tracks_prompts:
+            raise ValueError(
+                "rollout.prompt_sampling: value_priority weighs prompts by a per-prompt tracker's success rate: needs "
+                f"objective.advantage spo (advantage: {o.advantage})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _kl_horizon_keeps_beta_positive(self) -> RunConfig:
         o = self.objective
         n = self.rollout.prompts_per_step * (self.rollout.group_size + o.extra_samples)
@@ -451,6 +466,14 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.poise_ridge_alpha": None,
     "objective.poise_buffer_rows": None,
     "objective.poise_bootstrap_steps": None,
+    "objective.spo_rho_min": None,
+    "objective.spo_rho_max": None,
+    "objective.spo_d_half": None,
+    "objective.spo_init_samples": None,
+    "objective.spo_rho": None,
+    "rollout.prompt_pool": None,
+    "rollout.prompt_sampling": "uniform",
+    "rollout.prompt_priority_eps": 0.05,
     "objective.dppo_ratio_cap": None,
     "objective.dro_beta": None,
     "objective.kl_gradient": "estimator",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.config import RolloutConfig, TrainConfig
-from trainer.objective.settings import OVERLONG_COMPONENT, POISE_FIELDS, ObjectiveSettings
+from trainer.objective.settings import OVERLONG_COMPONENT, POISE_FIELDS, SPO_FIELDS, ObjectiveSettings
 
 TRL_REQUIREMENT = "trl>=1.16,<1.17"
 """The TRL versions harness is tested with (pyproject's `trl` extra): HarnessCallback reads two private members of
@@ -62,6 +62,11 @@ TABLE: dict[str, str] = {
     "objective.poise_ridge_alpha": "unused (poise only, which TRL has not)",
     "objective.poise_buffer_rows": "unused (poise only, which TRL has not)",
     "objective.poise_bootstrap_steps": "unused (poise only, which TRL has not)",
+    "objective.spo_rho_min": "unused (spo only, which TRL has not: its per-prompt value tracker)",
+    "objective.spo_rho_max": "unused (spo only, which TRL has not)",
+    "objective.spo_d_half": "unused (spo only, which TRL has not)",
+    "objective.spo_init_samples": "unused (spo only, which TRL has not)",
+    "objective.spo_rho": "unused (spo only, which TRL has not)",
     "objective.reward_components": "one reward function each (harness's engine: the task's reward, `task_<name>` for "
     "a component the task grades, TRL's soft overlong punishment for overlong), TRL normalising each on its own "
     "(`multi_objective_aggregation=normalize_then_sum`); the task's reward function comes first at weight 0 when not "
@@ -133,6 +138,10 @@ TABLE: dict[str, str] = {
     "rollout.prompts_per_step": "`generation_batch_size` = prompts_per_step × group_size; prompts in harness's order, "
     "each sample its own prompt (the toy's noisy copies)",
     "rollout.group_size": "`num_generations`",
+    "rollout.prompt_pool": "TRL draws from its train dataset, which harness builds from the task: a fixed pool is "
+    "not expressed (set is an error)",
+    "rollout.prompt_sampling": "TRL samples its dataset uniformly (its RepeatSampler): value_priority is an error",
+    "rollout.prompt_priority_eps": "unused (value_priority only, which TRL has not)",
     "rollout.max_new_tokens": "`max_completion_length`",
     "rollout.temperature": "`temperature` (with `top_k=0`, `min_p=None`, `repetition_penalty=1`)",
     "rollout.top_p": "`top_p`",
@@ -241,6 +250,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.positive_weight: {o.positive_weight:g} (TRL weighs every response the same: no NSR)")
     if o.stratum_key is not None:
         out.append(f"objective.stratum_key: {o.stratum_key} (TRL normalises over whole groups: no strata)")
+    if r.prompt_pool is not None:
+        out.append(f"rollout.prompt_pool: {r.prompt_pool} (TRL draws from its train dataset: no fixed pool)")
     if t.reference_kl and o.kl_coef == 0:
         out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
     if t.reference_sync_steps is not None and o.kl_coef == 0:
@@ -401,6 +412,7 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "stratum_key": None,
             "stratum_blend": 1.0,
             **dict.fromkeys(POISE_FIELDS),
+            **dict.fromkeys((*SPO_FIELDS, "spo_rho")),
             "reward_components": components if gdpo else None,  # each reward function one component
             "reward_weights": list(args.reward_weights) if gdpo and args.reward_weights is not None else None,
             "aggregation": aggregation,

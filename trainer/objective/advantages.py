@@ -8,14 +8,17 @@ registered `needs_strata=True` each response's stratum label, [groups, G] (strat
 which the training loop generates, grades and never trains on (ReMax's baseline), one registered `needs_values=True`
 each response's value from the policy's internal states, [groups, G], which the trainer's value probe predicts (POISE's
 baseline: trainer/value_probe.py), and one registered `needs_components=True` each response's reward components,
-[groups, G, K] (GDPO). Only an estimator named in
+[groups, G, K] (GDPO), and one registered `needs_prompt_values=True` the success rate of each response's prompt,
+[groups, G], from the trainer's persistent per-prompt tracker (SPO's baseline: trainer/value_tracker.py). Only an
+estimator named in
 `registry.ONE_RESPONSE_ADVANTAGES` has a signal with one response per prompt (`rollout.group_size: 1`): its
 baseline is not the group's own mean.
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but those registered `zeroes_flat_groups=False`, whose point is
 a signal there: batch_norm (no group baseline: only a flat batch gets 0), gdpo and gdpo_tokens (their batch step),
 ngrpo (a flat group below the virtual maximum reward gets a negative advantage), remax (a flat group's reward may
-differ from its greedy baseline) and poise (a flat group's reward may differ from its probe's baseline).
+differ from its greedy baseline), poise (a flat group's reward may differ from its probe's baseline) and spo (its
+baseline is the prompt's tracked success rate, not the group).
 """
 
 from __future__ import annotations
@@ -536,6 +539,33 @@ def poise(rewards: torch.Tensor, eps: float, values: torch.Tensor) -> torch.Tens
         return torch.zeros_like(rewards)
     v = values.to(rewards.dtype)
     return rewards - (v.sum(dim=1, keepdim=True) - v) / (G - 1)
+
+
+@ADVANTAGES.register("spo", zeroes_flat_groups=False, needs_prompt_values=True)
+def spo(rewards: torch.Tensor, eps: float, prompt_values: torch.Tensor) -> torch.Tensor:
+    """A'_i = R_i − v̂(x_i), then A_i = (A'_i − mean_B A') / (std_B A' + ε), Bessel-corrected, over every response of
+    the batch: v̂(x) = α(x)/(α(x) + β(x)), the success rate of response i's prompt x_i that the trainer's persistent
+    tracker held before this step (trainer/value_tracker.py: a Beta whose evidence is discounted by a KL-adaptive
+    forgetting factor as the policy moves). Nothing is grouped: any number of responses per prompt, one included.
+
+    SPO: Xu and Ding 2025, Single-stream Policy Optimization (arXiv 2509.13232): a persistent per-prompt baseline in
+    place of the group's, and one normalisation over the whole batch. Follows the authors' release (verl's
+    recipe/spo/spo_ray_trainer.py, `RayPPOTrainer.fit`: `advantages = r - p_hats`, then
+    `(advantages - advantages.mean()) / (advantages.std() + 1e-8)`, torch's Bessel-corrected std; the `spo` preset's
+    ε is their 1e-8). `prompt_values` [groups, G]: v̂ of each response's prompt. A batch whose R − v̂ are all equal
+    (one response, say) gets 0 where the authors' std would be NaN. The paper's method section could not be read here
+    (its abstract and introduction could): the formula is the authors' code's.
+    Departs from the authors' release: none in this function.
+    """
+    if prompt_values.shape != rewards.shape:
+        raise ValueError(
+            f"prompt_values must match rewards' shape {list(rewards.shape)}, got {list(prompt_values.shape)}"
+        )
+    centred = rewards - prompt_values.to(rewards.dtype)
+    flat = centred.flatten()
+    if bool((flat == flat[0]).all()):
+        return torch.zeros_like(rewards)
+    return (centred - flat.mean()) / (flat.std(unbiased=True) + eps)
 
 
 def leave_one_out_targets(rewards: torch.Tensor) -> torch.Tensor:

@@ -60,6 +60,7 @@ def compute_advantages(
     greedy: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
     components: torch.Tensor | None = None,
+    prompt_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`; the
     settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params and
@@ -69,7 +70,9 @@ def compute_advantages(
     [groups, G], the reward of one greedy response to each response's prompt) to one registered `needs_greedy`
     (ReMax), `values` ([groups, G], each response's value from the policy's internal states, the trainer's value
     probe's) to one registered `needs_values` (POISE), and `components` ([groups, G, K], each response's
-    objective.reward_components) to one registered `needs_components` (GDPO)."""
+    objective.reward_components) to one registered `needs_components` (GDPO), and `prompt_values` ([groups, G], the
+    success rate of each response's prompt from the trainer's per-prompt tracker) to one registered
+    `needs_prompt_values` (SPO)."""
     meta = ADVANTAGES.meta(s.advantage)
     kwargs = {name: getattr(s, name) for name in meta.get("params", ())}
     if meta.get("needs_strata", False) != (strata is not None):
@@ -95,6 +98,10 @@ def compute_advantages(
         if components is None:
             raise ValueError(f"advantage {s.advantage} needs each response's reward components")
         kwargs["components"] = components
+    if meta.get("needs_prompt_values", False):  # each response's prompt's value from the trainer's tracker
+        if prompt_values is None:
+            raise ValueError(f"advantage {s.advantage} needs each prompt's value from the trainer's value tracker")
+        kwargs["prompt_values"] = prompt_values
     return ADVANTAGES[s.advantage](rewards, s.adv_eps, **kwargs)
 
 

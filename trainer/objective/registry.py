@@ -83,6 +83,7 @@ ADVANTAGES: Registry = Registry(
         "poise",
         "gdpo",
         "gdpo_tokens",
+        "spo",
     ),
 )
 COMPONENT_ADVANTAGES = ("gdpo", "gdpo_tokens")
@@ -97,6 +98,7 @@ ONE_RESPONSE_ADVANTAGES = (
     "batch_mean_tokens",
     "ngrpo",
     "remax",
+    "spo",
 )
 """The estimators with a signal at one response per prompt (`rollout.group_size: 1`): their baseline is not the group's
 own rewards, which a group of one would cancel. Declared here, not at registration, so validating a config imports no

@@ -41,7 +41,8 @@ class ObjectiveSettings(BaseModel):
     the mean of the other responses' values, each predicted by a probe on the policy's own hidden states; needs the
     poise_* fields and reward_range), gdpo (GDPO: each of reward_components normalised within its group, weighted,
     summed, whitened over the batch's responses; TRL's normalize_then_sum), gdpo_tokens (the same whitened over the
-    batch's tokens: verl's gdpo). The std switch of the Dr. GRPO ablation."""
+    batch's tokens: verl's gdpo), spo (SPO: R minus the prompt's success rate from the trainer's persistent
+    KL-adaptive tracker, whitened over the batch; needs the spo_* fields). The std switch of the Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
     """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
     verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
@@ -96,6 +97,25 @@ class ObjectiveSettings(BaseModel):
     """RL steps before the probe's first fit: meanwhile the baseline is the other responses' mean reward (RLOO), and
     each step's responses fill the buffer; the probe is fit after that many steps, then refit after every step (the
     authors' scratch bootstrap, 16 steps). Set exactly when advantage is poise."""
+    spo_rho_min: float | None = Field(ge=0, lt=1)
+    """SPO's value tracker (advantage spo, arXiv 2509.13232; trainer/value_tracker.py): the lowest forgetting factor
+    ρ the KL-adaptive rule may give, and 1/(1 − ρ_min) the effective count of observations a tracker starts with after
+    its initial samples (the authors' `rho.clip_lower` 0.875: 8). Set exactly when advantage is spo."""
+    spo_rho_max: float | None = Field(gt=0, le=1)
+    """The highest forgetting factor ρ (the authors' 0.96, also what a prompt seen for the first time gets). At least
+    spo_rho_min. Set exactly when advantage is spo."""
+    spo_d_half: float | None = Field(gt=0, allow_inf_nan=False)
+    """D_half of the KL-adaptive rule ρ = 2^(−D/D_half), D the mean |Δ log π| over the tokens of the prompt's last
+    response between the policy after its last visit and the policy now: a drift of D_half halves the old evidence's
+    weight (the authors' 0.06). Set exactly when advantage is spo."""
+    spo_init_samples: int | None = Field(ge=0, le=1024)
+    """n0: responses sampled for each prompt of the pool (rollout.prompt_pool) from the initial policy before the first
+    step, whose success count s sets the prompt's tracker to α = (s + ½)/(n0 + 1)·N, β = (n0 − s + ½)/(n0 + 1)·N,
+    N = 1/(1 − spo_rho_min) (the authors' offline values, `offline_N` 8); 0 = none, every prompt starts at α = β = ½.
+    Above 0 needs rollout.prompt_pool. Set exactly when advantage is spo."""
+    spo_rho: float | None = Field(ge=0, le=1)
+    """A constant forgetting factor in place of the KL-adaptive rule (the authors' `rho.type: constant`); null (the
+    paper's) = ρ = clip(2^(−D/D_half), spo_rho_min, spo_rho_max). Only with advantage spo."""
     reward_components: tuple[str, ...] | None = Field(strict=False, min_length=1)
     """The reward components GDPO (advantage gdpo or gdpo_tokens, arXiv 2601.05242) normalises each within its group
     before summing them (verl's `algorithm.gdpo_reward_keys`, TRL's one reward function per component): `reward` (the
@@ -323,6 +343,30 @@ class ObjectiveSettings(BaseModel):
                 raise ValueError(
                     f"{', '.join(given)} set the value probe of advantage poise (advantage: {self.advantage})"
                 )
+        tracker = {name: getattr(self, name) for name in SPO_FIELDS}
+        if self.advantage in _TRACKER_ADVANTAGES:
+            missing = [name for name, value in tracker.items() if value is None]
+            if missing:
+                raise ValueError(
+                    f"advantage {self.advantage} needs {', '.join(missing)} (its value tracker's settings; the preset "
+                    f"spo sets them all)"
+                )
+            assert self.spo_rho_min is not None and self.spo_rho_max is not None
+            if self.spo_rho_min > self.spo_rho_max:
+                raise ValueError(
+                    f"spo_rho_min ({self.spo_rho_min:g}) must not exceed spo_rho_max ({self.spo_rho_max:g})"
+                )
+            if self.overlong_penalty or self.kl_reward_coef > 0:
+                raise ValueError(
+                    f"advantage {self.advantage} tracks each prompt's success rate from rewards in [0, 1]: "
+                    "overlong_penalty and kl_reward_coef move the reward outside it (turn them off)"
+                )
+        else:
+            given = [name for name in (*SPO_FIELDS, "spo_rho") if getattr(self, name) is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} set the value tracker of advantage spo (advantage: {self.advantage})"
+                )
         if self.poise_pca_dims is not None and min(self.poise_pca_dims) < 0:
             raise ValueError(
                 f"poise_pca_dims must be two component counts >= 0 (0 = no projection), got {list(self.poise_pca_dims)}"
@@ -499,6 +543,18 @@ class ObjectiveSettings(BaseModel):
         return bool(ADVANTAGES.meta(self.advantage).get("needs_values", False))
 
     @property
+    def needs_prompt_values(self) -> bool:
+        """Whether the advantage needs each prompt's value from the trainer's persistent per-prompt tracker (SPO's
+        baseline): what the estimator registered (`needs_prompt_values`)."""
+        return bool(ADVANTAGES.meta(self.advantage).get("needs_prompt_values", False))
+
+    @property
+    def tracks_prompts(self) -> bool:
+        """Whether the advantage's baseline is the trainer's per-prompt value tracker (the spo_* fields), by name, so
+        that validating a config imports no torch."""
+        return self.advantage in _TRACKER_ADVANTAGES
+
+    @property
     def one_response(self) -> bool:
         """Whether the advantage has a signal with one response per prompt: its baseline is not the group's own
         rewards (a group of one is flat, and a group baseline gives it 0): `ONE_RESPONSE_ADVANTAGES`."""
@@ -530,6 +586,12 @@ POISE_FIELDS = (
     "poise_bootstrap_steps",
 )
 """The value probe's settings: set exactly when the advantage is poise."""
+
+_TRACKER_ADVANTAGES = ("spo",)
+"""The advantage estimators whose baseline is the trainer's per-prompt value tracker (the spo_* fields)."""
+
+SPO_FIELDS = ("spo_rho_min", "spo_rho_max", "spo_d_half", "spo_init_samples")
+"""The value tracker's settings: set exactly when the advantage is spo (spo_rho, a constant ρ, optional there)."""
 
 _STRATUM_ADVANTAGES = ("stratified",)
 """The advantage estimators that read each response's stratum (stratum_key)."""
@@ -585,6 +647,11 @@ _COMMON: dict[str, Any] = dict(
     poise_ridge_alpha=None,
     poise_buffer_rows=None,
     poise_bootstrap_steps=None,
+    spo_rho_min=None,
+    spo_rho_max=None,
+    spo_d_half=None,
+    spo_init_samples=None,
+    spo_rho=None,
     surrogate="clip",
     sapo_temperature=None,
     vespo_k=None,
@@ -829,6 +896,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ratio": "token",
         "clip_low": 0.2,
         "clip_high": 0.2,
+    },
+    # SPO (arXiv 2509.13232; the authors' verl recipe, recipe/spo: run_spo.sh, config/spo_trainer.yaml,
+    # spo_ray_trainer.py): one response per prompt, A = R − v̂(x) from a Beta tracker of the prompt's success rate,
+    # whitened over the batch with ε 1e-8; ρ = clip(2^(−D/0.06), 0.875, 0.96); trackers initialised from 8 samples per
+    # prompt (offline_N); verl's token mean, clip 0.2 / 0.28, dual clip 10, no KL. The sampling half of the recipe
+    # (rollout.group_size: 1, rollout.prompt_pool, rollout.prompt_sampling: value_priority) is the rollout section's.
+    "spo": {
+        **_COMMON,
+        "advantage": "spo",
+        "adv_eps": 1e-8,
+        "spo_rho_min": 0.875,
+        "spo_rho_max": 0.96,
+        "spo_d_half": 0.06,
+        "spo_init_samples": 8,
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "dual_clip": 10.0,
     },
     # POISE (arXiv 2605.07579; holi-lab/POISE: scripts/train/_poise.sh, scripts/train/lib/config.sh,
     # src/poise/config/*_qwen3_4b.json): each response's baseline is its sibling's value, from a probe (PCA 32/64,
