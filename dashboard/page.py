@@ -76,6 +76,19 @@ def curves(panels: list[tuple[str, str]], data: SweepData, kw: dict, x: str, key
         st.caption("Not logged by this sweep's runs: " + ", ".join(f"`{m}`" for m in missing) + ".")
 
 
+def method_panel(
+    title: str, when: str, panels: list[tuple[str, str]], data: SweepData, kw: dict, x: str, key: str, caption: str
+) -> None:
+    """A method's own panels (ReMax's greedy baseline, POISE's probe, SPO's tracker), drawn only where a run of the
+    sweep logged the metric `when`, which only that method logs: other sweeps get no section, nor a "not logged"
+    line."""
+    if not data.by_arm(when, x):
+        return
+    st.subheader(title)
+    curves(panels, data, kw, x, key)
+    st.caption(caption)
+
+
 DASH = "—"
 
 

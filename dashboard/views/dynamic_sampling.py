@@ -55,62 +55,56 @@ st.caption(
     "R_i − mean_g R, MC-GRPO's concern in small groups; 0 by construction under the group-mean baselines "
     "(`group_std`, `group_mean`, `batch_std`)."
 )
-if data.by_arm(M.GREEDY_REWARD_MEAN, x):  # ReMax's runs only: no panel, nor a "not logged" line, on other sweeps
-    st.subheader("ReMax's greedy baseline")
-    page.curves(
-        [("greedy response's reward", M.GREEDY_REWARD_MEAN), ("sampled responses' mean reward", M.REWARD_MEAN)],
-        data,
-        kw,
-        x,
-        "ds_greedy",
-    )
-    st.caption(
-        "ReMax (`advantage: remax`, arXiv 2310.10505): each response's baseline is the reward of one greedy "
-        "(temperature-0) response to its prompt, generated each step and never trained on "
-        "(`adv/greedy_reward_mean`). Above the sampled responses' mean, most advantages are negative."
-    )
-if data.by_arm(M.POISE_ADV_VAR_RATIO, x):  # POISE's runs only, as ReMax's panel above
-    st.subheader("POISE's value probe")
-    page.curves(
-        [
-            ("|probe value − siblings' mean reward|", M.POISE_VALUE_ABS_ERR),
-            ("probe's explained variance of its targets", M.POISE_VALUE_EXPLAINED_VAR),
-            ("Var(advantage) / Var(reward)", M.POISE_ADV_VAR_RATIO),
-            ("probe fitted (0 while bootstrapping on RLOO)", M.POISE_PROBE_FITTED),
-        ],
-        data,
-        kw,
-        x,
-        "ds_poise",
-    )
-    st.caption(
-        "POISE (`advantage: poise`, arXiv 2605.07579): each response's baseline is the mean value of its siblings, "
-        "each predicted by a ridge probe on the policy's own hidden states and token entropy, refit after every step "
-        "on the newest responses. `poise/value_abs_err` and `poise/value_explained_var`: the probe's predictions "
-        "against their targets (the siblings' mean reward), made before it saw the step; `poise/adv_var_ratio`: the "
-        "advantage's variance against REINFORCE's without a baseline (below 1, the baseline removes variance)."
-    )
-if data.by_arm(M.SPO_VALUE_MEAN, x):  # SPO's runs only, as ReMax's panel above
-    st.subheader("SPO's value tracker")
-    page.curves(
-        [
-            ("|tracked value − reward|", M.SPO_VALUE_ABS_ERR),
-            ("mean tracked value v̂", M.SPO_VALUE_MEAN),
-            ("share of prompts tracked", M.SPO_TRACKED_FRAC),
-            ("forgetting factor ρ", M.SPO_RHO_MEAN),
-        ],
-        data,
-        kw,
-        x,
-        "ds_spo",
-    )
-    st.caption(
-        "SPO (`advantage: spo`, arXiv 2509.13232): each response's baseline is its prompt's success rate v̂(x) from a "
-        "Beta tracker that persists across steps (no group: one response per prompt), its old evidence discounted by "
-        "ρ as the policy drifts on that prompt. `spo/value_abs_err`: |v̂ − R| with v̂ from before the step; "
-        "`spo/tracked_frac`: the share of the step's prompts initialised or seen before (the rest start at ½); "
-        "`spo/rho_mean`: the step's mean ρ (ρ_max on first visits, lower the more the policy moved)."
-    )
+page.method_panel(
+    "ReMax's greedy baseline",
+    M.GREEDY_REWARD_MEAN,
+    [("greedy response's reward", M.GREEDY_REWARD_MEAN), ("sampled responses' mean reward", M.REWARD_MEAN)],
+    data,
+    kw,
+    x,
+    "ds_greedy",
+    "ReMax (`advantage: remax`, arXiv 2310.10505): each response's baseline is the reward of one greedy "
+    "(temperature-0) response to its prompt, generated each step and never trained on "
+    "(`adv/greedy_reward_mean`). Above the sampled responses' mean, most advantages are negative.",
+)
+page.method_panel(
+    "POISE's value probe",
+    M.POISE_ADV_VAR_RATIO,
+    [
+        ("|probe value − siblings' mean reward|", M.POISE_VALUE_ABS_ERR),
+        ("probe's explained variance of its targets", M.POISE_VALUE_EXPLAINED_VAR),
+        ("Var(advantage) / Var(reward)", M.POISE_ADV_VAR_RATIO),
+        ("probe fitted (0 while bootstrapping on RLOO)", M.POISE_PROBE_FITTED),
+    ],
+    data,
+    kw,
+    x,
+    "ds_poise",
+    "POISE (`advantage: poise`, arXiv 2605.07579): each response's baseline is the mean value of its siblings, "
+    "each predicted by a ridge probe on the policy's own hidden states and token entropy, refit after every step "
+    "on the newest responses. `poise/value_abs_err` and `poise/value_explained_var`: the probe's predictions "
+    "against their targets (the siblings' mean reward), made before it saw the step; `poise/adv_var_ratio`: the "
+    "advantage's variance against REINFORCE's without a baseline (below 1, the baseline removes variance).",
+)
+page.method_panel(
+    "SPO's value tracker",
+    M.SPO_VALUE_MEAN,
+    [
+        ("|tracked value − reward|", M.SPO_VALUE_ABS_ERR),
+        ("mean tracked value v̂", M.SPO_VALUE_MEAN),
+        ("share of prompts tracked", M.SPO_TRACKED_FRAC),
+        ("forgetting factor ρ", M.SPO_RHO_MEAN),
+    ],
+    data,
+    kw,
+    x,
+    "ds_spo",
+    "SPO (`advantage: spo`, arXiv 2509.13232): each response's baseline is its prompt's success rate v̂(x) from a "
+    "Beta tracker that persists across steps (no group: one response per prompt), its old evidence discounted by "
+    "ρ as the policy drifts on that prompt. `spo/value_abs_err`: |v̂ − R| with v̂ from before the step; "
+    "`spo/tracked_frac`: the share of the step's prompts initialised or seen before (the rest start at ½); "
+    "`spo/rho_mean`: the step's mean ρ (ρ_max on first visits, lower the more the policy moved).",
+)
 st.subheader("Cost of the filter")
 page.curves(
     [("generation rounds per step", M.GEN_ROUNDS), ("groups dropped per step", M.GROUPS_DROPPED)],
