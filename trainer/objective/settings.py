@@ -329,28 +329,9 @@ class ObjectiveSettings(BaseModel):
             raise ValueError(f"dynamic_sampling_drop: {self.dynamic_sampling_drop} needs dynamic_sampling: true")
         if self.bnpo_max_weight is not None and self.advantage != "bnpo":
             raise ValueError(f"bnpo_max_weight needs advantage 'bnpo' (advantage: {self.advantage})")
-        probe = {name: getattr(self, name) for name in POISE_FIELDS}
-        if self.advantage in _VALUE_ADVANTAGES:
-            missing = [name for name, value in probe.items() if value is None]
-            if missing:
-                raise ValueError(
-                    f"advantage {self.advantage} needs {', '.join(missing)} (its value probe's settings; the preset "
-                    f"poise sets them all)"
-                )
-        else:
-            given = [name for name, value in probe.items() if value is not None]
-            if given:
-                raise ValueError(
-                    f"{', '.join(given)} set the value probe of advantage poise (advantage: {self.advantage})"
-                )
-        tracker = {name: getattr(self, name) for name in SPO_FIELDS}
+        self._owned_fields(_VALUE_ADVANTAGES, POISE_FIELDS, (), "value probe", "poise")
+        self._owned_fields(_TRACKER_ADVANTAGES, SPO_FIELDS, ("spo_rho",), "value tracker", "spo")
         if self.advantage in _TRACKER_ADVANTAGES:
-            missing = [name for name, value in tracker.items() if value is None]
-            if missing:
-                raise ValueError(
-                    f"advantage {self.advantage} needs {', '.join(missing)} (its value tracker's settings; the preset "
-                    f"spo sets them all)"
-                )
             assert self.spo_rho_min is not None and self.spo_rho_max is not None
             if self.spo_rho_min > self.spo_rho_max:
                 raise ValueError(
@@ -361,18 +342,29 @@ class ObjectiveSettings(BaseModel):
                     f"advantage {self.advantage} tracks each prompt's success rate from rewards in [0, 1]: "
                     "overlong_penalty and kl_reward_coef move the reward outside it (turn them off)"
                 )
-        else:
-            given = [name for name in (*SPO_FIELDS, "spo_rho") if getattr(self, name) is not None]
-            if given:
-                raise ValueError(
-                    f"{', '.join(given)} set the value tracker of advantage spo (advantage: {self.advantage})"
-                )
         if self.poise_pca_dims is not None and min(self.poise_pca_dims) < 0:
             raise ValueError(
                 f"poise_pca_dims must be two component counts >= 0 (0 = no projection), got {list(self.poise_pca_dims)}"
             )
         self._reward_components()
         return self
+
+    def _owned_fields(
+        self, owners: tuple[str, ...], required: tuple[str, ...], optional: tuple[str, ...], what: str, preset: str
+    ) -> None:
+        """Settings that belong to one estimator's component (POISE's probe, SPO's tracker): each of `required` set
+        under those advantages, and none of them nor of `optional` under any other."""
+        if self.advantage in owners:
+            missing = [name for name in required if getattr(self, name) is None]
+            if missing:
+                raise ValueError(
+                    f"advantage {self.advantage} needs {', '.join(missing)} (its {what}'s settings; the preset "
+                    f"{preset} sets them all)"
+                )
+            return
+        given = [name for name in (*required, *optional) if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} set the {what} of advantage {preset} (advantage: {self.advantage})")
 
     def _reward_components(self) -> None:
         """GDPO's components and weights: set exactly under its estimators, each named once, the overlong punishment
