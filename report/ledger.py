@@ -60,6 +60,26 @@ def lines_table(ledger: Ledger, sweep: str | None = None, claim: str | None = No
     return "\n".join(rows) + "\n"
 
 
+def across_table(ledger: Ledger, sweeps: list[str]) -> str:
+    """Each claim (rows) in each of `sweeps` (columns: the same question on another task, say): its verdict of
+    record and effect on each seed set, in the order the sets ran, and whether it replicated. A claim a sweep
+    does not hold is '—'."""
+    lines = {(ln.sweep, ln.claim): ln for ln in ledger.lines}
+    missing = [s for s in sweeps if not any(key[0] == s for key in lines)]
+    if missing:
+        raise ValueError(f"the evidence holds no verdict of {', '.join(map(repr, missing))}")
+    claims = dict.fromkeys(c for s in sweeps for (sw, c) in lines if sw == s)
+    rows = ["| claim | " + " | ".join(sweeps) + " |", "|---|" + "---|" * len(sweeps)]
+    for claim in claims:
+        cells = []
+        for s in sweeps:
+            ln = lines.get((s, claim))
+            sets = [f"{e.of_record} {num(e.verdict.effect, True)}" for e in ln.entries] if ln else []
+            cells.append(f"{'; '.join(sets)} ({ln.replicated})" if ln else "—")
+        rows.append(f"| {claim} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def totals_text(ledger: Ledger, not_kept: int) -> str:
     t = ledger.totals
     return (
@@ -144,7 +164,8 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
 
 def fill(text: str, ledger: Ledger, not_kept: int) -> str:
     """`text` with every ledger block regenerated: `table SWEEP [fixed|sequential]` (its verdict table),
-    `lines SWEEP` (its claims across seed sets), `claim ID` (one claim across every sweep that has it), `totals`.
+    `lines SWEEP` (its claims across seed sets), `claim ID` (one claim across every sweep that has it), `across
+    SWEEP SWEEP …` (each claim in each sweep, on each seed set), `totals`.
     An unknown key is a ValueError."""
 
     def body(m: re.Match) -> str:
@@ -158,6 +179,8 @@ def fill(text: str, ledger: Ledger, not_kept: int) -> str:
             new = lines_table(ledger, arg)
         elif kind == "claim" and arg:
             new = lines_table(ledger, claim=arg)
+        elif kind == "across" and arg:
+            new = across_table(ledger, arg.split())
         elif kind == "totals":
             new = totals_text(ledger, not_kept)
         else:

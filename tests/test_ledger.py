@@ -138,3 +138,31 @@ def test_the_committed_documents_are_what_the_shipped_evidence_gives(tmp_path):
         shutil.copy(ROOT / part, repo / part)
     assert not (repo / "results").exists()
     assert main(["ledger", "--evidence", str(ROOT / "docs" / "evidence"), "--root", str(repo), "--check"]) == 0
+
+
+def test_the_across_block_sets_a_claim_of_several_sweeps_side_by_side(evidence, tmp_path):
+    """`across A B`: one row per claim, one column per sweep, each cell the claim's verdict and effect on each
+    seed set and whether it replicated; a claim one sweep lacks is '—', an unknown sweep a ValueError."""
+    from harness.analysis.ledger import build
+    from harness.runs.evidence_file import read_evidence
+    from report.ledger import across_table, fill
+
+    for name in ("planted.json", "planted-fresh.json"):
+        other = json.loads((evidence / name).read_text())
+        other["sweep"] = "other_task"
+        other["claims"] = [c for c in other["claims"] if c["id"] == "longer"]
+        (tmp_path / f"other-{name}").write_text(json.dumps(other))
+    files = [*sorted(evidence.glob("planted*.json")), *sorted(tmp_path.glob("other-*.json"))]
+    ledger = build([read_evidence(p) for p in files])
+    table = across_table(ledger, ["planted", "other_task"])
+    rows = {r.split(" | ")[0].strip("| "): r for r in table.splitlines()[2:]}
+    mine = {(ln.sweep, ln.claim): ln for ln in ledger.lines}
+    longer = mine["planted", "longer"]
+    a, b = (e.verdict.effect for e in longer.entries)
+    assert rows["longer"].startswith(f"| longer | reproduced +{a:.4g}; reproduced +{b:.4g} (both) | reproduced +")
+    assert rows["accuracy"].endswith("| — |")
+    assert table.splitlines()[0] == "| claim | planted | other_task |"
+    with pytest.raises(ValueError, match="no verdict of 'nothing'"):
+        across_table(ledger, ["planted", "nothing"])
+    block = "<!-- ledger: across planted other_task -->\n<!-- /ledger -->\n"
+    assert fill(block, ledger, 0) == f"<!-- ledger: across planted other_task -->\n{table}<!-- /ledger -->\n"
