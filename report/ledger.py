@@ -80,6 +80,44 @@ def across_table(ledger: Ledger, sweeps: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def headlines_table(ledger: Ledger, picks: list[str]) -> str:
+    """The README's compact table: each `SWEEP` (all its claims) or `SWEEP:CLAIM,CLAIM` pick, one row per claim:
+    the claim (with its paper's arXiv id, or harness's own), its verdict and effect on each seed set, replicated,
+    and its BH q-values."""
+    rows = ["| sweep | claim | each seed set: verdict, effect | replicated | q (BH) |", "|---|---|---|---|---|"]
+    for pick in picks:
+        sweep, _, wanted = pick.partition(":")
+        mine = [ln for ln in ledger.lines if ln.sweep == sweep]
+        ids = wanted.split(",") if wanted else [ln.claim for ln in mine]
+        unknown = sorted(set(ids) - {ln.claim for ln in mine})
+        if not mine or unknown:
+            raise ValueError(f"the evidence holds no verdict of {sweep!r}{': ' + ', '.join(unknown) if mine else ''}")
+        for ln in sorted((ln for ln in mine if ln.claim in ids), key=lambda ln: ids.index(ln.claim)):
+            paper = ln.entries[0].verdict.claim.paper
+            sets = "; ".join(f"{_seeds(e.seeds)}: {e.of_record} {num(e.verdict.effect, True)}" for e in ln.entries)
+            qs = ", ".join(_p(e.q) for e in ln.entries)
+            rows.append(f"| {sweep} | {ln.claim} ({paper or 'harness'}) | {sets} | {ln.replicated} | {qs} |")
+    return "\n".join(rows) + "\n"
+
+
+def replication_text(ledger: Ledger, claim: str) -> str:
+    """One sentence: in how many sweeps' evidence `claim` replicated on every seed set, on some, on none."""
+    mine = [ln for ln in ledger.lines if ln.claim == claim and len(ln.entries) > 1]
+    if not mine:
+        raise ValueError(f"the evidence holds no claim {claim!r} on two seed sets")
+    groups: dict[str, list[str]] = {"both": [], "one": [], "neither": []}
+    for ln in mine:
+        k = sum(e.of_record == "reproduced" for e in ln.entries)
+        groups["both" if k == len(ln.entries) else "one" if k else "neither"].append(ln.sweep)
+    parts = [
+        f"{how} in {len(s)} ({', '.join(s)})"
+        for how, s in zip(("on every seed set", "on some", "on none"), groups.values())
+        if s
+    ]
+    head = f"`{claim}`, in the {len(mine)} sweeps whose evidence holds two seed sets or more"
+    return f"{head}: reproduced {'; '.join(parts)}.\n"
+
+
 def totals_text(ledger: Ledger, not_kept: int) -> str:
     t = ledger.totals
     return (
@@ -165,7 +203,8 @@ def to_json(ledger: Ledger, not_kept: int) -> str:
 def fill(text: str, ledger: Ledger, not_kept: int) -> str:
     """`text` with every ledger block regenerated: `table SWEEP [fixed|sequential]` (its verdict table),
     `lines SWEEP` (its claims across seed sets), `claim ID` (one claim across every sweep that has it), `across
-    SWEEP SWEEP …` (each claim in each sweep, on each seed set), `totals`.
+    SWEEP SWEEP …` (each claim in each sweep, on each seed set), `headlines SWEEP[:CLAIM,…] …` (the README's
+    compact table), `replication CLAIM` (one sentence: in how many sweeps it replicated), `totals`.
     An unknown key is a ValueError."""
 
     def body(m: re.Match) -> str:
@@ -181,6 +220,10 @@ def fill(text: str, ledger: Ledger, not_kept: int) -> str:
             new = lines_table(ledger, claim=arg)
         elif kind == "across" and arg:
             new = across_table(ledger, arg.split())
+        elif kind == "headlines" and arg:
+            new = headlines_table(ledger, arg.split())
+        elif kind == "replication" and arg:
+            new = replication_text(ledger, arg)
         elif kind == "totals":
             new = totals_text(ledger, not_kept)
         else:

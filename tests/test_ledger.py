@@ -166,3 +166,30 @@ def test_the_across_block_sets_a_claim_of_several_sweeps_side_by_side(evidence, 
         across_table(ledger, ["planted", "nothing"])
     block = "<!-- ledger: across planted other_task -->\n<!-- /ledger -->\n"
     assert fill(block, ledger, 0) == f"<!-- ledger: across planted other_task -->\n{table}<!-- /ledger -->\n"
+
+
+def test_the_headlines_and_replication_blocks(evidence):
+    """`headlines SWEEP:CLAIM …` picks claims in the order given (an unknown one is a ValueError naming it);
+    `replication CLAIM` counts the sweeps where it held on every seed set, some, none."""
+    from harness.analysis.ledger import build
+    from harness.runs.evidence_file import read_evidence
+    from report.ledger import headlines_table, replication_text
+
+    ledger = build([read_evidence(p) for p in sorted(evidence.glob("planted*.json"))])
+    table = headlines_table(ledger, ["planted:longer,accuracy"]).splitlines()
+    longer = next(ln for ln in ledger.lines if ln.claim == "longer")
+    a, b = (e.verdict.effect for e in longer.entries)
+    assert table[2].startswith("| planted | longer (") and f"0–4: reproduced +{a:.4g}; 100–104: reproduced" in table[2]
+    assert table[2].endswith("| both | " + ", ".join(_q(e.q) for e in longer.entries) + " |")
+    assert table[3].startswith("| planted | accuracy (") and "| neither |" in table[3] and len(table) == 4
+    with pytest.raises(ValueError, match="'planted': nothing"):
+        headlines_table(ledger, ["planted:nothing"])
+    assert replication_text(ledger, "longer") == (
+        "`longer`, in the 1 sweeps whose evidence holds two seed sets or more: reproduced on every seed set in 1 "
+        "(planted).\n"
+    )
+    assert "on none in 1 (planted)" in replication_text(ledger, "accuracy")
+
+
+def _q(q: float) -> str:
+    return "< 0.0001" if q < 1e-4 else f"{q:.2g}"
