@@ -181,6 +181,27 @@ def test_a_small_effect_stops_when_the_repeated_ci_lies_within_the_smallest_effe
     assert wide.open
 
 
+def test_a_crossing_inside_the_band_or_short_of_clearing_it_decides_nothing():
+    """As the fixed design (claims.decide): a significant effect whose repeated CI lies within threshold ±
+    min_effect stops as a small effect, not reproduced; one on the wrong side that does not clear the threshold
+    by min_effect is not contradicted; one that clears it is."""
+    design = seq.Design(first=10, batch=10, max_seeds=10, alpha=ALPHA)
+    claim = _claim(min_effect=1.0)
+    outcomes = []
+    for effect in (0.5, -0.5, -1.05, -1.5, 3.0):
+        track = seq.Track("c")
+        seq.observe(track, 1, _ev(effect, 0.1, 1e6, 10), design, 0.0)
+        seq.decide([claim], [track], design, final=True)
+        outcomes.append((track.verdict, track.stop))
+    assert outcomes == [
+        ("inconclusive", "small effect"),
+        ("inconclusive", "small effect"),
+        ("inconclusive", "budget"),  # CI about [-1.25, -0.85]: significant, not clear of -min_effect
+        ("contradicted", "efficacy"),
+        ("reproduced", "efficacy"),
+    ]
+
+
 def test_a_look_without_new_runs_spends_nothing_and_the_record_round_trips():
     design = seq.Design(first=3, batch=2, max_seeds=7, alpha=ALPHA)
     claim = _claim(min_effect=None)

@@ -13,7 +13,9 @@ The procedure (one home for it; the sweep loop and the report only call it):
   of cell means with each cell's own variance and Welch–Satterthwaite df, against the claim's threshold), mapped
   to the normal scale by its p-value, z = Φ⁻¹(F_t(t; df)) (the significance-level approach, Jennison & Turnbull
   §3.8). Its null error rate with unequal cell variances is simulated in tests/test_unequal_variances.py.
-- **Decisions.** Efficacy: |z| crosses the boundary → reproduced (on the claimed side) or contradicted.
+- **Decisions.** Efficacy: |z| crosses the boundary → reproduced (on the claimed side) or contradicted, by the
+  fixed design's rules: not when the repeated CI lies within threshold ± min_effect (a small effect), and
+  contradicted only when it clears the threshold by min_effect.
   Small effect: the repeated confidence interval (effect ± t-quantile at the look's nominal level × SE; its
   coverage holds at every look at once, Jennison & Turnbull ch. 9) lies within threshold ± the claim's smallest
   effect of interest. The interval is at the level the claim's boundary is at (α / claims still open), so the
@@ -240,7 +242,7 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
             bounds = boundaries(track.fractions(), level, design.fixed_first)
             for lk, c in zip(tested, bounds):
                 _at_level(lk, c, level)
-            hit = next((lk for lk, c in zip(tested, bounds) if abs(lk.z) >= c), None)
+            hit = next((lk for lk, c in zip(tested, bounds) if abs(lk.z) >= c and _decisive(claim, lk)), None)
             if hit is not None:
                 side = math.copysign(1, hit.z) * (1 if claim.direction == "increase" else -1)
                 track.verdict = "reproduced" if side > 0 else "contradicted"
@@ -261,6 +263,21 @@ def decide(claims: list[Claim], tracks: list[Track], design: Design, *, final: b
             continue
         if final:
             track.stop, track.stopped_at = "budget", lk.look
+
+
+def _decisive(claim: Claim, lk: Look) -> bool:
+    """Whether a look whose |z| crossed its boundary decides the claim, by the fixed design's rules
+    (`claims.decide`): not when its repeated CI lies within threshold ± min_effect (a small effect, which the
+    stop below reports), and a contradiction only when the CI clears the threshold by min_effect."""
+    band = claim.min_effect
+    if band is None:
+        return True
+    if claim.threshold - band <= lk.low and lk.high <= claim.threshold + band:
+        return False
+    sign = 1 if claim.direction == "increase" else -1
+    if math.copysign(1, lk.z) * sign > 0:
+        return True
+    return lk.high < claim.threshold - band if sign > 0 else lk.low > claim.threshold + band
 
 
 PROCEDURE = "group-sequential, Lan-DeMets O'Brien-Fleming alpha spending, sequential Holm"
