@@ -1157,6 +1157,97 @@ CASES += [
     ),
 ]
 
+# The cosine length reward (objective.length_reward: cosine): its values set exactly under it, finite, within the
+# rewards the advantage reads, not under GDPO, not under TRL. PF-PPO (objective.pf_ppo_reweight): its exponent set
+# exactly under pow, above 0; not under TRL.
+COSINE = (
+    "objective:\n  preset: grpo\n  length_reward: cosine\n  cosine_correct: [1.0, 0.5]\n  cosine_wrong: [-1.0, -0.5]\n"
+)
+CASES += [
+    Case(
+        "run: the cosine length reward without its values",
+        "run",
+        "objective:\n  preset: grpo\n  length_reward: cosine\n",
+        "cosine_correct",
+    ),
+    Case(
+        "run: cosine values without the cosine length reward",
+        "run",
+        "objective:\n  preset: grpo\n  cosine_wrong: [-1.0, -0.5]\n",
+        "cosine_wrong",
+    ),
+    Case(
+        "run: a cosine exceed value without the cosine length reward",
+        "run",
+        "objective:\n  preset: grpo\n  cosine_exceed: -10\n",
+        "cosine_exceed",
+    ),
+    Case("run: a misspelt length reward", "run", "objective:\n  preset: grpo\n  length_reward: cos\n", "length_reward"),
+    Case(
+        "run: a cosine value that is not finite",
+        "run",
+        "objective:\n  preset: grpo\n  length_reward: cosine\n  cosine_correct: [.inf, 0.5]\n"
+        "  cosine_wrong: [-1.0, -0.5]\n",
+        "cosine_correct",
+    ),
+    Case("run: a cosine exceed value given as a list", "run", COSINE + "  cosine_exceed: [-10]\n", "cosine_exceed"),
+    Case(
+        "run: a cosine value short of a pair",
+        "run",
+        "objective:\n  preset: grpo\n  length_reward: cosine\n  cosine_correct: [1.0]\n  cosine_wrong: [-1.0, -0.5]\n",
+        "cosine_correct",
+    ),
+    Case(
+        "run: cosine rewards outside ngrpo's reward range",
+        "run",
+        COSINE.replace("preset: grpo", "preset: ngrpo"),
+        "length_reward",
+    ),
+    Case(
+        "run: the cosine length reward under gdpo (unread)",
+        "run",
+        COSINE.replace("preset: grpo", "preset: grpo\n  advantage: gdpo\n  reward_components: [reward]"),
+        "length_reward",
+    ),
+    Case(
+        "sweep: the cosine length reward under TRL",
+        "sweep",
+        SWEEP + "set:\n  objective.length_reward: cosine\n  objective.cosine_correct: [1.0, 0.5]\n"
+        "  objective.cosine_wrong: [-1.0, -0.5]\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.length_reward",
+    ),
+    Case(
+        "run: PF-PPO's pow weights without their exponent",
+        "run",
+        "objective:\n  preset: grpo\n  pf_ppo_reweight: pow\n",
+        "pf_ppo_weight_pow",
+    ),
+    Case(
+        "run: a PF-PPO exponent under max_min",
+        "run",
+        "objective:\n  preset: grpo\n  pf_ppo_reweight: max_min\n  pf_ppo_weight_pow: 2\n",
+        "pf_ppo_weight_pow",
+    ),
+    Case(
+        "run: a PF-PPO exponent of 0",
+        "run",
+        "objective:\n  preset: grpo\n  pf_ppo_reweight: pow\n  pf_ppo_weight_pow: 0\n",
+        "pf_ppo_weight_pow",
+    ),
+    Case(
+        "run: a misspelt PF-PPO method",
+        "run",
+        "objective:\n  preset: grpo\n  pf_ppo_reweight: max_max\n",
+        "pf_ppo_reweight",
+    ),
+    Case(
+        "sweep: PF-PPO under TRL",
+        "sweep",
+        SWEEP + "set:\n  objective.pf_ppo_reweight: max_random\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.pf_ppo_reweight",
+    ),
+]
+
 # A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
 REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 

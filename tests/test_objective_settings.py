@@ -13,6 +13,8 @@ from trainer.objective import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     KL_GRADIENTS,
+    LENGTH_REWARDS,
+    PF_PPO_WEIGHTS,
     PRESETS,
     RATIOS,
     ROLLOUT_CORRECTIONS,
@@ -160,7 +162,17 @@ def test_settings_are_frozen():
 
 def test_every_switch_documents_its_equation_and_paper():
     """Every registered switch and every public function states its equation and where it is from."""
-    registries = (ADVANTAGES, AGGREGATIONS, RATIOS, KL_ESTIMATORS, KL_GRADIENTS, SURROGATES, ROLLOUT_CORRECTIONS)
+    registries = (
+        ADVANTAGES,
+        AGGREGATIONS,
+        RATIOS,
+        KL_ESTIMATORS,
+        KL_GRADIENTS,
+        SURROGATES,
+        ROLLOUT_CORRECTIONS,
+        LENGTH_REWARDS,
+        PF_PPO_WEIGHTS,
+    )
     fns = [fn for reg in registries for fn in map(reg.__getitem__, reg.names())]
     fns += [getattr(objective, n) for n in objective.__all__ if inspect.isfunction(getattr(objective, n))]
     fns += list(TOKEN_WEIGHTS)

@@ -1,4 +1,5 @@
-"""The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → trained samples → updates.
+"""The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → trained samples (PF-PPO may
+resample them by reward) → updates.
 (ReMax's advantage also draws one greedy response per prompt, graded and not trained on: `Trainer._greedy`; POISE's
 reads each response's value from a probe on the policy's hidden states: `Trainer._probe_features`, `ValueProbe`;
 SPO's reads each prompt's tracked success rate: `Trainer._track`, `ValueTracker`; prompts may come from a fixed pool,
@@ -38,6 +39,8 @@ from trainer.objective import (
     kl_reward_penalty,
     loss_mask,
     merge_metrics,
+    pf_ppo_metrics,
+    pf_ppo_resample,
     policy_loss,
     shape_rewards,
     sign_flip_metrics,
@@ -283,7 +286,8 @@ class Trainer:
         lengths, truncated = out.lengths.cpu(), out.truncated.cpu().bool()
         grades = [self._grade(groups[g], j, text, bool(cut)) for (g, j), text, cut in zip(asks, out.texts, truncated)]
         task_reward = torch.tensor([grade.reward for grade in grades], dtype=torch.float64)
-        shaped = shape_rewards(task_reward, lengths, self.obj)
+        correct = torch.tensor([grade.correct for grade in grades])
+        shaped = shape_rewards(task_reward, lengths, self.obj, correct, truncated)
         row = {ask: k for k, ask in enumerate(asks)}
         index = [row[g, first[g][p]] for g, group in enumerate(groups) for p in group.prompts[:G]]
         metrics = {M.GREEDY_REWARD_MEAN: task_reward.mean().item()}
@@ -292,9 +296,9 @@ class Trainer:
     def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         G = self.group_width
         task_reward = torch.tensor([g.reward for g in s.grades], dtype=torch.float64)
-        shaped = shape_rewards(task_reward, s.lengths, self.obj).view(-1, G)
-        correct = torch.tensor([g.correct for g in s.grades]).view(-1, G)
-        return shaped, correct
+        correct = torch.tensor([g.correct for g in s.grades])
+        shaped = shape_rewards(task_reward, s.lengths, self.obj, correct, s.truncated).view(-1, G)
+        return shaped, correct.view(-1, G)
 
     def collect(self, step: int) -> tuple[Samples, Samples, dict[str, float]]:
         """(every sample generated this step, the samples kept for training, group metrics)."""
@@ -627,8 +631,15 @@ class Trainer:
         trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
         advantages = grouped.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()
+        if rows and self.obj.pf_ppo_reweight is not None:  # PF-PPO: as many draws of these rows, weighted by reward
+            scores = shaped.flatten()[rows]
+            seed = int(np.random.SeedSequence([self.seed, step, 19]).generate_state(1)[0])
+            picks = pf_ppo_resample(scores, self.obj, torch.Generator().manual_seed(seed))
+            metrics.update(pf_ppo_metrics(scores, picks))
+            rows = [rows[i] for i in picks.tolist()]
         if rows:  # none under drop_correct when every response is correct: nothing to train this step
-            t = every if every is not None and len(rows) == len(kept.grades) else self._tensors(kept, rows)
+            whole = rows == list(range(len(kept.grades)))  # the batch the KL in the reward already laid out
+            t = every if every is not None and whole else self._tensors(kept, rows)
             if old is not None and ref is not None:  # the trained rows' log-probs, cut to their batch's width
                 width = t["resp_mask"].shape[1]
                 old, ref = old[rows, :width], ref[rows, :width]

@@ -19,6 +19,11 @@ GROUPS_ALL_WRONG_FRAC = "train/groups_all_wrong_frac"
 GROUPS_MIXED_FRAC = "train/groups_mixed_frac"
 GEN_ROUNDS = "train/gen_rounds"
 GROUPS_DROPPED = "train/groups_dropped"
+# PF-PPO (objective.pf_ppo_reweight only; arXiv 2409.06957): the optimisation batch resampled with replacement by
+# reward. distinct_frac: the share of the responses to be trained drawn at least once; reward_mean: the mean (shaped)
+# reward of the batch as resampled, against train/reward_mean, that of every response sampled.
+PF_PPO_DISTINCT_FRAC = "train/pf_ppo_distinct_frac"
+PF_PPO_REWARD_MEAN = "train/pf_ppo_reward_mean"
 
 # policy (computed with the loss, see trainer.objective)
 ENTROPY = "policy/entropy"

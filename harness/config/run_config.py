@@ -481,6 +481,12 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.kl_horizon": None,
     "train.reference_sync_steps": None,
     "train.reference_mixup_alpha": None,
+    "objective.length_reward": None,
+    "objective.cosine_correct": None,
+    "objective.cosine_wrong": None,
+    "objective.cosine_exceed": None,
+    "objective.pf_ppo_reweight": None,
+    "objective.pf_ppo_weight_pow": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

@@ -123,9 +123,17 @@ TABLE: dict[str, str] = {
     "objective.overlong_penalty": "TRL's `get_soft_overlong_punishment(max_len, overlong_cache_len)` as a second "
     "reward function",
     "objective.overlong_cache_len": "`soft_punish_cache` of that reward function",
+    "objective.length_reward": "TRL's `get_cosine_scaled_reward` grades correctness itself, with math_verify against "
+    "a `solution` column, not with the task's grader, and has no value for a truncated response: cosine is an error",
+    "objective.cosine_correct": "unused (length_reward cosine only, which TRL cannot take from the task's grader)",
+    "objective.cosine_wrong": "unused (length_reward cosine only)",
+    "objective.cosine_exceed": "unused (length_reward cosine only)",
     "objective.dynamic_sampling": "TRL has no dynamic sampling: true is an error",
     "objective.dynamic_sampling_key": "unused (dynamic sampling only)",
     "objective.dynamic_sampling_drop": "unused (dynamic sampling only)",
+    "objective.pf_ppo_reweight": "TRL trains every response it samples once (no PF-PPO resampling, verl's "
+    "`algorithm.use_pf_ppo`): set is an error",
+    "objective.pf_ppo_weight_pow": "unused (pf_ppo_reweight pow only, which TRL has not)",
     "objective.ngrpo_single": "unused (ngrpo only, which TRL has not)",
     "objective.median_pivot": "TRL samples num_generations per prompt and trains on all of them (no median pivot): "
     "true is an error",
@@ -242,6 +250,15 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.kl_target: {o.kl_target:g} (TRL's beta is fixed: no adaptive KL coefficient)")
     if o.dynamic_sampling:
         out.append("objective.dynamic_sampling: true (TRL has no dynamic sampling)")
+    if o.length_reward is not None:
+        out.append(
+            f"objective.length_reward: {o.length_reward} (TRL's get_cosine_scaled_reward grades with math_verify "
+            "against a solution column, not the task's grader)"
+        )
+    if o.pf_ppo_reweight is not None:
+        out.append(
+            f"objective.pf_ppo_reweight: {o.pf_ppo_reweight} (TRL trains every response it samples once: no PF-PPO)"
+        )
     if o.median_pivot:
         out.append("objective.median_pivot: true (TRL trains on every response it samples: no MC-GRPO pivot)")
     if o.drop_correct:
@@ -451,6 +468,12 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "overlong_filter": bool(args.mask_truncated_completions),
             "overlong_penalty": overlong is not None,
             "overlong_cache_len": getattr(overlong, "soft_punish_cache", None),
+            "length_reward": None,  # TRL's cosine reward is its own reward function, read from math_verify's grade
+            "cosine_correct": None,
+            "cosine_wrong": None,
+            "cosine_exceed": None,
+            "pf_ppo_reweight": None,
+            "pf_ppo_weight_pow": None,
             "dynamic_sampling": False,
             "median_pivot": False,
             "drop_correct": False,

@@ -7,7 +7,8 @@
     out.loss.backward(); out.metrics                # policy/clip_frac, policy/entropy, ...
 
 Each switch is a registered function (ADVANTAGES, RATIOS, SURROGATES, AGGREGATIONS, KL_ESTIMATORS, KL_GRADIENTS,
-ROLLOUT_CORRECTIONS) or a token weight in TOKEN_WEIGHTS; a new variant is one decorated function.
+ROLLOUT_CORRECTIONS, LENGTH_REWARDS, PF_PPO_WEIGHTS) or a token weight in TOKEN_WEIGHTS; a new variant is one decorated
+function.
 """
 
 import importlib
@@ -26,12 +27,17 @@ _HOMES = {
     "kl_control": ["KLCoefficient", "adaptive_kl_coef"],
     "loss": ["ObjectiveOutput", "compute_advantages", "loss_mask", "merge_metrics", "policy_loss", "shape_rewards"],
     "overlong": ["overlong_filter", "soft_overlong_penalty"],
+    "length_rewards": ["LENGTH_REWARDS", "cosine_scaled_reward"],
     "ratios": ["RATIOS"],
     "sampling": [
         "GroupFilter",
         "dynamic_sampling_filter",
         "group_outcome_metrics",
         "median_pivot",
+        "PF_PPO_WEIGHTS",
+        "pf_ppo_metrics",
+        "pf_ppo_resample",
+        "pf_ppo_weights",
         "sign_flip_metrics",
         "trained_samples",
     ],
@@ -48,6 +54,12 @@ __all__ = [
     "SURROGATES",
     "ROLLOUT_CORRECTIONS",
     "TOKEN_WEIGHTS",
+    "LENGTH_REWARDS",
+    "PF_PPO_WEIGHTS",
+    "cosine_scaled_reward",
+    "pf_ppo_resample",
+    "pf_ppo_weights",
+    "pf_ppo_metrics",
     "covariance_selection",
     "EntropyCoefficient",
     "entropy_bonus",

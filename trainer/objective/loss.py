@@ -14,6 +14,7 @@ from trainer import metric_names as M
 from trainer.objective.advantages import ADVANTAGES
 from trainer.objective.aggregation import AGGREGATIONS, Normaliser, masked
 from trainer.objective.kl import KL_ESTIMATORS, KL_GRADIENTS
+from trainer.objective.length_rewards import LENGTH_REWARDS
 from trainer.objective.masks import (
     TOKEN_WEIGHTS,
     covariance_selection,
@@ -40,11 +41,27 @@ class ObjectiveOutput:
     """Detached scalars: this micro-batch's share of each metric (see `merge_metrics`)."""
 
 
-def shape_rewards(rewards: torch.Tensor, lengths: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
-    """R'_i = R_i + R_length(T_i) when overlong_penalty is on (DAPO, arXiv 2503.14476, eq. 13), else R_i."""
+def shape_rewards(
+    rewards: torch.Tensor,
+    lengths: torch.Tensor,
+    s: ObjectiveSettings,
+    correct: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """R'_i = L(c_i, T_i) + P(T_i): L the length reward objective.length_reward names (`LENGTH_REWARDS`: the cosine
+    length-scaling reward, arXiv 2502.03373), from response i's correctness c_i (`correct`), length T_i and whether
+    it was cut off (`truncated`), in place of the task's R_i (which stays when no length reward is set); P DAPO's soft
+    overlong punishment when overlong_penalty is on (arXiv 2503.14476, eq. 13), else 0. All [N]."""
+    out = rewards
+    if s.length_reward is not None:
+        if correct is None or truncated is None:
+            raise ValueError(f"length_reward {s.length_reward} needs each response's correctness and truncation")
+        kwargs = {name: getattr(s, name) for name in LENGTH_REWARDS.meta(s.length_reward).get("params", ())}
+        shaped = LENGTH_REWARDS[s.length_reward](correct.view(-1), lengths.view(-1), truncated.view(-1), **kwargs)
+        out = shaped.to(rewards.dtype).view_as(rewards)
     if not s.overlong_penalty:
-        return rewards
-    return rewards + soft_overlong_penalty(lengths, s.max_len, s.overlong_cache_len).to(rewards.dtype)
+        return out
+    return out + soft_overlong_penalty(lengths, s.max_len, s.overlong_cache_len).to(rewards.dtype)
 
 
 def loss_mask(mask: torch.Tensor, truncated: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:

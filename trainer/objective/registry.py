@@ -129,3 +129,10 @@ ROLLOUT_CORRECTIONS: Registry = Registry(
     "trainer.objective.masks",
     ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
 )
+LENGTH_REWARDS: Registry = Registry("length reward", "trainer.objective.length_rewards", ("cosine",))
+"""The reward as a function of each response's correctness and length, in place of the task's
+(objective.length_reward)."""
+PF_PPO_WEIGHTS: Registry = Registry(
+    "PF-PPO reweight method", "trainer.objective.sampling", ("pow", "max_min", "max_random")
+)
+"""PF-PPO's sampling weight of each trained response from its reward (objective.pf_ppo_reweight)."""

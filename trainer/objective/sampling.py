@@ -1,4 +1,4 @@
-"""Group outcomes, DAPO's dynamic-sampling filter, MC-GRPO's pivot: which samples of a group are trained."""
+"""Group outcomes, DAPO's dynamic-sampling filter, MC-GRPO's pivot, PF-PPO's resampling: which samples are trained."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer import metric_names as M
+from trainer.objective.registry import PF_PPO_WEIGHTS
 from trainer.objective.settings import ObjectiveSettings
 
 
@@ -99,3 +100,73 @@ def sign_flip_metrics(
     flipped = (torch.sign(a) * torch.sign(r - r.mean(dim=1, keepdim=True))) < 0
     keep = torch.ones_like(flipped) if trained is None else trained.bool().view_as(flipped)
     return {M.ADV_SIGN_FLIP_FRAC: float(flipped[keep].double().mean()) if keep.any() else 0.0}
+
+
+# ---- PF-PPO: the optimisation batch resampled by reward -----------------------------------------------------------
+@PF_PPO_WEIGHTS.register("pow", params=("pf_ppo_weight_pow",))
+def pow_weights(scores: torch.Tensor, pf_ppo_weight_pow: float) -> torch.Tensor:
+    """w_i = |R_i|^k (k = pf_ppo_weight_pow; verl's default 2): responses with a large reward of either sign are
+    drawn more. On 0/1 rewards every wrong response gets w = 0 (then 1e-8, see `pf_ppo_resample`).
+    PF-PPO, arXiv 2409.06957 (verl's `reweight_method="pow"`)."""
+    return scores.abs().pow(pf_ppo_weight_pow)
+
+
+@PF_PPO_WEIGHTS.register("max_min")
+def max_min_weights(scores: torch.Tensor) -> torch.Tensor:
+    """w_i = 1 if R_i is the batch's highest or lowest reward, else 0: only the extremes are trained.
+    PF-PPO, arXiv 2409.06957 (verl's `reweight_method="max_min"`)."""
+    extreme = (scores == scores.max()) | (scores == scores.min())
+    return extreme.to(torch.float64)
+
+
+@PF_PPO_WEIGHTS.register("max_random")
+def max_random_weights(scores: torch.Tensor) -> torch.Tensor:
+    """w_i = 0.4 if R_i is the batch's highest reward, else 0.1: the best responses four times as likely as the rest.
+    PF-PPO, arXiv 2409.06957 (verl's `reweight_method="max_random"`)."""
+    top = scores == scores.max()
+    return torch.where(top, torch.tensor(0.4, dtype=torch.float64), torch.tensor(0.1, dtype=torch.float64))
+
+
+def pf_ppo_weights(scores: torch.Tensor, s: ObjectiveSettings) -> torch.Tensor:
+    """w_i = max(weight(R_i) + 1e-8, 1e-8) for the n rewards `scores` [n] of the responses to be trained, weight the
+    method objective.pf_ppo_reweight names (`PF_PPO_WEIGHTS`), its settings passed by name; the 1e-8 keeps every
+    response drawable and a batch of zero weights uniform, as verl's (PF-PPO, arXiv 2409.06957)."""
+    name = s.pf_ppo_reweight
+    if name is None:
+        raise ValueError("pf_ppo_weights needs objective.pf_ppo_reweight")
+    kwargs = {key: getattr(s, key) for key in PF_PPO_WEIGHTS.meta(name).get("params", ())}
+    weights = PF_PPO_WEIGHTS[name](scores.to(torch.float64), **kwargs)
+    return torch.clamp(weights + 1e-8, min=1e-8)
+
+
+def pf_ppo_resample(scores: torch.Tensor, s: ObjectiveSettings, generator: torch.Generator) -> torch.Tensor:
+    """[n] indices into the n responses to be trained, drawn with replacement with probability w_i / Σ_j w_j
+    (`pf_ppo_weights`): the optimisation batch becomes these n draws, so a response may be trained several times or
+    not at all, and every normaliser's B stays n.
+
+    PF-PPO: Zhang et al. 2025, Policy Filtration for RLHF to Mitigate Noise in Reward Models (arXiv 2409.06957, ICML
+    2025): the samples whose rewards are less reliable are filtered out of the policy's update, so that it learns from
+    a cleaner signal. What was read: the abstract, and the authors' code as merged into verl by the first author (verl
+    PR #1719, which the paper names as its code; unchanged in verl 0.9.1): `verl/trainer/ppo/core_algos.py`,
+    `compute_pf_ppo_reweight_data` (scores = each response's summed token-level scores, the reward before a KL
+    penalty; the three weights above over the whole batch; `torch.multinomial(weights, batch_size,
+    replacement=True)`), called by `ray_trainer.py: compute_advantage` after the advantages (under
+    `adv_estimator=gae` only). The paper's body was not stored; its reward-model reliability study (R² of rewards
+    against real scores) is what picks a method, and is not built. Draws come from `generator`, seeded by the run's
+    seed and step (verl draws from torch's global generator): the same run draws the same batch.
+    """
+    n = scores.numel()
+    if n == 0:
+        raise ValueError("PF-PPO resamples a batch of at least one response")
+    return torch.multinomial(pf_ppo_weights(scores.flatten(), s), n, replacement=True, generator=generator)
+
+
+def pf_ppo_metrics(scores: torch.Tensor, picks: torch.Tensor) -> dict[str, float]:
+    """train/pf_ppo_distinct_frac = |{picks}| / n, the share of the n responses to be trained that PF-PPO
+    (arXiv 2409.06957) drew at least once; train/pf_ppo_reward_mean = the mean reward of the n draws (against
+    train/reward_mean, the sampled responses')."""
+    n = max(scores.numel(), 1)
+    return {
+        M.PF_PPO_DISTINCT_FRAC: picks.unique().numel() / n,
+        M.PF_PPO_REWARD_MEAN: scores.flatten().double()[picks].mean().item(),
+    }

@@ -14,7 +14,9 @@ from trainer.objective.registry import (
     COMPONENT_ADVANTAGES,
     KL_ESTIMATORS,
     KL_GRADIENTS,
+    LENGTH_REWARDS,
     ONE_RESPONSE_ADVANTAGES,
+    PF_PPO_WEIGHTS,
     RATIOS,
     ROLLOUT_CORRECTIONS,
     SURROGATES,
@@ -251,6 +253,25 @@ class ObjectiveSettings(BaseModel):
     overlong_cache_len: int | None = Field(gt=0)
     """L_cache: the last L_cache tokens of the budget are penalised linearly down to −1 (DAPO:
     4096 of 20480). The dapo preset defaults it to max_len // 5, the paper's proportion."""
+    length_reward: str | None
+    """The reward as a function of each response's correctness and length, in place of the task's reward (its
+    correctness alone is read): cosine (the cosine length-scaling reward of arXiv 2502.03373, TRL's
+    `get_cosine_scaled_reward`): R = r_L + ½(r_0 − r_L)(1 + cos(π·min(T/L_max, 1))), (r_0, r_L) = cosine_correct for
+    a correct response and cosine_wrong for a wrong one, L_max = max_len. The soft overlong punishment is added to it
+    when overlong_penalty is on. Not under gdpo (which reads reward_components). null = the task's reward (the
+    default). See trainer/objective/length_rewards.py."""
+    cosine_correct: tuple[float, float] | None = Field(strict=False)
+    """(r_0, r_L), finite: a correct response's cosine reward at length 0 and at length max_len; r_0 > r_L favours
+    the short ones (TRL's defaults (1, 0.5), the paper's §4.2 run (2, 1)). Set exactly when length_reward is
+    cosine."""
+    cosine_wrong: tuple[float, float] | None = Field(strict=False)
+    """(r_0, r_L), finite: a wrong response's cosine reward at length 0 and at length max_len; r_0 < r_L penalises the
+    short ones more, so that length is spent on what is not yet solved (TRL's (−1, −0.5), the paper's (−10, 0)). A
+    response cut off without end-of-sequence is wrong. Set exactly when length_reward is cosine."""
+    cosine_exceed: float | None = Field(allow_inf_nan=False)
+    """r_e: the reward of a response cut off without end-of-sequence, in place of its cosine reward (the paper's
+    exceed-length penalty, −10 in its §4.2 run); null = none, as TRL: it is a wrong response at length max_len. Only
+    with length_reward cosine."""
     dynamic_sampling: bool
     """DAPO dynamic sampling: drop groups whose values are all equal and sample more prompts."""
     dynamic_sampling_key: Literal["reward", "correct"]
@@ -258,6 +279,16 @@ class ObjectiveSettings(BaseModel):
     dynamic_sampling_drop: Literal["flat", "all_best"]
     """Which groups dynamic sampling drops: flat (every value equal: DAPO) or all_best (every value the best, all
     correct: NGRPO's `filter_groups.strategy=all_correct`, which keeps all-wrong groups for their signal)."""
+    pf_ppo_reweight: str | None
+    """PF-PPO (arXiv 2409.06957; verl's `algorithm.use_pf_ppo` with `pf_ppo.reweight_method`): after the advantages,
+    the optimisation batch's n responses are replaced by n draws with replacement, each response drawn with
+    probability proportional to a weight of its reward over the batch: pow (|R|^k, k = pf_ppo_weight_pow), max_min (1
+    at the batch's highest and lowest rewards, 0 elsewhere) or max_random (0.4 at the highest, 0.1 elsewhere), each
+    + 1e-8. The draws come from the run's seed and step. null = off (every response trained once). See
+    `trainer.objective.sampling.pf_ppo_resample`."""
+    pf_ppo_weight_pow: float | None = Field(gt=0, allow_inf_nan=False)
+    """k of PF-PPO's pow weights |R|^k (verl's `pf_ppo.weight_pow`, 2 by default there). Set exactly when
+    pf_ppo_reweight is pow."""
     median_pivot: bool
     """MC-GRPO (arXiv 2601.22582): each prompt gets G + 1 responses (G = rollout.group_size, which must be even so
     that the group is odd), the group median is the baseline (needs advantage group_median_mad or group_median), and
@@ -288,6 +319,8 @@ class ObjectiveSettings(BaseModel):
         "kl_reward_estimator",
         "surrogate",
         "rollout_correction",
+        "length_reward",
+        "pf_ppo_reweight",
     )
     @classmethod
     def _registered(cls, name: str | None, info: ValidationInfo) -> str | None:
@@ -484,6 +517,55 @@ class ObjectiveSettings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _reward_shaping(self) -> ObjectiveSettings:
+        """The length reward's values (set exactly under it, within the rewards the advantage reads) and
+        PF-PPO's exponent (set exactly under its pow weights)."""
+        cosine = self.length_reward == "cosine"
+        for field in ("cosine_correct", "cosine_wrong"):
+            value = getattr(self, field)
+            if cosine != (value is not None):
+                raise ValueError(
+                    f"{field} is set exactly when length_reward is 'cosine' (length_reward: {self.length_reward})"
+                )
+        if self.cosine_exceed is not None and not cosine:
+            raise ValueError(f"cosine_exceed needs length_reward 'cosine' (length_reward: {self.length_reward})")
+        if self.length_reward is not None:
+            self._length_reward_fits()
+        if (self.pf_ppo_reweight == "pow") != (self.pf_ppo_weight_pow is not None):
+            raise ValueError(
+                f"pf_ppo_weight_pow is set exactly when pf_ppo_reweight is 'pow' (pf_ppo_reweight: "
+                f"{self.pf_ppo_reweight})"
+            )
+        return self
+
+    def _length_reward_fits(self) -> None:
+        """A length reward needs L_max, is not read under GDPO, and must stay within the rewards the advantage
+        takes (reward_range; SPO's success rates in [0, 1])."""
+        name = self.length_reward
+        if self.max_len is None:
+            raise ValueError(f"length_reward {name} needs max_len (L_max, the length its schedule ends at)")
+        if self.advantage in COMPONENT_ADVANTAGES:
+            raise ValueError(
+                f"length_reward {name} under advantage {self.advantage} would go unread: it normalises "
+                "reward_components, not the reward (turn length_reward off)"
+            )
+        if self.reward_range is not None:
+            bounds, why = self.reward_range, "reward_range"
+        elif self.advantage in _TRACKER_ADVANTAGES:
+            bounds, why = (0.0, 1.0), "its tracker's success rates"
+        else:
+            return
+        values = [*(self.cosine_correct or ()), *(self.cosine_wrong or ())]
+        values += [] if self.cosine_exceed is None else [self.cosine_exceed]
+        outside = [v for v in values if not bounds[0] <= v <= bounds[1]]
+        if outside:
+            raise ValueError(
+                f"length_reward {name} gives rewards outside [{bounds[0]:g}, {bounds[1]:g}] ({outside[0]:g}), which "
+                f"advantage {self.advantage} reads as {why}: set cosine_correct, cosine_wrong and cosine_exceed "
+                "within it"
+            )
+
     def _kl_forms(self) -> None:
         """The KL term's gradient form and the adaptive coefficient: each needs the KL it shapes."""
         if self.kl_gradient != "estimator" and self.kl_coef == 0:
@@ -603,6 +685,8 @@ _REGISTRIES: dict[str, Registry] = {
     "kl_reward_estimator": KL_ESTIMATORS,
     "surrogate": SURROGATES,
     "rollout_correction": ROLLOUT_CORRECTIONS,
+    "length_reward": LENGTH_REWARDS,
+    "pf_ppo_reweight": PF_PPO_WEIGHTS,
 }
 
 _COMMON: dict[str, Any] = dict(
@@ -626,9 +710,15 @@ _COMMON: dict[str, Any] = dict(
     overlong_filter=False,
     overlong_penalty=False,
     overlong_cache_len=None,
+    length_reward=None,
+    cosine_correct=None,
+    cosine_wrong=None,
+    cosine_exceed=None,
     dynamic_sampling=False,
     dynamic_sampling_key="correct",
     dynamic_sampling_drop="flat",
+    pf_ppo_reweight=None,
+    pf_ppo_weight_pow=None,
     ngrpo_single="virtual",
     median_pivot=False,
     drop_correct=False,
