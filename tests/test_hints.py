@@ -246,6 +246,7 @@ def test_hinted_group_replaces_the_whole_group_when_the_hinted_group_is_mixed():
     assert advantages[:4] == pytest.approx([-a, a, -a, a])
     assert [ids[j, 1].item() for j in range(4)] == [20, 29, 22, 29]
     assert metrics[M.HINT_RESPONSES_FRAC] == 0.5 and metrics[M.HINT_GROUPS_HINTED_FRAC] == 0.5
+    assert [d.reliance is not None for d in tr.draws] == [False, True, False, True]  # the hinted correct ones only
     tr, seen = _loop("hinted_group", ladders=[[(9,)] * 4, [()] * 4])  # all correct under the hint: not kept
     metrics = tr.step(1)
     assert seen[0][1][:4] == [0.0] * 4 and metrics[M.HINT_GROUPS_HINTED_FRAC] == 0.0

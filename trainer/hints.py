@@ -39,10 +39,12 @@ Scaf-GRPO gives no hint before a "guidance exemption period" ends (`rollout.hint
 initial 15% of training steps" (§3.2), the authors' script 50 steps (`+trainer.warmup_steps=50`, hints from step 51);
 the paper's monitor of when the solving of zero-reward prompts plateaus is not described beyond that, and is not built.
 
-HiLL's hint reliance (`hint_reliance`) is logged as a diagnostic: for a correct hinted response o, the mean over its
-tokens of log π(o_t | q) − log π(o_t | q ⊕ h), under the policy that sampled it; how much less likely the hinted success
-is without the hint (hill_ray_trainer.py `compute_all_hint_reliance`, averaged over the correct responses). The paper
-derives that lower reliance implies stronger transfer from hinted success to success without the hint.
+HiLL's hint reliance (`hint_reliance`) is logged as a diagnostic, as the authors' code computes it
+(hill_ray_trainer.py `compute_all_hint_reliance`, averaged over a hint's correct responses in `select_best_hint`): for a
+correct hinted response o, Δ = mean_t log π(o_t | q) − mean_t log π(o_t | q ⊕ h) under the policy that sampled it.
+Negative when the hinted success is less likely without the hint, the more so the more it leans on it; the authors'
+hinter reward weighs a hint by exp(min(Δ, 0)/T), and their abstract derives that a hint the success relies on less
+transfers more to the prompt without it. Only the abstract of the paper could be read; the rule is the code's.
 """
 
 from __future__ import annotations

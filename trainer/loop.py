@@ -139,7 +139,8 @@ class HintDraw:
     used: bool = False
     """Whether it replaced its sample in the group."""
     reliance: float | None = None
-    """HiLL's hint reliance of a correct response that replaced its sample (`trainer.hints.hint_reliance`)."""
+    """HiLL's hint reliance of a correct response with a hint (level > 0) that replaced its sample
+    (`trainer.hints.hint_reliance`)."""
 
 
 @dataclass(frozen=True)
@@ -427,7 +428,7 @@ class Trainer:
             rows.update({g * G + slot: draws[ks[i]] for slot, i in picks.items()})
         for d in rows.values():
             d.used = True
-        self._rely([(s.prompt_ids[row], d) for row, d in rows.items() if d.grade.correct])
+        self._rely([(s.prompt_ids[row], d) for row, d in rows.items() if d.grade.correct and d.level > 0])
         swapped = Samples(
             s.groups,
             [rows[i].prompt_ids if i in rows else p for i, p in enumerate(s.prompt_ids)],
