@@ -1155,6 +1155,37 @@ CASES += [
         SWEEP + "set:\n  rollout.prompt_pool: 64\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
         "rollout.prompt_pool",
     ),
+    # hints for all-wrong groups (rollout.hint: Scaf-GRPO, HiLL's reasoner update): only the toy's hidden digits
+    Case(
+        "run: hints on a task without hidden digits",
+        "run",
+        _custom(extra="rollout:\n  hint: scaf_grpo\n"),
+        "rollout.hint",
+        setup=_custom_files,
+    ),
+    Case(
+        "run: hints on a toy that hides no digit",
+        "run",
+        "task:\n  toy_addition:\n    hide_prob: 0\nrollout:\n  hint: scaf_grpo\n",
+        "rollout.hint",
+    ),
+    Case("run: a misspelt hint scheme", "run", "rollout:\n  hint: scaf\n", "rollout.hint"),
+    Case(
+        "run: a hint exemption without hints", "run", "rollout:\n  hint_after_steps: 10\n", "rollout.hint_after_steps"
+    ),
+    Case(
+        "run: a hint exemption as long as the run",
+        "run",
+        "rollout:\n  hint: hinted_group\n  hint_after_steps: 120\n",
+        "rollout.hint_after_steps",
+    ),
+    Case("run: a negative hint exemption", "run", "rollout:\n  hint_after_steps: -1\n", "rollout.hint_after_steps"),
+    Case(
+        "sweep: hints under TRL",
+        "sweep",
+        SWEEP + "set:\n  rollout.hint: scaf_grpo\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "rollout.hint",
+    ),
 ]
 
 # The cosine length reward (objective.length_reward: cosine): its values set exactly under it, finite, within the

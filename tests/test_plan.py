@@ -153,6 +153,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "rg_chain_sum_gspo": 6,
         "opo_gmpo": 9,
         "one_rollout_baselines": 12,
+        "learning_cliffs": 12,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"

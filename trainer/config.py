@@ -29,6 +29,8 @@ Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 """A model's weights' dtype: auto = bfloat16 on a CUDA device with bf16, else float32."""
 Template = Literal["r1", "qwen_math", "none"]
 """A prompt template of trainer/data/templates.py (the Dr. GRPO template study)."""
+HintName = Literal["scaf_grpo", "hinted_group"]
+"""A hint scheme of trainer/hints.py (`HINT_SCHEMES`), for groups whose every response is wrong."""
 
 
 class RolloutConfig(BaseModel):
@@ -74,6 +76,18 @@ class RolloutConfig(BaseModel):
     prompt_priority_eps: float = Field(0.05, ge=0, allow_inf_nan=False)
     """ε of value_priority's weights, so that a solved or hopeless prompt is still drawn now and then (the authors'
     0.05). Only with value_priority."""
+    hint: HintName | None = None
+    """Hints for a group whose every response is wrong (a "learning cliff": zero advantage, no gradient), sampled by
+    the policy from the task's hinted prompts and swapped into the group before its advantages (trainer/hints.py):
+    scaf_grpo (Scaf-GRPO, arXiv 2510.19807: one response at each level of one failed sample's hint ladder, the first
+    correct one replacing that sample) or hinted_group (HiLL's reasoner update, arXiv 2604.00698, with a fixed hint:
+    the whole group drawn again under the hint, kept when its responses are mixed). A hinted response is trained
+    on-policy under its hinted prompt; the judged metrics (train/accuracy, task/*) stay those of the responses drawn
+    without hints, and hint/* logs the hints'. Needs a task that gives hints: the toy's hidden digits (shown where
+    the `?` stood; task.toy_addition.hide_prob > 0). null (the default) = no hints."""
+    hint_after_steps: int = Field(0, ge=0, le=MAX_STEPS)
+    """Scaf-GRPO's guidance exemption period: no hint in the first N RL steps, hints from step N + 1 ("the initial 15%
+    of training steps" in the paper; 50 in the authors' script). Less than train.steps; only with `hint`."""
 
     @model_validator(mode="after")
     def _pool(self) -> RolloutConfig:
@@ -86,6 +100,14 @@ class RolloutConfig(BaseModel):
             raise ValueError(
                 f"rollout.prompt_priority_eps: {self.prompt_priority_eps:g} weighs value_priority's draws "
                 f"(rollout.prompt_sampling: {self.prompt_sampling})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _exemption_has_hints(self) -> RolloutConfig:
+        if self.hint_after_steps and self.hint is None:
+            raise ValueError(
+                f"rollout.hint_after_steps: {self.hint_after_steps} delays hints, but rollout.hint is null (no hints)"
             )
         return self
 

@@ -15,7 +15,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +24,7 @@ import torch
 
 from trainer import metric_names as M
 from trainer.config import RolloutConfig, TrainConfig
+from trainer.hints import HINT_SCHEMES, HINT_STREAM, SLOT_STREAM, hint_reliance, hinted_prompt
 from trainer.logprobs import Entropy, ResponseScorer
 from trainer.objective import (
     EntropyCoefficient,
@@ -79,6 +80,14 @@ class Samples:
     rounds: list[int]
     logprobs: list[list[float]]
     """Each response token's log-probability under the rollout engine that sampled it."""
+    hint_prompts: list[str | None] = field(default_factory=list)
+    """The hinted prompt each response was sampled from (rollout.hint, `Trainer._hint`), None for the group's own
+    prompt; empty = none hinted."""
+
+    @property
+    def hinted(self) -> list[str | None]:
+        """`hint_prompts`, one per response."""
+        return self.hint_prompts or [None] * len(self.grades)
 
     def select_groups(self, keep: list[int], group_size: int) -> Samples:
         rows = [g * group_size + j for g in keep for j in range(group_size)]
@@ -93,10 +102,12 @@ class Samples:
             pick(self.texts),
             pick(self.rounds),
             pick(self.logprobs),
+            pick(self.hinted) if self.hint_prompts else [],
         )
 
     @staticmethod
     def concat(parts: list[Samples]) -> Samples:
+        hinted = any(p.hint_prompts for p in parts)
         return Samples(
             sum((p.groups for p in parts), []),
             sum((p.prompt_ids for p in parts), []),
@@ -107,7 +118,32 @@ class Samples:
             sum((p.texts for p in parts), []),
             sum((p.rounds for p in parts), []),
             sum((p.logprobs for p in parts), []),
+            sum((p.hinted for p in parts), []) if hinted else [],
         )
+
+
+@dataclass
+class HintDraw:
+    """One response sampled from a hinted prompt (rollout.hint): for sample `slot` of `group`, at `level` of its hint
+    ladder (0 = its own prompt), in generation round `round`."""
+
+    group: Group
+    slot: int
+    level: int
+    prompt: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    grade: Grade
+    length: int
+    truncated: bool
+    round: int
+    used: bool = False
+    """Whether it replaced its sample in the group."""
+    reliance: float | None = None
+    """HiLL's hint reliance of a correct response with a hint (level > 0) that replaced its sample
+    (`trainer.hints.hint_reliance`)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +199,12 @@ class Trainer:
         if self.roll.prompt_pool is not None:
             self.pool = PromptPool.draw(task, self.roll.prompt_pool, self.group_width, self.seed)
         self.scorer = ResponseScorer(self.roll.temperature, self.cfg.logits_chunk_mb)
+        if self.roll.hint is not None and not callable(getattr(task, "hints", None)):
+            raise ValueError(
+                f"rollout.hint: {self.roll.hint} adds a task's hints to its all-wrong groups, but task {task.name} "
+                "gives none (no `hints` method: trainer.tasks.base.HintingTask)"
+            )
+        self.draws: list[HintDraw] = []  # the step's responses drawn from hinted prompts (rollout.hint)
 
     # ---- rollouts -------------------------------------------------------------------------
     def _sample(self, step: int, round_: int) -> tuple[Samples, float, int]:
@@ -301,13 +343,19 @@ class Trainer:
         return shaped, correct.view(-1, G)
 
     def collect(self, step: int) -> tuple[Samples, Samples, dict[str, float]]:
-        """(every sample generated this step, the samples kept for training, group metrics)."""
+        """(every sample generated this step from the task's prompts, the samples kept for training, group metrics).
+        Under rollout.hint the kept samples hold the hinted responses swapped in (`_hint`), and `self.draws` every
+        response drawn from a hinted prompt this step; the generated samples do not."""
         want, parts, kept_parts, dropped = self.roll.prompts_per_step, [], [], 0
         decode_s, decode_steps = 0.0, 0
+        self.draws, triggered, hinted = [], 0, 0
         for round_ in range(1, self.cfg.max_gen_rounds + 1):
             s, seconds, steps = self._sample(step, round_)
             parts.append(s)
             decode_s, decode_steps = decode_s + seconds, decode_steps + steps
+            s, draws, asked, swapped = self._hint(step, round_, s)
+            self.draws.extend(draws)
+            triggered, hinted = triggered + asked, hinted + swapped
             if not self.obj.dynamic_sampling:
                 kept_parts.append(s)
                 break
@@ -327,7 +375,88 @@ class Trainer:
         everything, kept = Samples.concat(parts), Samples.concat(kept_parts)
         kept = kept.select_groups(list(range(min(want, len(kept.groups)))), self.group_width)
         metrics = {M.GEN_ROUNDS: float(len(parts)), M.GROUPS_DROPPED: float(dropped)}
+        if self.roll.hint is not None:
+            metrics.update(hint_metrics(self.draws, triggered, hinted, len(everything.groups), kept))
         return everything, kept, {**metrics, M.DECODE_STEP_S: decode_s / max(decode_steps, 1)}
+
+    # ---- hints for all-wrong groups (rollout.hint) -----------------------------------------
+    def _hint(self, step: int, round_: int, s: Samples) -> tuple[Samples, list[HintDraw], int, int]:
+        """(`s` with rollout.hint's hinted responses swapped in, every response drawn from a hinted prompt, the groups
+        that drew any, the groups that took any): each group's asks from its correctness and its samples' hint ladders
+        (trainer/hints.py), sampled in one generation call from the weights that sampled `s` and graded as their
+        samples, then the scheme's picks. A swapped-in response keeps the prompt it was sampled from, so the loss
+        trains it on-policy under its hinted prompt. `s` unchanged without hints or within the first
+        rollout.hint_after_steps steps (Scaf-GRPO's guidance exemption)."""
+        if self.roll.hint is None or step <= self.roll.hint_after_steps:
+            return s, [], 0, 0
+        scheme, G = HINT_SCHEMES[self.roll.hint], self.group_width
+        rng = np.random.default_rng([self.seed, step, SLOT_STREAM, round_])
+        asks = []  # (group's position in s, the ask, the prompt it draws from)
+        for g, group in enumerate(s.groups):
+            ladders = [self.task.hints(group, j) for j in range(G)]  # type: ignore[attr-defined]
+            correct = [grade.correct for grade in s.grades[g * G : (g + 1) * G]]
+            asks += [
+                (g, a, hinted_prompt(a, group.prompts[a.slot], ladders[a.slot]))
+                for a in scheme.asks(correct, ladders, rng)
+            ]
+        if not asks:
+            return s, [], 0, 0
+        seed = int(np.random.SeedSequence([self.seed, step, HINT_STREAM, round_]).generate_state(1)[0])
+        out = self.backend.generate([prompt for _, _, prompt in asks], self.params, seed)
+        lengths, truncated = out.lengths.cpu().tolist(), out.truncated.cpu().bool().tolist()
+        prompt_ids, prompt_mask = out.prompt_ids.cpu(), out.prompt_mask.cpu().bool()
+        response_ids, logprobs = out.response_ids.cpu(), out.logprobs.float().cpu()
+        draws = [
+            HintDraw(
+                s.groups[g],
+                a.slot,
+                a.level,
+                prompt,
+                prompt_ids[k][prompt_mask[k]].tolist(),
+                response_ids[k, : lengths[k]].tolist(),
+                logprobs[k, : lengths[k]].tolist(),
+                out.texts[k],
+                self._grade(s.groups[g], a.slot, out.texts[k], truncated[k]),
+                lengths[k],
+                truncated[k],
+                round_,
+            )
+            for k, (g, a, prompt) in enumerate(asks)
+        ]
+        by_group: dict[int, list[int]] = {}
+        for k, (g, _, _) in enumerate(asks):
+            by_group.setdefault(g, []).append(k)
+        rows = {}  # a row of s → the draw that replaces it
+        for g, ks in by_group.items():
+            picks = scheme.pick([asks[k][1] for k in ks], [draws[k].grade.correct for k in ks])
+            rows.update({g * G + slot: draws[ks[i]] for slot, i in picks.items()})
+        for d in rows.values():
+            d.used = True
+        self._rely([(s.prompt_ids[row], d) for row, d in rows.items() if d.grade.correct and d.level > 0])
+        swapped = Samples(
+            s.groups,
+            [rows[i].prompt_ids if i in rows else p for i, p in enumerate(s.prompt_ids)],
+            [rows[i].response_ids if i in rows else r for i, r in enumerate(s.response_ids)],
+            torch.tensor([rows[i].truncated if i in rows else bool(t) for i, t in enumerate(s.truncated)]),
+            torch.tensor([rows[i].length if i in rows else int(n) for i, n in enumerate(s.lengths)]),
+            [rows[i].grade if i in rows else grade for i, grade in enumerate(s.grades)],
+            [rows[i].text if i in rows else text for i, text in enumerate(s.texts)],
+            s.rounds,
+            [rows[i].logprobs if i in rows else lp for i, lp in enumerate(s.logprobs)],
+            [rows[i].prompt if i in rows else p for i, p in enumerate(s.hinted)],
+        )
+        return swapped, draws, len(by_group), len({row // G for row in rows})
+
+    def _rely(self, pairs: list[tuple[list[int], HintDraw]]) -> None:
+        """Each draw's HiLL hint reliance (`hint_reliance`): its response's log-probabilities under the policy now,
+        without the hint (the prompt ids of the sample it replaced) and with it."""
+        if not pairs:
+            return
+        responses = [d.response_ids for _, d in pairs]
+        without = self._score([own for own, _ in pairs], responses)
+        with_hint = self._score([d.prompt_ids for _, d in pairs], responses)
+        for (_, d), a, b in zip(pairs, without, with_hint):
+            d.reliance = hint_reliance(a, b)
 
     # ---- update ---------------------------------------------------------------------------
     def _tensors(self, s: Samples, rows: list[int]) -> dict[str, torch.Tensor]:
@@ -667,18 +796,59 @@ class Trainer:
                 [everything.lengths[i : i + G].tolist() for i in range(0, len(everything.grades), G)],
             )
         )
-        self.tokens_generated += int(everything.lengths.sum())
+        tokens = int(everything.lengths.sum()) + sum(d.length for d in self.draws)  # hinted responses too
+        self.tokens_generated += tokens
         metrics.update(
             {
                 M.GENERATE_S: generated - start,
                 M.UPDATE_S: done - generated,
                 M.STEP_S: done - start,
-                M.TOKENS_PER_S: float(everything.lengths.sum()) / (done - start),
+                M.TOKENS_PER_S: tokens / (done - start),
                 M.TOKENS_GENERATED: float(self.tokens_generated),
             }
         )
-        self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text))
+        hints = self.roll.hint is not None
+        self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text, hints))
+        if hints:
+            self.rows.extend(self._hint_rows(step, kept, advantages))
         return metrics
+
+    def _hint_rows(self, step: int, kept: Samples, advantages: torch.Tensor) -> list[dict[str, Any]]:
+        """The rollout table's rows of the step's hinted responses (`hinted` true, the generated samples' rows have it
+        false): each with its hint's level and prompt, and, when it replaced a sample kept for training, that sample's
+        advantage (a generated sample it replaced has none and `kept` false)."""
+        G = self.group_width
+        adv_of = {
+            (id(g), j): advantages[k * G + j].item()
+            for k, g in enumerate(kept.groups)
+            for j in range(G)
+            if kept.hinted[k * G + j] is not None
+        }
+        task_reward = torch.tensor([d.grade.reward for d in self.draws], dtype=torch.float64)
+        shaped = shape_rewards(task_reward, torch.tensor([d.length for d in self.draws]), self.obj).tolist()
+        rows = []
+        for d, value in zip(self.draws, shaped):
+            adv = adv_of.get((id(d.group), d.slot)) if d.used else None
+            row = {
+                "step": step,
+                "prompt_id": d.group.problem_id,
+                "sample_index": d.slot,
+                "round": d.round,
+                "reward": d.grade.reward,
+                "shaped_reward": value,
+                "correct": d.grade.correct,
+                "length": d.length,
+                "truncated": d.truncated,
+                "advantage": math.nan if adv is None else adv,
+                "kept": adv is not None,
+                "hinted": True,
+                "hint_level": d.level,
+                **{f"info_{key}": v for key, v in d.grade.info.items()},
+            }
+            if self.cfg.log_text:
+                row["prompt"], row["response"] = d.prompt, d.text
+            rows.append(row)
+        return rows
 
     def run(self, sink: MetricSink, on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:
         for step in range(1, self.cfg.steps + 1):
@@ -776,11 +946,17 @@ def rollout_rows(
     shaped: torch.Tensor,
     group_size: int,
     with_text: bool,
+    hints: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per generated sample (reward = the task's, shaped_reward = what the advantage saw, before the KL
-    penalty in the reward, objective.kl_reward_coef); samples of dropped groups have kept=False and no advantage."""
+    penalty in the reward, objective.kl_reward_coef); samples of dropped groups have kept=False and no advantage, as
+    have samples a hinted response replaced. With `hints` (rollout.hint) each row has `hinted` false: the hinted
+    responses' rows are `Trainer._hint_rows`'."""
     adv_of = {
-        (id(g), j): advantages[k * group_size + j].item() for k, g in enumerate(kept.groups) for j in range(group_size)
+        (id(g), j): advantages[k * group_size + j].item()
+        for k, g in enumerate(kept.groups)
+        for j in range(group_size)
+        if kept.hinted[k * group_size + j] is None  # a hinted response's row is its draw's (`Trainer._hint_rows`)
     }
     rows = []
     for k, grade in enumerate(everything.grades):
@@ -800,7 +976,25 @@ def rollout_rows(
             "kept": adv is not None,
             **{f"info_{key}": v for key, v in grade.info.items()},
         }
+        if hints:
+            row["hinted"] = False
         if with_text:
             row["prompt"], row["response"] = group.prompts[j], everything.texts[k]
         rows.append(row)
     return rows
+
+
+def hint_metrics(draws: list[HintDraw], triggered: int, hinted: int, groups: int, kept: Samples) -> dict[str, float]:
+    """hint/* of one step (trainer.metric_names): `triggered` and `hinted` of the step's `groups` generated groups drew
+    hinted responses and took some; `kept` the samples trained on; `draws` every hinted response drawn."""
+    out = {
+        M.HINT_GROUPS_TRIGGERED_FRAC: triggered / groups,
+        M.HINT_GROUPS_HINTED_FRAC: hinted / groups,
+        M.HINT_RESPONSES_FRAC: sum(p is not None for p in kept.hinted) / max(len(kept.grades), 1),
+    }
+    if draws:
+        out[M.HINT_ACCURACY] = float(np.mean([d.grade.correct for d in draws]))
+    relied = [d.reliance for d in draws if d.reliance is not None]
+    if relied:
+        out[M.HINT_RELIANCE] = float(np.mean(relied))
+    return out

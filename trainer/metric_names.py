@@ -107,6 +107,20 @@ SPO_TRACKED_FRAC = "spo/tracked_frac"
 SPO_RHO_MEAN = "spo/rho_mean"
 SPO_TRACKED_PROMPTS = "spo/tracked_prompts"
 
+# Hints for all-wrong groups (rollout.hint only; trainer/hints.py), every step, 0 during the exemption
+# (rollout.hint_after_steps). groups_triggered_frac: the share of the step's generated groups for which hinted
+# responses were drawn (every response wrong, a sample with a hint); groups_hinted_frac: the share whose responses
+# hinted ones replaced; responses_frac: the share of the trained responses that are hinted. Only when defined:
+# accuracy, the share of the step's hinted draws that are correct; reliance, HiLL's hint reliance (arXiv 2604.00698,
+# its code's sign) averaged over the correct hinted responses swapped in, mean_t log π(o_t | q) − log π(o_t | q ⊕ h) in
+# nats per token under the policy that sampled them: negative when they are less likely without the hint.
+# train/accuracy and task/* stay those of the responses drawn without hints.
+HINT_GROUPS_TRIGGERED_FRAC = "hint/groups_triggered_frac"
+HINT_GROUPS_HINTED_FRAC = "hint/groups_hinted_frac"
+HINT_RESPONSES_FRAC = "hint/responses_frac"
+HINT_ACCURACY = "hint/accuracy"
+HINT_RELIANCE = "hint/reliance"
+
 # cost
 GENERATE_S = "time/generate_s"
 # The rollout backend's `generate` calls of a step (prefill and decode), over their token steps: each call's

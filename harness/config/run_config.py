@@ -289,6 +289,28 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _task_gives_hints(self) -> RunConfig:
+        hint, after = self.rollout.hint, self.rollout.hint_after_steps
+        if hint is None:
+            return self
+        if not isinstance(self.task, ToyTask):
+            raise ValueError(
+                f"rollout.hint: {hint} adds a task's hints to the prompts of its all-wrong groups; task "
+                f"{self.task.name!r} gives none (the toy_addition task's hidden digits are its hints)"
+            )
+        if self.task.toy_addition.hide_prob == 0:
+            raise ValueError(
+                f"rollout.hint: {hint}: the toy's hint is a sample's hidden digit, and task.toy_addition.hide_prob is "
+                "0 (no prompt hides one)"
+            )
+        if after >= self.train.steps:
+            raise ValueError(
+                f"rollout.hint_after_steps: {after} exempts every one of the {self.train.steps} steps "
+                "(train.steps): no hint would be given"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _median_pivot_has_a_median(self) -> RunConfig:
         if self.objective.median_pivot and self.rollout.group_size % 2:
             raise ValueError(
@@ -474,6 +496,8 @@ LATER_FIELDS: dict[str, Any] = {
     "rollout.prompt_pool": None,
     "rollout.prompt_sampling": "uniform",
     "rollout.prompt_priority_eps": 0.05,
+    "rollout.hint": None,
+    "rollout.hint_after_steps": 0,
     "objective.dppo_ratio_cap": None,
     "objective.dro_beta": None,
     "objective.kl_gradient": "estimator",

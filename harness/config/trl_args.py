@@ -150,6 +150,9 @@ TABLE: dict[str, str] = {
     "not expressed (set is an error)",
     "rollout.prompt_sampling": "TRL samples its dataset uniformly (its RepeatSampler): value_priority is an error",
     "rollout.prompt_priority_eps": "unused (value_priority only, which TRL has not)",
+    "rollout.hint": "TRL samples each prompt's group once and trains on it: no hinted responses swapped into an "
+    "all-wrong group (Scaf-GRPO, HiLL's reasoner update; set is an error)",
+    "rollout.hint_after_steps": "unused (rollout.hint only, which TRL has not)",
     "rollout.max_new_tokens": "`max_completion_length`",
     "rollout.temperature": "`temperature` (with `top_k=0`, `min_p=None`, `repetition_penalty=1`)",
     "rollout.top_p": "`top_p`",
@@ -269,6 +272,8 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(f"objective.stratum_key: {o.stratum_key} (TRL normalises over whole groups: no strata)")
     if r.prompt_pool is not None:
         out.append(f"rollout.prompt_pool: {r.prompt_pool} (TRL draws from its train dataset: no fixed pool)")
+    if r.hint is not None:
+        out.append(f"rollout.hint: {r.hint} (TRL trains on the group it sampled: no hints for all-wrong groups)")
     if t.reference_kl and o.kl_coef == 0:
         out.append("train.reference_kl: true (TRL computes the KL only when beta > 0: set train.reference_kl=false)")
     if t.reference_sync_steps is not None and o.kl_coef == 0:

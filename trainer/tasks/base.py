@@ -51,3 +51,15 @@ class Task(Protocol):
     ) -> dict[str, float]:
         """Task metrics for one step (names from `trainer.metric_names.task_metric`); may be empty."""
         ...
+
+
+class HintingTask(Task, Protocol):
+    """A task that gives hints (rollout.hint, trainer/hints.py): what Scaf-GRPO and HiLL's reasoner update add to the
+    prompt of a group whose every response is wrong."""
+
+    def hints(self, group: Group, index: int) -> tuple[str, ...]:
+        """Sample `index`'s prompt with a hint added, one prompt per level of its hint ladder, the most abstract first
+        (Scaf-GRPO's ladder runs from a concept to a concrete step); empty when the sample has no hint. A hinted
+        response is graded as sample `index`'s (`grade(group, index, completion)`), so the hint must keep its
+        answer."""
+        ...

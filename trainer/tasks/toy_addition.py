@@ -119,6 +119,16 @@ class ToyAdditionTask:
             components=(RewardComponent("format", 1.0 if answer is not None else 0.0),),
         )
 
+    def hints(self, group: Group, index: int) -> tuple[str, ...]:
+        """Sample `index`'s hint ladder (rollout.hint): one level, its hidden digit shown where its prompt has `?`,
+        i.e. the problem's clean prompt `a+b=` (`4?7+68=` → `457+68=`), which the base model reads as it reads every
+        clean prompt of its SFT; none for a sample that hides nothing. The hint is the fact the prompt withheld, the
+        most concrete hint there is (Scaf-GRPO's solution tier): the toy has no concept or plan to point to."""
+        if not group.meta or not group.meta[index]["hidden_digit"]:
+            return ()
+        a, b = _operands(group)
+        return (f"{a}+{b}=",)
+
     def step_metrics(
         self, groups: Sequence[Group], grades: Sequence[Sequence[Grade]], lengths: Sequence[Sequence[int]]
     ) -> dict[str, float]:
