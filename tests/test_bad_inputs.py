@@ -1181,6 +1181,12 @@ CASES += [
     ),
     Case("run: a negative hint exemption", "run", "rollout:\n  hint_after_steps: -1\n", "rollout.hint_after_steps"),
     Case(
+        "run: hints with spo's per-prompt tracker",
+        "run",
+        "objective:\n  preset: spo\n  spo_init_samples: 0\nrollout:\n  hint: scaf_grpo\n",
+        "rollout.hint",
+    ),
+    Case(
         "sweep: hints under TRL",
         "sweep",
         SWEEP + "set:\n  rollout.hint: scaf_grpo\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",

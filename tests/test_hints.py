@@ -291,6 +291,7 @@ def test_the_run_config_takes_hints_on_the_toy_and_refuses_them_elsewhere():
         (["rollout.hint=scaf_grpo", "task.toy_addition.hide_prob=0"], "task.toy_addition.hide_prob is 0"),
         (["rollout.hint=hinted_group", "rollout.hint_after_steps=120"], "exempts every one of the 120 steps"),
         (["rollout.hint=scaf", "train.steps=3"], "rollout.hint"),
+        (["rollout.hint=scaf_grpo", "objective.preset=spo", "objective.spo_init_samples=0"], "per-prompt tracker"),
     ):
         with pytest.raises(ConfigError, match=message):
             load_run_config(TOY_RUN, overrides)

@@ -308,6 +308,11 @@ class RunConfig(BaseModel):
                 f"rollout.hint_after_steps: {after} exempts every one of the {self.train.steps} steps "
                 "(train.steps): no hint would be given"
             )
+        if self.objective.tracks_prompts:
+            raise ValueError(
+                f"rollout.hint: {hint} with objective.advantage {self.objective.advantage}: its per-prompt tracker "
+                "would count a hinted success as the prompt's own"
+            )
         return self
 
     @model_validator(mode="after")
