@@ -481,6 +481,10 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.kl_horizon": None,
     "train.reference_sync_steps": None,
     "train.reference_mixup_alpha": None,
+    "objective.rollout_correction_batch_normalize": False,
+    "objective.rollout_rejection": None,
+    "objective.rollout_rejection_min": None,
+    "objective.rollout_rejection_max": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""
