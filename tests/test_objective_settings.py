@@ -16,6 +16,7 @@ from trainer.objective import (
     PRESETS,
     RATIOS,
     ROLLOUT_CORRECTIONS,
+    ROLLOUT_REJECTIONS,
     SURROGATES,
     TOKEN_WEIGHTS,
     ObjectiveSettings,
@@ -160,7 +161,16 @@ def test_settings_are_frozen():
 
 def test_every_switch_documents_its_equation_and_paper():
     """Every registered switch and every public function states its equation and where it is from."""
-    registries = (ADVANTAGES, AGGREGATIONS, RATIOS, KL_ESTIMATORS, KL_GRADIENTS, SURROGATES, ROLLOUT_CORRECTIONS)
+    registries = (
+        ADVANTAGES,
+        AGGREGATIONS,
+        RATIOS,
+        KL_ESTIMATORS,
+        KL_GRADIENTS,
+        SURROGATES,
+        ROLLOUT_CORRECTIONS,
+        ROLLOUT_REJECTIONS,
+    )
     fns = [fn for reg in registries for fn in map(reg.__getitem__, reg.names())]
     fns += [getattr(objective, n) for n in objective.__all__ if inspect.isfunction(getattr(objective, n))]
     fns += list(TOKEN_WEIGHTS)
@@ -177,4 +187,6 @@ def test_every_switch_documents_its_equation_and_paper():
             "shape_rewards",
             "loss_mask",
         }:
-            assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020|Yao et al\. 2025", doc), f"{fn.__name__}: no paper"
+            assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020|Yao et al\. 2025|Liu, Li et al\. 2025", doc), (
+                f"{fn.__name__}: no paper"
+            )

@@ -99,15 +99,17 @@ def rollout_weight(
 def rollout_weight_mean(
     old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
 ) -> float:
-    """w̄: the mean of the rollout correction's weight over a batch, what `rollout_correction_batch_normalize` divides
-    every weight by so that they average 1: over the loss tokens `mask` for a token-level weight, over the responses
-    with a loss token for a response-level one (sequence_truncate, sequence_mask), whose weight counts once whatever
-    its length. A mean not above 1e-8 gives 1 (the weights stay as they are).
+    """w̄ = Σ w / N: the mean of the rollout correction's weight (Yao et al. 2025's truncated or masked IS) over a
+    batch, what `rollout_correction_batch_normalize` divides every weight by so that they average 1: over the N loss
+    tokens `mask` for a token-level weight, over the N responses with a loss token for a response-level one
+    (sequence_truncate, sequence_mask), whose weight counts once whatever its length. A mean not above 1e-8 gives 1
+    (the weights stay as they are).
 
     verl 0.9.1's `rollout_is_batch_normalize` (`compute_rollout_correction_weights` in
     verl/trainer/ppo/rollout_corr_helper.py), there over the whole rollout batch before its mini-batches, its
-    responses' full masks (before any rejection), in float64 here. For a response-level weight verl averages each
-    response's tokens first, w_i·T_i/(T_i + 1e-8), and divides by max(#responses, 1e-8): 1e-8/T_i apart.
+    responses' full masks (before any rejection), in float64 here. verl's `masked_mean` adds 1e-8 to each count (for a
+    response-level weight it averages each response's tokens first, w_i·T_i/(T_i + 1e-8)); on its integer masks the
+    1e-8 rounds away in float32.
     """
     m = mask.bool()
     w = _raw_rollout_weight(old_logp, rollout_logp, mask, s).double()

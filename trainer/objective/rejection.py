@@ -78,73 +78,73 @@ def _below(stat: torch.Tensor, high: float) -> torch.Tensor:
 
 @ROLLOUT_REJECTIONS.register("token_k1")
 def token_k1(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_t = 1[log low ≤ −log r_t ≤ log high]: each token's π_rollout/π_old within [low, high] (verl's
-    `token_k1`)."""
+    """keep_t = 1[log low ≤ −log r_t ≤ log high]: each token's π_rollout/π_old within [low, high]
+    (Liu, Li et al. 2025, as verl's `token_k1`)."""
     return _band(_k1(log_r), low, high)
 
 
 @ROLLOUT_REJECTIONS.register("token_k2")
 def token_k2(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_t = 1[½(log r_t)² ≤ high] (verl's `token_k2`)."""
+    """keep_t = 1[½(log r_t)² ≤ high] (Liu, Li et al. 2025, as verl's `token_k2`)."""
     return _below(_k2(log_r), high)
 
 
 @ROLLOUT_REJECTIONS.register("token_k3")
 def token_k3(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_t = 1[r_t − 1 − log r_t ≤ high] (verl's `token_k3`)."""
+    """keep_t = 1[r_t − 1 − log r_t ≤ high] (Liu, Li et al. 2025, as verl's `token_k3`)."""
     return _below(_k3(log_r), high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_sum_k1")
 def seq_sum_k1(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
     """keep_i = 1[log low ≤ −Σ_t log r_it ≤ log high]: the response's π_rollout/π_old, Π_t 1/r_it, within
-    [low, high] (verl's `seq_sum_k1`; its `decoupled_seq_is_rs` preset takes [0.5, 2])."""
+    [low, high] (Liu, Li et al. 2025, as verl's `seq_sum_k1`; its `decoupled_seq_is_rs` preset takes [0.5, 2])."""
     return _band(_seq_sum(_k1(log_r), mask), low, high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_sum_k2")
 def seq_sum_k2(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_i = 1[Σ_t ½(log r_it)² ≤ high] (verl's `seq_sum_k2`)."""
+    """keep_i = 1[Σ_t ½(log r_it)² ≤ high] (Liu, Li et al. 2025, as verl's `seq_sum_k2`)."""
     return _below(_seq_sum(_k2(log_r), mask), high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_sum_k3")
 def seq_sum_k3(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_i = 1[Σ_t (r_it − 1 − log r_it) ≤ high] (verl's `seq_sum_k3`)."""
+    """keep_i = 1[Σ_t (r_it − 1 − log r_it) ≤ high] (Liu, Li et al. 2025, as verl's `seq_sum_k3`)."""
     return _below(_seq_sum(_k3(log_r), mask), high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_mean_k1")
 def seq_mean_k1(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
     """keep_i = 1[log low ≤ −(1/T_i) Σ_t log r_it ≤ log high]: the inverse of the response's geometric-mean ratio,
-    (Π_t r_it)^(−1/T_i), within [low, high] (verl's `seq_mean_k1`, the Geo-RS of its `decoupled_geo_rs` and
-    `bypass_*_geo_rs` presets, [0.999, 1.001])."""
+    (Π_t r_it)^(−1/T_i), within [low, high] (Liu, Li et al. 2025, as verl's `seq_mean_k1`, the Geo-RS of its
+    `decoupled_geo_rs` and `bypass_*_geo_rs` presets, [0.999, 1.001])."""
     return _band(_seq_mean(_k1(log_r), mask), low, high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_mean_k2")
 def seq_mean_k2(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_i = 1[(1/T_i) Σ_t ½(log r_it)² ≤ high] (verl's `seq_mean_k2`)."""
+    """keep_i = 1[(1/T_i) Σ_t ½(log r_it)² ≤ high] (Liu, Li et al. 2025, as verl's `seq_mean_k2`)."""
     return _below(_seq_mean(_k2(log_r), mask), high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_mean_k3")
 def seq_mean_k3(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
     """keep_i = 1[(1/T_i) Σ_t (r_it − 1 − log r_it) ≤ high]: the mean per-token KL(π_rollout ‖ π_old) estimate
-    (verl's `seq_mean_k3`, its K3-RS presets at 0.01)."""
+    (Liu, Li et al. 2025, as verl's `seq_mean_k3`, its K3-RS presets at 0.01)."""
     return _below(_seq_mean(_k3(log_r), mask), high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_max_k2")
 def seq_max_k2(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_i = 1[max_t ½(log r_it)² ≤ high]: the response goes when any of its tokens would (verl's
-    `seq_max_k2`)."""
+    """keep_i = 1[max_t ½(log r_it)² ≤ high]: the response goes when any of its tokens would (Liu, Li et al. 2025,
+    as verl's `seq_max_k2`)."""
     return _below(_seq_max(_k2(log_r), mask), high)
 
 
 @ROLLOUT_REJECTIONS.register("seq_max_k3")
 def seq_max_k3(log_r: torch.Tensor, mask: torch.Tensor, low: float | None, high: float) -> torch.Tensor:
-    """keep_i = 1[max_t (r_it − 1 − log r_it) ≤ high] (verl's `seq_max_k3`)."""
+    """keep_i = 1[max_t (r_it − 1 − log r_it) ≤ high] (Liu, Li et al. 2025, as verl's `seq_max_k3`)."""
     return _below(_seq_max(_k3(log_r), mask), high)
 
 
@@ -156,9 +156,11 @@ def rollout_keep(
     low: float | None,
     high: float,
 ) -> torch.Tensor:
-    """[B, T] bool: the tokens `criterion` keeps (a response-level criterion's verdict on each of its tokens), given
-    π_old's and the rollout engine's log-probabilities of the batch's loss tokens `mask`. A k1 criterion without `low`
-    takes 1/`high`, as verl does for a single threshold. An error when the engine gave no log-probabilities."""
+    """keep = criterion(clamp(log π_old − log π_rollout, ±20)), [B, T] bool (Liu, Li et al. 2025, as verl's
+    `compute_rollout_rejection_mask`): the tokens `criterion` keeps (a response-level criterion's verdict on each of
+    its tokens), given π_old's and the rollout engine's log-probabilities of the batch's loss tokens `mask`. A k1
+    criterion without `low` takes 1/`high`, as verl does for a single threshold. An error when the engine gave no
+    log-probabilities."""
     if rollout_logp is None:
         raise ValueError("rollout_rejection needs the rollout engine's log-probabilities (rollout_logp)")
     if criterion in RATIO_BAND_REJECTIONS and low is None:
@@ -170,8 +172,9 @@ def rollout_keep(
 def kept_tokens(
     old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
 ) -> torch.Tensor | None:
-    """`rollout_keep` under the settings' `rollout_rejection`, `rollout_rejection_min` and `rollout_rejection_max`;
-    None when the rejection is off."""
+    """keep = `rollout_keep`(π_old, π_rollout, mask) under the settings' `rollout_rejection`, `rollout_rejection_min`
+    and `rollout_rejection_max` (Liu, Li et al. 2025, as verl's `compute_rollout_rejection_mask`); None when the
+    rejection is off."""
     if s.rollout_rejection is None:
         return None
     assert s.rollout_rejection_max is not None
