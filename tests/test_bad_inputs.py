@@ -1383,6 +1383,60 @@ CASES += [
     ),
 ]
 
+# The rollout rejection (rollout_rejection, rollout_rejection_min/max) and the rollout weights' batch mean.
+_REJ = "objective:\n  preset: grpo\n  rollout_rejection: token_k1\n"
+CASES += [
+    Case(
+        "run: unknown rollout rejection criterion",
+        "run",
+        "objective:\n  preset: grpo\n  rollout_rejection: seq_max_k1\n  rollout_rejection_max: 2\n",
+        "objective.rollout_rejection",
+    ),
+    Case("run: rollout_rejection without its bound", "run", _REJ, "rollout_rejection_max"),
+    Case(
+        "run: rollout_rejection_max without rollout_rejection",
+        "run",
+        "objective:\n  preset: grpo\n  rollout_rejection_max: 2\n",
+        "rollout_rejection_max",
+    ),
+    Case(
+        "run: rollout_rejection_min without rollout_rejection",
+        "run",
+        "objective:\n  preset: grpo\n  rollout_rejection_min: 0.5\n",
+        "rollout_rejection_min",
+    ),
+    Case(
+        "run: a lower bound on a k3 criterion",
+        "run",
+        "objective:\n  preset: grpo\n  rollout_rejection: seq_mean_k3\n  rollout_rejection_min: 0.001\n"
+        "  rollout_rejection_max: 0.01\n",
+        "rollout_rejection_min",
+    ),
+    Case(
+        "run: rollout_rejection_min above its max",
+        "run",
+        _REJ + "  rollout_rejection_min: 1.5\n  rollout_rejection_max: 1.2\n",
+        "rollout_rejection_min",
+    ),
+    Case("run: an empty k1 band", "run", _REJ + "  rollout_rejection_max: 0.5\n", "rollout_rejection_max"),
+    Case(
+        "run: rollout_rejection_max 0", "run", _REJ + "  rollout_rejection_max: 0\n", "objective.rollout_rejection_max"
+    ),
+    Case(
+        "run: batch-normalised weights without a rollout correction",
+        "run",
+        "objective:\n  preset: grpo\n  rollout_correction_batch_normalize: true\n",
+        "rollout_correction_batch_normalize",
+    ),
+    Case(
+        "rollout_rejection under trl",
+        "sweep",
+        SWEEP + "set:\n  objective.rollout_rejection: seq_mean_k1\n  objective.rollout_rejection_max: 1.001\n"
+        "  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.rollout_rejection",
+    ),
+]
+
 # The reference refreshed from the policy (train.reference_sync_steps, reference_mixup_alpha).
 _SYNC = _KL + "train:\n  reference_sync_steps: 4\n"
 CASES += [

@@ -18,6 +18,7 @@ from trainer.objective import (
     PRESETS,
     RATIOS,
     ROLLOUT_CORRECTIONS,
+    ROLLOUT_REJECTIONS,
     SURROGATES,
     TOKEN_WEIGHTS,
     ObjectiveSettings,
@@ -172,6 +173,7 @@ def test_every_switch_documents_its_equation_and_paper():
         ROLLOUT_CORRECTIONS,
         LENGTH_REWARDS,
         PF_PPO_WEIGHTS,
+        ROLLOUT_REJECTIONS,
     )
     fns = [fn for reg in registries for fn in map(reg.__getitem__, reg.names())]
     fns += [getattr(objective, n) for n in objective.__all__ if inspect.isfunction(getattr(objective, n))]
@@ -189,4 +191,6 @@ def test_every_switch_documents_its_equation_and_paper():
             "shape_rewards",
             "loss_mask",
         }:
-            assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020|Yao et al\. 2025", doc), f"{fn.__name__}: no paper"
+            assert re.search(r"arXiv \d{4}\.\d{4,5}|Schulman 2020|Yao et al\. 2025|Liu, Li et al\. 2025", doc), (
+                f"{fn.__name__}: no paper"
+            )

@@ -36,6 +36,7 @@ from trainer.objective import (
     covariance_selection,
     dynamic_sampling_filter,
     group_outcome_metrics,
+    kept_tokens,
     kl_reward_mean,
     kl_reward_penalty,
     loss_mask,
@@ -43,6 +44,7 @@ from trainer.objective import (
     pf_ppo_metrics,
     pf_ppo_resample,
     policy_loss,
+    rollout_weight_mean,
     shape_rewards,
     sign_flip_metrics,
     soft_overlong_penalty,
@@ -593,12 +595,21 @@ class Trainer:
         ref: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them. `old`, `ref`: the
-        [N, L] log-probs of π_old and π_ref when already computed (for the KL in the reward), else computed here."""
+        [N, L] log-probs of π_old and π_ref when already computed (for the KL in the reward), else computed here.
+        The rollout rejection and the rollout weights' batch mean are taken once, over the whole rollout batch, from
+        π_old against the rollout engine's log-probabilities, before the first optimiser step (verl's
+        `compute_rollout_correction_and_add_to_batch`)."""
         n = mask.shape[0]
         several = self.cfg.mini_batches * self.cfg.epochs > 1
-        if several and old is None:
+        if (several or self.obj.needs_rollout_gap) and old is None:
             old = self._logprobs(self.policy, t)
-        elif not several:
+        kept, weight_mean = None, None
+        if old is not None:
+            kept = kept_tokens(old, t["rollout_logp"], mask, self.obj)
+            if self.obj.rollout_correction_batch_normalize:
+                weight_mean = rollout_weight_mean(old, t["rollout_logp"], mask, self.obj)
+        trained = mask if kept is None else mask * kept.to(mask.dtype)
+        if not several:
             old = None  # π_old = π_θ before the step
         if ref is None and self.ref is not None:
             ref = self._logprobs(self.ref, t)
@@ -616,7 +627,9 @@ class Trainer:
                     self.obj.max_len,
                     entropy=None if view is None else view[1],
                     top_entropy_quantile=self.obj.top_entropy_quantile,
+                    kept=None if kept is None else kept[mini],
                 )
+                norm = replace(norm, rollout_weight_mean=weight_mean)  # over the whole rollout batch
                 selected = None
                 if view is not None and self.obj.needs_batch_covariance:
                     seed = np.random.SeedSequence([self.seed, step, 11, len(per_step)]).generate_state(1)[0]
@@ -624,7 +637,7 @@ class Trainer:
                         view[0],
                         old[mini] if several else view[0],
                         advantages[mini],
-                        mask[mini],
+                        trained[mini],
                         self.obj,
                         torch.Generator().manual_seed(int(seed)),
                     )
@@ -656,6 +669,7 @@ class Trainer:
                             entropy_coef=coef,
                             cov_selected=None if selected is None else selected[rows, :w],
                             kl_coef=self.kl_coef.loss,
+                            kept=None if kept is None else kept[rows, :w],
                         )
                         if not torch.isfinite(out.loss):
                             raise self._diverged(step, f"loss is {out.loss.item()}")

@@ -49,6 +49,7 @@ ENTROPY_TRAINED = "policy/entropy_trained"  # token mean over the trained tokens
 ENTROPY_COEF = "policy/entropy_coef"  # the entropy bonus's coefficient applied (adaptive: before this step's update)
 OFF_POLICY_MASKED_FRAC = "policy/off_policy_masked_frac"  # responses the off-policy mask left out
 ROLLOUT_WEIGHT_MEAN = "policy/rollout_weight_mean"  # the rollout correction's mean weight over loss tokens
+ROLLOUT_REJECTED_FRAC = "policy/rollout_rejected_frac"  # loss tokens the rollout rejection took out of the loss
 COV_SELECTED_FRAC = "policy/cov_selected_frac"  # loss tokens Clip-Cov cut or KL-Cov penalised
 KL = "policy/kl"
 KL_COEF = "policy/kl_coef"  # the loss's KL coefficient applied this step, when adaptive (objective.kl_target)

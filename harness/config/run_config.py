@@ -516,6 +516,10 @@ LATER_FIELDS: dict[str, Any] = {
     "objective.cosine_exceed": None,
     "objective.pf_ppo_reweight": None,
     "objective.pf_ppo_weight_pow": None,
+    "objective.rollout_correction_batch_normalize": False,
+    "objective.rollout_rejection": None,
+    "objective.rollout_rejection_min": None,
+    "objective.rollout_rejection_max": None,
 }
 """Fields added after job ids were published, with their defaults: a field enters the id only when set away from its
 default, so a run that does not use it keeps the id (and its sweep the sweep id) it had before the field existed."""

@@ -108,6 +108,13 @@ TABLE: dict[str, str] = {
     "or token_mask (error)",
     "objective.rollout_correction_min": "`vllm_importance_sampling_clip_min`",
     "objective.rollout_correction_max": "`vllm_importance_sampling_clip_max`",
+    "objective.rollout_correction_batch_normalize": "TRL's importance weights are not normalised by their batch "
+    "mean (verl's `rollout_is_batch_normalize`): true is an error",
+    "objective.rollout_rejection": "TRL has no rejection by a divergence between rollout and trainer (verl's "
+    "`rollout_rs`; its `vllm_importance_sampling_mode` masks zero the weight and keep the token in the normalisers): "
+    "set is an error",
+    "objective.rollout_rejection_min": "unused (rollout_rejection only, which TRL has not)",
+    "objective.rollout_rejection_max": "unused (rollout_rejection only, which TRL has not)",
     "objective.dual_clip": "`delta` (INTELLECT-2's cap on the ratio: the same loss and gradient when c > 1 + "
     "clip_high; error otherwise)",
     "objective.kl_coef": "`beta`",
@@ -224,6 +231,16 @@ def trl_problems(o: ObjectiveSettings, r: RolloutConfig, t: TrainConfig) -> list
         out.append(
             f"objective.rollout_correction: {o.rollout_correction} (TRL corrects only vLLM's log-probabilities: "
             "set rollout.backend=vllm)"
+        )
+    if o.rollout_correction_batch_normalize:
+        out.append(
+            "objective.rollout_correction_batch_normalize: true (TRL does not normalise its importance weights by "
+            "their batch mean)"
+        )
+    if o.rollout_rejection is not None:
+        out.append(
+            f"objective.rollout_rejection: {o.rollout_rejection} (TRL has no rejection by a divergence between "
+            "rollout and trainer)"
         )
     if o.surrogate == "vespo" and o.rollout_correction not in (None, "token_truncate", "token_mask"):
         out.append(
@@ -463,6 +480,10 @@ def settings_of(args: Any, max_steps: int, reward_funcs: list[Any]) -> dict[str,
             "rollout_correction": args.vllm_importance_sampling_mode if correction else None,
             "rollout_correction_min": args.vllm_importance_sampling_clip_min if correction else None,
             "rollout_correction_max": args.vllm_importance_sampling_clip_max if correction else None,
+            "rollout_correction_batch_normalize": False,
+            "rollout_rejection": None,
+            "rollout_rejection_min": None,
+            "rollout_rejection_max": None,
             "kl_coef": args.beta,
             "kl_estimator": "k3",
             "kl_gradient": "trl_bias_correction" if corrected else "estimator",

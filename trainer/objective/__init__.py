@@ -7,8 +7,8 @@
     out.loss.backward(); out.metrics                # policy/clip_frac, policy/entropy, ...
 
 Each switch is a registered function (ADVANTAGES, RATIOS, SURROGATES, AGGREGATIONS, KL_ESTIMATORS, KL_GRADIENTS,
-ROLLOUT_CORRECTIONS, LENGTH_REWARDS, PF_PPO_WEIGHTS) or a token weight in TOKEN_WEIGHTS; a new variant is one decorated
-function.
+ROLLOUT_CORRECTIONS, ROLLOUT_REJECTIONS, LENGTH_REWARDS, PF_PPO_WEIGHTS) or a token weight in TOKEN_WEIGHTS; a new
+variant is one decorated function.
 """
 
 import importlib
@@ -17,7 +17,8 @@ from typing import Any
 # Imported on first use, so that `trainer.objective.settings` (a config's validation) needs no torch.
 _HOMES = {
     "advantages": ["ADVANTAGES", "advantage_metrics", "leave_one_out_targets"],
-    "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS", "covariance_selection"],
+    "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS", "covariance_selection", "rollout_weight_mean"],
+    "rejection": ["ROLLOUT_REJECTIONS", "kept_tokens"],
     "regularisers": ["EntropyCoefficient", "entropy_bonus"],
     "surrogates": ["SURROGATES"],
     "terms": ["PolicyTerms"],
@@ -53,6 +54,7 @@ __all__ = [
     "RATIOS",
     "SURROGATES",
     "ROLLOUT_CORRECTIONS",
+    "ROLLOUT_REJECTIONS",
     "TOKEN_WEIGHTS",
     "LENGTH_REWARDS",
     "PF_PPO_WEIGHTS",
@@ -61,6 +63,8 @@ __all__ = [
     "pf_ppo_weights",
     "pf_ppo_metrics",
     "covariance_selection",
+    "rollout_weight_mean",
+    "kept_tokens",
     "EntropyCoefficient",
     "entropy_bonus",
     "PolicyTerms",

@@ -35,6 +35,13 @@ class Normaliser:
     num_trained: int | None = None
     """Loss tokens the policy trains on: those at or above `entropy_floor` when it is set, else every loss token
     (the entropy bonus's denominator)."""
+    num_rejected: int = 0
+    """Loss tokens the rollout rejection took out of the loss (objective.rollout_rejection), which none of the counts
+    above includes (verl's normalisers read its rejected response mask): `num_tokens + num_rejected` tokens were
+    sampled for the loss."""
+    rollout_weight_mean: float | None = None
+    """w̄, the rollout correction's mean weight over the whole rollout batch, which every weight is divided by under
+    objective.rollout_correction_batch_normalize (`trainer.objective.masks.rollout_weight_mean`); None when off."""
 
     @classmethod
     def from_mask(
@@ -44,9 +51,15 @@ class Normaliser:
         *,
         entropy: torch.Tensor | None = None,
         top_entropy_quantile: float = 1.0,
+        kept: torch.Tensor | None = None,
     ) -> Normaliser:
-        """The counts of the batch `mask` covers; with ρ = `top_entropy_quantile` < 1, also the 1 − ρ quantile
-        (linear interpolation) of its loss tokens' `entropy` and how many tokens reach it."""
+        """The counts of the batch `mask` covers, less the tokens the rollout rejection did not keep (`kept`, [B, T]
+        bool, when on); with ρ = `top_entropy_quantile` < 1, also the 1 − ρ quantile (linear interpolation) of the
+        loss tokens' `entropy` and how many tokens reach it."""
+        rejected = 0
+        if kept is not None:
+            rejected = int((mask.bool() & ~kept.bool()).sum())
+            mask = mask * kept.to(mask.dtype)
         lengths = mask.sum(-1)
         num_tokens = int(lengths.sum())
         floor, trained = None, num_tokens
@@ -60,7 +73,7 @@ class Normaliser:
                 trained = int(at_or_above(entropy, mask, floor).sum())
             else:
                 trained = 0
-        return cls(mask.shape[0], num_tokens, int((lengths > 0).sum()), max_len, floor, trained)
+        return cls(mask.shape[0], num_tokens, int((lengths > 0).sum()), max_len, floor, trained, rejected)
 
 
 def at_or_above(entropy: torch.Tensor, mask: torch.Tensor, floor: float) -> torch.Tensor:

@@ -20,11 +20,13 @@ from trainer.objective.masks import (
     covariance_selection,
     off_policy_mask,
     rollout_weight,
+    rollout_weight_mean,
     trained_tokens,
 )
 from trainer.objective.overlong import overlong_filter, soft_overlong_penalty
 from trainer.objective.ratios import RATIOS
 from trainer.objective.regularisers import entropy_bonus
+from trainer.objective.rejection import kept_tokens
 from trainer.objective.settings import ObjectiveSettings
 from trainer.objective.surrogates import SURROGATES
 from trainer.objective.terms import PolicyTerms
@@ -136,6 +138,7 @@ def policy_loss(
     entropy_coef: float | None = None,
     cov_selected: torch.Tensor | None = None,
     kl_coef: float | None = None,
+    kept: torch.Tensor | None = None,
 ) -> ObjectiveOutput:
     """L = agg_{i,t}( ℓ_it·Π_w w_it + β·KL_it ) − c·H̄, ℓ_it the configured surrogate at the configured ratio
     level, w the token weights (trainer.objective.masks), KL_it the estimator in the configured gradient form
@@ -144,15 +147,26 @@ def policy_loss(
     logp, old_logp, ref_logp, rollout_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
     `entropy` carries its graph when the loss has an entropy bonus; `entropy_coef` overrides the settings' (the
     adaptive coefficient's value this step) and `kl_coef` the settings' β (the adaptive KL controller's). `norm`
-    holds the counts of the whole optimisation batch and `cov_selected` Clip-Cov's or KL-Cov's tokens picked over it
-    (`covariance_selection`); leave them None when the tensors are the whole batch. GRPO (arXiv 2402.03300, eq. 3)
-    with the switches of Dr. GRPO (arXiv 2503.20783), DAPO (arXiv 2503.14476), GSPO (arXiv 2507.18071) and their
-    successors.
+    holds the counts of the whole optimisation batch (and the rollout correction's mean weight over the rollout
+    batch), `cov_selected` Clip-Cov's or KL-Cov's tokens picked over it (`covariance_selection`) and `kept` the tokens
+    the rollout rejection keeps, judged from π_old before the update (`trainer.objective.rejection.kept_tokens`); leave
+    them None when the tensors are the whole batch. A token not kept leaves `mask`, so the loss, its normalisers and
+    the token metrics. GRPO (arXiv 2402.03300, eq. 3) with the switches of Dr. GRPO (arXiv 2503.20783), DAPO (arXiv
+    2503.14476), GSPO (arXiv 2507.18071) and their successors.
     """
     s = settings
-    norm = norm or Normaliser.from_mask(mask, s.max_len, entropy=entropy, top_entropy_quantile=s.top_entropy_quantile)
+    if kept is None and s.rollout_rejection is not None:  # the tensors are the whole batch
+        kept = kept_tokens(old_logp, rollout_logp, mask, s)
+    norm = norm or Normaliser.from_mask(
+        mask, s.max_len, entropy=entropy, top_entropy_quantile=s.top_entropy_quantile, kept=kept
+    )
     if norm.max_len is None and s.max_len is not None:
         norm = replace(norm, max_len=s.max_len)
+    if s.rollout_correction_batch_normalize and norm.rollout_weight_mean is None:  # the tensors are the whole batch
+        norm = replace(norm, rollout_weight_mean=rollout_weight_mean(old_logp, rollout_logp, mask, s))
+    sampled = mask  # the loss tokens before the rollout rejection
+    if kept is not None:
+        mask = mask * kept.to(mask.dtype)
     terms = PolicyTerms(
         logp,
         old_logp,
@@ -166,7 +180,9 @@ def policy_loss(
     if cov_selected is None and s.needs_batch_covariance:  # the tensors are the whole batch
         gen = torch.Generator().manual_seed(0)
         cov_selected = covariance_selection(logp.detach(), old_logp, advantages, mask, s, gen)
-    terms = replace(terms, rollout_weight=rollout_weight(terms, s), cov_selected=cov_selected)
+    terms = replace(
+        terms, rollout_weight=rollout_weight(terms, s, norm.rollout_weight_mean, sampled), cov_selected=cov_selected
+    )
     sur = SURROGATES[s.surrogate](terms, s)
     per_token = sur.loss
     for weight in TOKEN_WEIGHTS:
@@ -235,6 +251,9 @@ def policy_loss(
         if terms.rollout_weight is not None:
             weight = terms.rollout_weight.expand_as(logp).detach()
             metrics[M.ROLLOUT_WEIGHT_MEAN] = masked(weight, m).sum().double() / n_tok
+        if kept is not None:  # of the loss tokens sampled, before the rejection
+            rejected = sampled.bool() & ~kept.bool()
+            metrics[M.ROLLOUT_REJECTED_FRAC] = rejected.sum().double() / max(norm.num_tokens + norm.num_rejected, 1)
         if kl is not None:
             metrics[M.KL] = masked(kl.detach(), m).sum().double() / n_tok
     return ObjectiveOutput(loss=loss, metrics=metrics)

@@ -55,7 +55,7 @@ def token_mask(
     return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask)), low, high)
 
 
-@ROLLOUT_CORRECTIONS.register("sequence_truncate")
+@ROLLOUT_CORRECTIONS.register("sequence_truncate", per_sequence=True)
 def sequence_truncate(
     old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, low: float | None, high: float
 ) -> torch.Tensor:
@@ -64,7 +64,7 @@ def sequence_truncate(
     return _truncate(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
 
 
-@ROLLOUT_CORRECTIONS.register("sequence_mask")
+@ROLLOUT_CORRECTIONS.register("sequence_mask", per_sequence=True)
 def sequence_mask(
     old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, low: float | None, high: float
 ) -> torch.Tensor:
@@ -73,16 +73,54 @@ def sequence_mask(
     return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
 
 
-def rollout_weight(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
-    """The rollout correction's weight, or None when it is off; an error when the engine gave no log-probs."""
+def _raw_rollout_weight(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
+) -> torch.Tensor:
+    if rollout_logp is None:
+        raise ValueError("rollout_correction needs the rollout engine's log-probabilities (rollout_logp)")
+    assert s.rollout_correction is not None and s.rollout_correction_max is not None
+    fn = ROLLOUT_CORRECTIONS[s.rollout_correction]
+    rollout = rollout_logp.to(old_logp.dtype)
+    return fn(old_logp, rollout, mask, s.rollout_correction_min, s.rollout_correction_max)
+
+
+def rollout_weight(
+    t: PolicyTerms, s: ObjectiveSettings, mean: float | None = None, sampled: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """The rollout correction's weight, divided by `mean` when given (`rollout_weight_mean`), or None when it is off;
+    an error when the engine gave no log-probs. A response-level weight takes its product over `sampled`, the loss
+    tokens before the rollout rejection (t.mask when None), as verl computes its weights from the full response mask."""
     if s.rollout_correction is None:
         return None
-    if t.rollout_logp is None:
-        raise ValueError("rollout_correction needs the rollout engine's log-probabilities (rollout_logp)")
-    assert s.rollout_correction_max is not None
-    fn = ROLLOUT_CORRECTIONS[s.rollout_correction]
-    rollout = t.rollout_logp.to(t.old_logp.dtype)
-    return fn(t.old_logp, rollout, t.mask, s.rollout_correction_min, s.rollout_correction_max)
+    w = _raw_rollout_weight(t.old_logp, t.rollout_logp, t.mask if sampled is None else sampled, s)
+    return w if mean is None else w / mean
+
+
+def rollout_weight_mean(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
+) -> float:
+    """w̄ = Σ w / N: the mean of the rollout correction's weight (Yao et al. 2025's truncated or masked IS) over a
+    batch, what `rollout_correction_batch_normalize` divides every weight by so that they average 1: over the N loss
+    tokens `mask` for a token-level weight, over the N responses with a loss token for a response-level one
+    (sequence_truncate, sequence_mask), whose weight counts once whatever its length. A mean not above 1e-8 gives 1
+    (the weights stay as they are).
+
+    verl 0.9.1's `rollout_is_batch_normalize` (`compute_rollout_correction_weights` in
+    verl/trainer/ppo/rollout_corr_helper.py), there over the whole rollout batch before its mini-batches, its
+    responses' full masks (before any rejection), in float64 here. verl's `masked_mean` adds 1e-8 to each count (for a
+    response-level weight it averages each response's tokens first, w_i·T_i/(T_i + 1e-8)); on its integer masks the
+    1e-8 rounds away in float32.
+    """
+    m = mask.bool()
+    w = _raw_rollout_weight(old_logp, rollout_logp, mask, s).double()
+    assert s.rollout_correction is not None
+    if ROLLOUT_CORRECTIONS.meta(s.rollout_correction).get("per_sequence", False):
+        scored = m.any(-1)
+        total, count = w[:, 0][scored].sum(), int(scored.sum())
+    else:
+        total, count = w.expand(m.shape)[m].sum(), int(m.sum())
+    mean = float(total) / max(count, 1)
+    return mean if mean > 1e-8 else 1.0
 
 
 # ---- Clip-Cov and KL-Cov: tokens picked by the covariance of log π and A -----------------------------------------

@@ -136,3 +136,24 @@ PF_PPO_WEIGHTS: Registry = Registry(
     "PF-PPO reweight method", "trainer.objective.sampling", ("pow", "max_min", "max_random")
 )
 """PF-PPO's sampling weight of each trained response from its reward (objective.pf_ppo_reweight)."""
+ROLLOUT_REJECTIONS: Registry = Registry(
+    "rollout rejection criterion",
+    "trainer.objective.rejection",
+    (
+        "token_k1",
+        "token_k2",
+        "token_k3",
+        "seq_sum_k1",
+        "seq_sum_k2",
+        "seq_sum_k3",
+        "seq_mean_k1",
+        "seq_mean_k2",
+        "seq_mean_k3",
+        "seq_max_k2",
+        "seq_max_k3",
+    ),
+)
+RATIO_BAND_REJECTIONS = ("token_k1", "seq_sum_k1", "seq_mean_k1")
+"""The rejection criteria on k1 = −log r, kept within a band [log min, log max] (a lower and an upper bound, verl's
+`"low_high"` threshold); the others keep a divergence at or below its upper bound. Declared here, not at
+registration, so validating a config imports no torch."""

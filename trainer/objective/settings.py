@@ -17,8 +17,10 @@ from trainer.objective.registry import (
     LENGTH_REWARDS,
     ONE_RESPONSE_ADVANTAGES,
     PF_PPO_WEIGHTS,
+    RATIO_BAND_REJECTIONS,
     RATIOS,
     ROLLOUT_CORRECTIONS,
+    ROLLOUT_REJECTIONS,
     SURROGATES,
     Registry,
 )
@@ -246,6 +248,31 @@ class ObjectiveSettings(BaseModel):
     """Lower bound of the rollout weight (null = none)."""
     rollout_correction_max: float | None = Field(gt=0)
     """Upper bound of the rollout weight (TRL's default 3); required with rollout_correction, else null."""
+    rollout_correction_batch_normalize: bool
+    """Divide the rollout correction's weight by its mean over the step's rollout batch, taken before any mini-batch
+    split and before the rollout rejection: over the loss tokens for token_truncate and token_mask, over the responses
+    with a loss token for sequence_truncate and sequence_mask, so that the weights average 1 (a mean not above 1e-8
+    leaves them as they are). verl 0.9.1's `rollout_is_batch_normalize` (`compute_rollout_correction_weights`). Needs
+    rollout_correction; false = off."""
+    rollout_rejection: str | None
+    """Rejection of what the rollout engine sampled far from the trainer's probabilities (verl 0.9.1's
+    `rollout_correction.rollout_rs`; trainer/objective/rejection.py): a token, or a whole response, whose statistic
+    fails leaves the loss and its normalisers (token_mean's token count, seq_mean_token_mean's T_i; B still counts a
+    response rejected whole, as verl's `global_batch_size` does). With log r = log π_old − log π_rollout, clamped to
+    ±20: token_k1, token_k2 and token_k3 judge each token by k1 = −log r, k2 = ½(log r)² or k3 = r − 1 − log r;
+    seq_sum_k1/k2/k3, seq_mean_k1/k2/k3 (seq_mean_k1: verl's Geo-RS, on the geometric-mean ratio) and
+    seq_max_k2/k3 each response by the sum, mean or largest of its tokens' values. A k1 statistic is kept within
+    [log rollout_rejection_min, log rollout_rejection_max], a k2 or k3 one at or below rollout_rejection_max. Judged
+    once per step from π_old before the update. null = off."""
+    rollout_rejection_min: float | None = Field(gt=0, allow_inf_nan=False)
+    """The lower bound of a k1 criterion (token_k1, seq_sum_k1, seq_mean_k1), on exp(k1) = π_rollout/π_old (the
+    response's product of it, its geometric mean): null = 1/rollout_rejection_max, as verl reads a single threshold.
+    At most rollout_rejection_max; only with a k1 criterion (verl refuses a lower bound for the others)."""
+    rollout_rejection_max: float | None = Field(gt=0, allow_inf_nan=False)
+    """The upper bound of the rollout rejection's statistic (verl's `rollout_rs_threshold`, which has no default):
+    on exp(k1) for a k1 criterion (verl's Geo-RS presets: 1.001 with a lower 0.999), on the k2 or k3 value
+    otherwise (its K3-RS presets: seq_mean_k3 at 0.01). Set exactly when rollout_rejection is; a k1 criterion with a
+    bound below 1 needs rollout_rejection_min (1/max would lie above it)."""
     overlong_filter: bool
     """DAPO overlong filtering: truncated responses get loss mask 0."""
     overlong_penalty: bool
@@ -321,6 +348,7 @@ class ObjectiveSettings(BaseModel):
         "rollout_correction",
         "length_reward",
         "pf_ppo_reweight",
+        "rollout_rejection",
     )
     @classmethod
     def _registered(cls, name: str | None, info: ValidationInfo) -> str | None:
@@ -505,6 +533,7 @@ class ObjectiveSettings(BaseModel):
         low, high = self.rollout_correction_min, self.rollout_correction_max
         if low is not None and high is not None and low >= high:
             raise ValueError(f"rollout_correction_min ({low:g}) must be below rollout_correction_max ({high:g})")
+        self._rollout_rejection()
         if self.advantage == "group_median_mad" and self.adv_eps <= 0:
             raise ValueError(
                 "adv_eps must be above 0 for advantage group_median_mad (a group with one odd response out has MAD 0; "
@@ -566,6 +595,35 @@ class ObjectiveSettings(BaseModel):
                 "within it"
             )
 
+    def _rollout_rejection(self) -> None:
+        """The rollout rejection's bounds (verl's `rollout_rs_threshold` rules) and the weights' batch mean."""
+        if self.rollout_correction_batch_normalize and self.rollout_correction is None:
+            raise ValueError(
+                "rollout_correction_batch_normalize divides the rollout correction's weights by their mean: it needs "
+                "rollout_correction"
+            )
+        criterion, low, high = self.rollout_rejection, self.rollout_rejection_min, self.rollout_rejection_max
+        if (criterion is None) != (high is None):
+            raise ValueError("rollout_rejection_max is set exactly when rollout_rejection is")
+        if criterion is None:
+            if low is not None:
+                raise ValueError("rollout_rejection_min needs rollout_rejection")
+            return
+        assert high is not None
+        band = criterion in RATIO_BAND_REJECTIONS
+        if low is not None and not band:
+            raise ValueError(
+                f"rollout_rejection_min bounds a k1 criterion ({', '.join(RATIO_BAND_REJECTIONS)}) from below; "
+                f"rollout_rejection {criterion} keeps a divergence at or below rollout_rejection_max only"
+            )
+        if low is not None and low > high:
+            raise ValueError(f"rollout_rejection_min ({low:g}) must not exceed rollout_rejection_max ({high:g})")
+        if band and low is None and high < 1:
+            raise ValueError(
+                f"rollout_rejection_max ({high:g}) below 1 with no rollout_rejection_min: the k1 band "
+                f"[1/max, max] = [{1 / high:g}, {high:g}] is empty (set rollout_rejection_min)"
+            )
+
     def _kl_forms(self) -> None:
         """The KL term's gradient form and the adaptive coefficient: each needs the KL it shapes."""
         if self.kl_gradient != "estimator" and self.kl_coef == 0:
@@ -603,6 +661,12 @@ class ObjectiveSettings(BaseModel):
     def needs_batch_covariance(self) -> bool:
         """Whether the loss picks tokens by the covariance of log π and A over the whole batch (Clip-Cov, KL-Cov)."""
         return self.clip_cov_ratio is not None or self.kl_cov_ratio is not None
+
+    @property
+    def needs_rollout_gap(self) -> bool:
+        """Whether the loss reads π_old against the rollout engine over the whole rollout batch before its
+        mini-batches: the rollout rejection, or the rollout correction's weights normalised by their batch mean."""
+        return self.rollout_rejection is not None or self.rollout_correction_batch_normalize
 
     @property
     def needs_greedy(self) -> bool:
@@ -687,6 +751,7 @@ _REGISTRIES: dict[str, Registry] = {
     "rollout_correction": ROLLOUT_CORRECTIONS,
     "length_reward": LENGTH_REWARDS,
     "pf_ppo_reweight": PF_PPO_WEIGHTS,
+    "rollout_rejection": ROLLOUT_REJECTIONS,
 }
 
 _COMMON: dict[str, Any] = dict(
@@ -754,6 +819,10 @@ _COMMON: dict[str, Any] = dict(
     rollout_correction=None,
     rollout_correction_min=None,
     rollout_correction_max=None,
+    rollout_correction_batch_normalize=False,
+    rollout_rejection=None,
+    rollout_rejection_min=None,
+    rollout_rejection_max=None,
 )
 """Every preset's value of the switches it does not name: off."""
 
