@@ -1,8 +1,9 @@
 """The RL loop: prompts → G rollouts each → rewards → dynamic sampling → advantages → trained samples → updates.
 (ReMax's advantage also draws one greedy response per prompt, graded and not trained on: `Trainer._greedy`; POISE's
 reads each response's value from a probe on the policy's hidden states: `Trainer._probe_features`, `ValueProbe`;
-SPO's reads each prompt's tracked success rate: `Trainer._track`, `ValueTracker`; prompts may come from a fixed pool,
-`PromptPool`.)
+SPO's reads each prompt's tracked success rate: `Trainer._track`, `ValueTracker`; the optimal token baseline reads
+each response token's probability and Σ_v π²: `Trainer._token_probabilities`, and its advantage is per token; prompts
+may come from a fixed pool, `PromptPool`.)
 
 Every switch lives in `trainer.objective`; this loop calls it and never looks at
 switch names. It knows nothing of MLflow: metrics go to a `MetricSink`.
@@ -29,8 +30,10 @@ from trainer.objective import (
     KLCoefficient,
     Normaliser,
     ObjectiveSettings,
+    TokenProbabilities,
     advantage_metrics,
     compute_advantages,
+    correction_weight,
     covariance_selection,
     dynamic_sampling_filter,
     group_outcome_metrics,
@@ -39,6 +42,7 @@ from trainer.objective import (
     loss_mask,
     merge_metrics,
     policy_loss,
+    response_advantages,
     shape_rewards,
     sign_flip_metrics,
     soft_overlong_penalty,
@@ -405,6 +409,38 @@ class Trainer:
         with torch.no_grad():
             return self._fitting(everything, work)
 
+    def _token_probabilities(self, s: Samples) -> TokenProbabilities:
+        """What a per-token advantage reads of each of `s`'s response tokens (`TokenProbabilities`, each [groups, G,
+        L]): log π(o_t) and Σ_v π_t(v)² from one forward of the policy that sampled them (before the step's update, at
+        the sampling temperature), in micro-batches, without gradients, as verl's actor computes its old
+        log-probabilities and Σπ² together; and the rollout correction's weight ρ̄ of those against the rollout
+        engine's log-probabilities, when one is configured."""
+        t = self._tensors(s, list(range(len(s.grades))))
+        everything = torch.arange(t["ids"].shape[0], device=self.device)
+        P = int(t["prompt_len"])
+
+        def work() -> tuple[torch.Tensor, torch.Tensor]:
+            logp = squares = None
+            for rows, w in self._micro(everything, t):
+                attn = t["attn"][rows, : P + w]
+                pos = (attn.cumsum(1) - 1).clamp(min=0)
+                lp, sq = self.scorer.probabilities(self.policy, t["ids"][rows, : P + w], attn, pos, w)
+                if logp is None:
+                    logp, squares = (lp.new_zeros(t["resp_mask"].shape) for _ in range(2))
+                logp[rows, :w], squares[rows, :w] = lp, sq
+            assert logp is not None and squares is not None
+            return logp, squares
+
+        logp, squares = self._fitting(everything, work)
+        mask = t["resp_mask"].to(logp.dtype)
+        weight = correction_weight(logp, t["rollout_logp"], mask, self.obj)
+        shape = (len(s.groups), self.group_width, -1)
+        return TokenProbabilities(
+            (logp * mask).double().cpu().view(shape),
+            (squares * mask).double().cpu().view(shape),
+            None if weight is None else weight.double().cpu().view(shape),
+        )
+
     def _batch_view(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """([len(rows), L] log-probability, entropy) of every response token of `rows` under the policy now (0 after
         its end): what a batch-wide statistic of the loss (the top-entropy quantile, the covariance selection of
@@ -459,8 +495,9 @@ class Trainer:
         old: torch.Tensor | None = None,
         ref: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them. `old`, `ref`: the
-        [N, L] log-probs of π_old and π_ref when already computed (for the KL in the reward), else computed here."""
+        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them. `advantages`: [N], or
+        [N, L] per token (L the batch's width). `old`, `ref`: the [N, L] log-probs of π_old and π_ref when already
+        computed (for the KL in the reward), else computed here."""
         n = mask.shape[0]
         several = self.cfg.mini_batches * self.cfg.epochs > 1
         if several and old is None:
@@ -513,7 +550,7 @@ class Trainer:
                         out = policy_loss(
                             logp,
                             old[rows, :w] if several else logp.detach(),
-                            advantages[rows],
+                            advantages[rows] if advantages.dim() == 1 else advantages[rows, :w],
                             mask[rows, :w],
                             self.obj,
                             ref_logp=None if ref is None else ref[rows, :w],
@@ -611,6 +648,9 @@ class Trainer:
         if self.tracker is not None:
             ids = [g.problem_id for g in kept.groups for _ in range(self.group_width)]
             prompt_values = self.tracker.values(ids).view(shaped.shape)
+        token_probs = None  # each kept response token's probability and Σ_v π² before the update, when read
+        if self.obj.needs_token_probs:
+            token_probs = self._token_probabilities(kept)
         grouped = compute_advantages(
             penalised,
             self.obj,
@@ -620,20 +660,23 @@ class Trainer:
             values=values,
             components=components,
             prompt_values=prompt_values,
+            token_probs=token_probs,
         )
         if self.probe is not None:  # the step's responses into the probe's buffer, and its refit, after the advantages
             assert features is not None and values is not None
             metrics.update(self.probe.observe(step, features, penalised, values, grouped))
         trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
-        advantages = grouped.flatten().float()
+        advantages = grouped.flatten(0, 1).float()  # [N], or [N, L] under a per-token advantage
+        each = response_advantages(grouped, lengths).flatten().float()  # one per response, for metrics and the table
         rows = trained.flatten().nonzero()[:, 0].tolist()
         if rows:  # none under drop_correct when every response is correct: nothing to train this step
             t = every if every is not None and len(rows) == len(kept.grades) else self._tensors(kept, rows)
+            width = t["resp_mask"].shape[1]
             if old is not None and ref is not None:  # the trained rows' log-probs, cut to their batch's width
-                width = t["resp_mask"].shape[1]
                 old, ref = old[rows, :width], ref[rows, :width]
             resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
-            metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask, old, ref))
+            trained_adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
+            metrics.update(self.update(step, t, trained_adv.to(self.device), resp_mask, old, ref))
             self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
         if self.tracker is not None:  # the step's rewards into each prompt's tracker, after the update
             metrics.update(self._track(kept, penalised))
@@ -644,8 +687,8 @@ class Trainer:
         metrics.update(group_outcome_metrics(correct_all))
         metrics.update(rollout_metrics(everything, shaped_all))
         if rows:
-            metrics.update(advantage_metrics(advantages[rows]))
-        metrics.update(sign_flip_metrics(penalised, grouped, trained))
+            metrics.update(advantage_metrics(each[rows]))
+        metrics.update(sign_flip_metrics(penalised, each.view(penalised.shape), trained))
         metrics.update(self.kl_coef.metrics())  # the β this step applied, when adaptive; then its update
         self.kl_coef.update(metrics, len(kept.grades))
         G = self.group_width
@@ -666,7 +709,7 @@ class Trainer:
                 M.TOKENS_GENERATED: float(self.tokens_generated),
             }
         )
-        self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text))
+        self.rows.extend(rollout_rows(step, everything, kept, each, shaped_all, G, self.cfg.log_text))
         return metrics
 
     def run(self, sink: MetricSink, on_step: Callable[[int, dict[str, float]], None] | None = None) -> None:

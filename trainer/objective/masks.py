@@ -73,16 +73,23 @@ def sequence_mask(
     return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
 
 
-def rollout_weight(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
-    """The rollout correction's weight, or None when it is off; an error when the engine gave no log-probs."""
+def correction_weight(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
+) -> torch.Tensor | None:
+    """The configured rollout correction's weight for π_old's and the rollout engine's log-probs ([B, T]), [B, T] or
+    [B, 1], or None when it is off; an error when the engine gave no log-probs."""
     if s.rollout_correction is None:
         return None
-    if t.rollout_logp is None:
+    if rollout_logp is None:
         raise ValueError("rollout_correction needs the rollout engine's log-probabilities (rollout_logp)")
     assert s.rollout_correction_max is not None
     fn = ROLLOUT_CORRECTIONS[s.rollout_correction]
-    rollout = t.rollout_logp.to(t.old_logp.dtype)
-    return fn(t.old_logp, rollout, t.mask, s.rollout_correction_min, s.rollout_correction_max)
+    return fn(old_logp, rollout_logp.to(old_logp.dtype), mask, s.rollout_correction_min, s.rollout_correction_max)
+
+
+def rollout_weight(t: PolicyTerms, s: ObjectiveSettings) -> torch.Tensor | None:
+    """The rollout correction's weight of one micro-batch (`correction_weight`), or None when it is off."""
+    return correction_weight(t.old_logp, t.rollout_logp, t.mask, s)
 
 
 # ---- Clip-Cov and KL-Cov: tokens picked by the covariance of log π and A -----------------------------------------
