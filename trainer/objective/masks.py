@@ -76,8 +76,9 @@ def sequence_mask(
 def correction_weight(
     old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
 ) -> torch.Tensor | None:
-    """The configured rollout correction's weight for π_old's and the rollout engine's log-probs ([B, T]), [B, T] or
-    [B, 1], or None when it is off; an error when the engine gave no log-probs."""
+    """ρ̄ = the configured rollout correction of π_old/π_rollout (objective.rollout_correction: truncated or masked,
+    per token or per response; Yao et al. 2025's truncated importance sampling), [B, T] or [B, 1], for π_old's and the
+    rollout engine's log-probs ([B, T]); None when it is off; an error when the engine gave no log-probs."""
     if s.rollout_correction is None:
         return None
     if rollout_logp is None:

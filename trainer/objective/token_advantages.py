@@ -106,9 +106,10 @@ def optimal_token_baseline(
 
 
 def response_advantages(advantages: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Each response's advantage, [groups, G]: its own under a per-response estimator ([groups, G] in and out), else
-    the mean of its tokens' (a per-token estimator's [groups, G, L], 0 after each response's end; 0 for a response
-    of no token). What the `adv/*` metrics, the sign flips and the rollout table read."""
+    """Ā_i = A_i under a per-response estimator ([groups, G] in and out), else Ā_i = (1/T_i) Σ_t A_it, the mean of its
+    tokens' (a per-token estimator's [groups, G, L], 0 after each response's end, as the optimal token baseline's,
+    arXiv 2602.07078; 0 for a response of no token): each response's one advantage, which the `adv/*` metrics, the
+    sign flips and the rollout table read."""
     if advantages.dim() == lengths.dim():
         return advantages
     return advantages.sum(-1) / lengths.to(advantages.dtype).clamp(min=1)
