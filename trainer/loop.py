@@ -667,7 +667,8 @@ class Trainer:
             metrics.update(self.probe.observe(step, features, penalised, values, grouped))
         trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
         advantages = grouped.flatten(0, 1).float()  # [N], or [N, L] under a per-token advantage
-        each = response_advantages(grouped, lengths).flatten().float()  # one per response, for metrics and the table
+        per_response = response_advantages(grouped, lengths)  # [groups, G]: one each, for the metrics and the table
+        each = per_response.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()
         if rows:  # none under drop_correct when every response is correct: nothing to train this step
             t = every if every is not None and len(rows) == len(kept.grades) else self._tensors(kept, rows)
@@ -688,7 +689,7 @@ class Trainer:
         metrics.update(rollout_metrics(everything, shaped_all))
         if rows:
             metrics.update(advantage_metrics(each[rows]))
-        metrics.update(sign_flip_metrics(penalised, each.view(penalised.shape), trained))
+        metrics.update(sign_flip_metrics(penalised, per_response, trained))
         metrics.update(self.kl_coef.metrics())  # the β this step applied, when adaptive; then its update
         self.kl_coef.update(metrics, len(kept.grades))
         G = self.group_width
