@@ -18,6 +18,7 @@ from trainer.objective import (
     ADVANTAGES,
     Normaliser,
     ObjectiveSettings,
+    TokenProbabilities,
     compute_advantages,
     policy_loss,
     token_logprobs,
@@ -42,6 +43,7 @@ NEW = (
     "batch_mean",
     "batch_mean_tokens",
     "group_mean_batch_mean_tokens",
+    "optimal_token_baseline",
 )
 
 
@@ -525,6 +527,11 @@ def test_one_response_advantages_are_exactly_those_with_a_signal_at_one_response
         "greedy": torch.tensor([[0.0], [1.0], [1.0], [0.0], [1.0], [0.0]], dtype=torch.float64),
         "values": torch.tensor([[0.5], [0.25], [0.75], [0.5], [0.25], [0.75]], dtype=torch.float64),
     }
+    width = int(extra["lengths"].max())
+    mask = torch.arange(width) < extra["lengths"][..., None]
+    token_probs = TokenProbabilities(  # every token at π = ½ of two equally likely tokens: 1 − 2π + Σπ² = ½
+        torch.where(mask, -math.log(2), 0.0).double(), torch.where(mask, 0.5, 0.0).double()
+    )
     meta = ADVANTAGES.meta(name)
     fields = {"reward_range": (0.0, 1.0)} if name in ("ngrpo", "bnpo") else {}
     fields |= {"stratum_key": "hidden_digit"} if name == "stratified" else {}
@@ -537,6 +544,7 @@ def test_one_response_advantages_are_exactly_those_with_a_signal_at_one_response
         "values": extra["values"],
         "components": torch.stack([rewards, 1 - rewards], dim=-1),
         "prompt_values": extra["values"],
+        "token_probs": token_probs,
     }
     adv = compute_advantages(rewards, s, **kwargs)
     assert bool((adv != 0).any()) == (name in ONE_RESPONSE_ADVANTAGES)

@@ -1285,6 +1285,35 @@ CASES += [
     ),
 ]
 
+# The optimal token baseline (advantage optimal_token_baseline, preset otb): a group baseline per token, so no single
+# response per prompt, no per-response sign for the off-policy mask, and nothing TRL computes.
+CASES += [
+    Case(
+        "run: otb with one response per prompt",
+        "run",
+        "objective:\n  preset: otb\nrollout:\n  group_size: 1\n",
+        "rollout.group_size",
+    ),
+    Case(
+        "run: otb with the off-policy sequence mask",
+        "run",
+        "objective:\n  preset: otb\n  off_policy_threshold: 0.5\n",
+        "off_policy_threshold",
+    ),
+    Case(
+        "run: verl's tir_optimal_token_baseline name",
+        "run",
+        "objective:\n  preset: grpo\n  advantage: tir_optimal_token_baseline\n",
+        "objective.advantage",
+    ),
+    Case(
+        "sweep: otb under TRL",
+        "sweep",
+        SWEEP + "set:\n  objective.preset: otb\n  train.engine: trl\ngrid:\n  train.lr: [0.1, 0.2]\n",
+        "objective.advantage",
+    ),
+]
+
 # A reasoning-gym task (the reasoning-gym extra) and a toy base model built for a task (model.toy.text).
 REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 

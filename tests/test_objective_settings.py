@@ -74,6 +74,7 @@ def test_presets_match_the_guide_table():
         "remax": ("remax", "seq_mean_token_sum", "clip", 0.2, 0.2, "token", False, False, False),  # clip inert
         "poise": ("poise", "token_mean", "clip", 0.2, 0.28, "token", False, False, False),  # + dual clip 10
         "spo": ("spo", "token_mean", "clip", 0.2, 0.28, "token", False, False, False),  # + dual clip 10
+        "otb": ("optimal_token_baseline", "token_mean", "clip", 0.2, 0.2, "token", False, False, False),  # + dual 3
     }
     assert (PRESETS["dppo_tv"]["dppo_bounds"], PRESETS["dppo_kl"]["dppo_bounds"]) == ((0.15, 0.15), (0.05, 0.05))
     assert PRESETS["dppo_tv"]["dppo_ratio_cap"] == PRESETS["dppo_kl"]["dppo_ratio_cap"] == 10000.0

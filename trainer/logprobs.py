@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from trainer.objective import token_entropy, token_logprobs
+from trainer.objective import token_entropy, token_logprobs, token_sum_pi_squared
 
 Entropy = Literal["none", "value", "trained"]
 """What to return of the entropy: nothing, its value (no gradient), or its value with its gradient (a bonus)."""
@@ -206,6 +206,31 @@ class ResponseScorer:
         if entropy == "none":
             return logp, None
         return logp, h if entropy == "trained" else h.detach()
+
+    def probabilities(
+        self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """([n, width] log π(o_t), [n, width] Σ_v π_t(v)²) of the last `width` tokens of `ids`, as `__call__`'s
+        log-probabilities, without gradients (the optimal token baseline's inputs). Through `ChunkedHead`'s chunks of
+        logits when `__call__` would be, so the whole [n, width, V] logits never exist at once there either."""
+        tokens = ids[:, -width:]
+        with torch.no_grad():
+            head = self._head(model, tokens.numel())
+            if head is None:
+                out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=width + 1)
+                logits = upcast(out.logits[:, :-1, :]) / self.temperature
+                return token_logprobs(logits, tokens), token_sum_pi_squared(logits)
+            hidden = head.decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+            hidden = hidden.last_hidden_state[:, -(width + 1) : -1, :]
+            weight, bias = head.linear.weight, head.linear.bias
+            wide = torch.promote_types(hidden.dtype, torch.float32)
+            logp, squares = (hidden.new_empty(tokens.shape, dtype=wide) for _ in range(2))
+            for r, c in chunks(*tokens.shape, chunk_rows(weight.shape[0], weight.dtype, self.chunk_mb)):
+                z = _chunk_logits(hidden[r, c].flatten(0, 1), weight, bias, self.temperature)
+                shape = tokens[r, c].shape
+                logp[r, c] = token_logprobs(z, tokens[r, c].reshape(-1)).view(shape)
+                squares[r, c] = token_sum_pi_squared(z).view(shape)
+            return logp, squares
 
     def _head(self, model: torch.nn.Module, positions: int) -> OutputHead | None:
         """The model's `output_head` when `positions` logits exceed one chunk, else None (computed whole)."""

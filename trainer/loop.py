@@ -2,8 +2,9 @@
 resample them by reward) → updates.
 (ReMax's advantage also draws one greedy response per prompt, graded and not trained on: `Trainer._greedy`; POISE's
 reads each response's value from a probe on the policy's hidden states: `Trainer._probe_features`, `ValueProbe`;
-SPO's reads each prompt's tracked success rate: `Trainer._track`, `ValueTracker`; prompts may come from a fixed pool,
-`PromptPool`.)
+SPO's reads each prompt's tracked success rate: `Trainer._track`, `ValueTracker`; the optimal token baseline reads
+each response token's probability and Σ_v π²: `Trainer._token_probabilities`, and its advantage is per token; prompts
+may come from a fixed pool, `PromptPool`.)
 
 Every switch lives in `trainer.objective`; this loop calls it and never looks at
 switch names. It knows nothing of MLflow: metrics go to a `MetricSink`.
@@ -31,8 +32,10 @@ from trainer.objective import (
     KLCoefficient,
     Normaliser,
     ObjectiveSettings,
+    TokenProbabilities,
     advantage_metrics,
     compute_advantages,
+    correction_weight,
     covariance_selection,
     dynamic_sampling_filter,
     group_outcome_metrics,
@@ -44,6 +47,7 @@ from trainer.objective import (
     pf_ppo_metrics,
     pf_ppo_resample,
     policy_loss,
+    response_advantages,
     rollout_weight_mean,
     shape_rewards,
     sign_flip_metrics,
@@ -540,6 +544,38 @@ class Trainer:
         with torch.no_grad():
             return self._fitting(everything, work)
 
+    def _token_probabilities(self, s: Samples) -> TokenProbabilities:
+        """What a per-token advantage reads of each of `s`'s response tokens (`TokenProbabilities`, each [groups, G,
+        L]): log π(o_t) and Σ_v π_t(v)² from one forward of the policy that sampled them (before the step's update, at
+        the sampling temperature), in micro-batches, without gradients, as verl's actor computes its old
+        log-probabilities and Σπ² together; and the rollout correction's weight ρ̄ of those against the rollout
+        engine's log-probabilities, when one is configured."""
+        t = self._tensors(s, list(range(len(s.grades))))
+        everything = torch.arange(t["ids"].shape[0], device=self.device)
+        P = int(t["prompt_len"])
+
+        def work() -> tuple[torch.Tensor, torch.Tensor]:
+            logp = squares = None
+            for rows, w in self._micro(everything, t):
+                attn = t["attn"][rows, : P + w]
+                pos = (attn.cumsum(1) - 1).clamp(min=0)
+                lp, sq = self.scorer.probabilities(self.policy, t["ids"][rows, : P + w], attn, pos, w)
+                if logp is None:
+                    logp, squares = (lp.new_zeros(t["resp_mask"].shape) for _ in range(2))
+                logp[rows, :w], squares[rows, :w] = lp, sq
+            assert logp is not None and squares is not None
+            return logp, squares
+
+        logp, squares = self._fitting(everything, work)
+        mask = t["resp_mask"].to(logp.dtype)
+        weight = correction_weight(logp, t["rollout_logp"], mask, self.obj)
+        shape = (len(s.groups), self.group_width, -1)
+        return TokenProbabilities(
+            (logp * mask).double().cpu().view(shape),
+            (squares * mask).double().cpu().view(shape),
+            None if weight is None else weight.double().cpu().view(shape),
+        )
+
     def _batch_view(self, rows: torch.Tensor, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """([len(rows), L] log-probability, entropy) of every response token of `rows` under the policy now (0 after
         its end): what a batch-wide statistic of the loss (the top-entropy quantile, the covariance selection of
@@ -594,11 +630,11 @@ class Trainer:
         old: torch.Tensor | None = None,
         ref: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them. `old`, `ref`: the
-        [N, L] log-probs of π_old and π_ref when already computed (for the KL in the reward), else computed here.
-        The rollout rejection and the rollout weights' batch mean are taken once, over the whole rollout batch, from
-        π_old against the rollout engine's log-probabilities, before the first optimiser step (verl's
-        `compute_rollout_correction_and_add_to_batch`)."""
+        """mini_batches × epochs optimiser steps on one rollout batch; metrics averaged over them. `advantages`: [N], or
+        [N, L] per token (L the batch's width). `old`, `ref`: the [N, L] log-probs of π_old and π_ref when already
+        computed (for the KL in the reward), else computed here. The rollout rejection and the rollout weights' batch
+        mean are taken once, over the whole rollout batch, from π_old against the rollout engine's log-probabilities,
+        before the first optimiser step (verl's `compute_rollout_correction_and_add_to_batch`)."""
         n = mask.shape[0]
         several = self.cfg.mini_batches * self.cfg.epochs > 1
         if (several or self.obj.needs_rollout_gap) and old is None:
@@ -659,7 +695,7 @@ class Trainer:
                         out = policy_loss(
                             logp,
                             old[rows, :w] if several else logp.detach(),
-                            advantages[rows],
+                            advantages[rows] if advantages.dim() == 1 else advantages[rows, :w],
                             mask[rows, :w],
                             self.obj,
                             ref_logp=None if ref is None else ref[rows, :w],
@@ -758,6 +794,9 @@ class Trainer:
         if self.tracker is not None:
             ids = [g.problem_id for g in kept.groups for _ in range(self.group_width)]
             prompt_values = self.tracker.values(ids).view(shaped.shape)
+        token_probs = None  # each kept response token's probability and Σ_v π² before the update, when read
+        if self.obj.needs_token_probs:
+            token_probs = self._token_probabilities(kept)
         grouped = compute_advantages(
             penalised,
             self.obj,
@@ -767,12 +806,15 @@ class Trainer:
             values=values,
             components=components,
             prompt_values=prompt_values,
+            token_probs=token_probs,
         )
         if self.probe is not None:  # the step's responses into the probe's buffer, and its refit, after the advantages
             assert features is not None and values is not None
             metrics.update(self.probe.observe(step, features, penalised, values, grouped))
         trained = trained_samples(penalised, self.obj, correct)  # all, or all but MC-GRPO's pivots or NSR's correct
-        advantages = grouped.flatten().float()
+        advantages = grouped.flatten(0, 1).float()  # [N], or [N, L] under a per-token advantage
+        per_response = response_advantages(grouped, lengths)  # [groups, G]: one each, for the metrics and the table
+        each = per_response.flatten().float()
         rows = trained.flatten().nonzero()[:, 0].tolist()
         if rows and self.obj.pf_ppo_reweight is not None:  # PF-PPO: as many draws of these rows, weighted by reward
             scores = shaped.flatten()[rows]
@@ -783,11 +825,12 @@ class Trainer:
         if rows:  # none under drop_correct when every response is correct: nothing to train this step
             whole = rows == list(range(len(kept.grades)))  # the batch the KL in the reward already laid out
             t = every if every is not None and whole else self._tensors(kept, rows)
+            width = t["resp_mask"].shape[1]
             if old is not None and ref is not None:  # the trained rows' log-probs, cut to their batch's width
-                width = t["resp_mask"].shape[1]
                 old, ref = old[rows, :width], ref[rows, :width]
             resp_mask = loss_mask(t["resp_mask"], kept.truncated[rows].to(self.device), self.obj)
-            metrics.update(self.update(step, t, advantages[rows].to(self.device), resp_mask, old, ref))
+            trained_adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
+            metrics.update(self.update(step, t, trained_adv.to(self.device), resp_mask, old, ref))
             self.backend.sync_weights(self.policy)  # a separate engine (vLLM) samples the next step from these weights
         if self.tracker is not None:  # the step's rewards into each prompt's tracker, after the update
             metrics.update(self._track(kept, penalised))
@@ -798,8 +841,8 @@ class Trainer:
         metrics.update(group_outcome_metrics(correct_all))
         metrics.update(rollout_metrics(everything, shaped_all))
         if rows:
-            metrics.update(advantage_metrics(advantages[rows]))
-        metrics.update(sign_flip_metrics(penalised, grouped, trained))
+            metrics.update(advantage_metrics(each[rows]))
+        metrics.update(sign_flip_metrics(penalised, per_response, trained))
         metrics.update(self.kl_coef.metrics())  # the β this step applied, when adaptive; then its update
         self.kl_coef.update(metrics, len(kept.grades))
         G = self.group_width
@@ -822,9 +865,9 @@ class Trainer:
             }
         )
         hints = self.roll.hint is not None
-        self.rows.extend(rollout_rows(step, everything, kept, advantages, shaped_all, G, self.cfg.log_text, hints))
+        self.rows.extend(rollout_rows(step, everything, kept, each, shaped_all, G, self.cfg.log_text, hints))
         if hints:
-            self.rows.extend(self._hint_rows(step, kept, advantages))
+            self.rows.extend(self._hint_rows(step, kept, each))
         return metrics
 
     def _hint_rows(self, step: int, kept: Samples, advantages: torch.Tensor) -> list[dict[str, Any]]:

@@ -17,14 +17,28 @@ from typing import Any
 # Imported on first use, so that `trainer.objective.settings` (a config's validation) needs no torch.
 _HOMES = {
     "advantages": ["ADVANTAGES", "advantage_metrics", "leave_one_out_targets"],
-    "masks": ["ROLLOUT_CORRECTIONS", "TOKEN_WEIGHTS", "covariance_selection", "rollout_weight_mean"],
+    "masks": [
+        "ROLLOUT_CORRECTIONS",
+        "TOKEN_WEIGHTS",
+        "correction_weight",
+        "covariance_selection",
+        "rollout_weight_mean",
+    ],
     "rejection": ["ROLLOUT_REJECTIONS", "kept_tokens"],
     "regularisers": ["EntropyCoefficient", "entropy_bonus"],
     "surrogates": ["SURROGATES"],
     "terms": ["PolicyTerms"],
     "aggregation": ["AGGREGATIONS", "Normaliser"],
     "clipping": ["Surrogate", "clipped_surrogate"],
-    "kl": ["KL_ESTIMATORS", "KL_GRADIENTS", "kl_reward_mean", "kl_reward_penalty", "token_entropy", "token_logprobs"],
+    "kl": [
+        "KL_ESTIMATORS",
+        "KL_GRADIENTS",
+        "kl_reward_mean",
+        "kl_reward_penalty",
+        "token_entropy",
+        "token_logprobs",
+        "token_sum_pi_squared",
+    ],
     "kl_control": ["KLCoefficient", "adaptive_kl_coef"],
     "loss": ["ObjectiveOutput", "compute_advantages", "loss_mask", "merge_metrics", "policy_loss", "shape_rewards"],
     "overlong": ["overlong_filter", "soft_overlong_penalty"],
@@ -43,6 +57,7 @@ _HOMES = {
         "trained_samples",
     ],
     "settings": ["PRESETS", "ObjectiveSettings", "preset_fields"],
+    "token_advantages": ["TokenProbabilities", "response_advantages"],
 }
 _MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -62,6 +77,7 @@ __all__ = [
     "pf_ppo_resample",
     "pf_ppo_weights",
     "pf_ppo_metrics",
+    "correction_weight",
     "covariance_selection",
     "rollout_weight_mean",
     "kept_tokens",
@@ -96,6 +112,9 @@ __all__ = [
     "adaptive_kl_coef",
     "token_entropy",
     "token_logprobs",
+    "token_sum_pi_squared",
+    "TokenProbabilities",
+    "response_advantages",
 ]
 
 

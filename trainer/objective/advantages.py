@@ -9,16 +9,18 @@ which the training loop generates, grades and never trains on (ReMax's baseline)
 each response's value from the policy's internal states, [groups, G], which the trainer's value probe predicts (POISE's
 baseline: trainer/value_probe.py), and one registered `needs_components=True` each response's reward components,
 [groups, G, K] (GDPO), and one registered `needs_prompt_values=True` the success rate of each response's prompt,
-[groups, G], from the trainer's persistent per-prompt tracker (SPO's baseline: trainer/value_tracker.py). Only an
-estimator named in
+[groups, G], from the trainer's persistent per-prompt tracker (SPO's baseline: trainer/value_tracker.py), and one
+registered `needs_token_probs=True` each response token's probability and its position's Σ_v π² under the policy
+before the update (`TokenProbabilities`, the optimal token baseline's, trainer/objective/token_advantages.py), whose
+advantage is per token, [groups, G, L]. Only an estimator named in
 `registry.ONE_RESPONSE_ADVANTAGES` has a signal with one response per prompt (`rollout.group_size: 1`): its
 baseline is not the group's own mean.
 A group whose rewards are all equal gets exactly 0 (never NaN, also for G = 1), since it carries no
 learning signal, under every estimator but those registered `zeroes_flat_groups=False`, whose point is
 a signal there: batch_norm (no group baseline: only a flat batch gets 0), gdpo and gdpo_tokens (their batch step),
 ngrpo (a flat group below the virtual maximum reward gets a negative advantage), remax (a flat group's reward may
-differ from its greedy baseline), poise (a flat group's reward may differ from its probe's baseline) and spo (its
-baseline is the prompt's tracked success rate, not the group).
+differ from its greedy baseline), poise (a flat group's reward may differ from its probe's baseline), spo (its
+baseline is the prompt's tracked success rate, not the group) and optimal_token_baseline (verl's zero tail).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import math
 import torch
 
 from trainer import metric_names as M
+from trainer.objective import token_advantages as _token_advantages  # noqa: F401 (registers its estimators)
 from trainer.objective.registry import ADVANTAGES
 
 

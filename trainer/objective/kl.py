@@ -1,5 +1,5 @@
-"""KL to a reference policy (k1/k2/k3/abs estimators, the forms of the KL term's gradient) and per-token log-probs
-and entropy."""
+"""KL to a reference policy (k1/k2/k3/abs estimators, the forms of the KL term's gradient) and per-token log-probs,
+entropy and Σ_v π²."""
 
 from __future__ import annotations
 
@@ -148,3 +148,10 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """H_t = −Σ_v π_v log π_v = logsumexp(z) − Σ_v softmax(z)_v z_v, per token ([B, T, V] → [B, T])."""
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+
+
+def token_sum_pi_squared(logits: torch.Tensor) -> torch.Tensor:
+    """Σ_v π_v² = exp(logsumexp(2z) − 2·logsumexp(z)), the collision probability of each position's distribution
+    ([B, T, V] → [B, T]): what the optimal token baseline's energy w = 1 − 2π(o) + Σ_v π_v² reads (arXiv 2602.07078;
+    verl's `calculate_sum_pi_squared_from_logits`, `verl/utils/torch_functional.py`, the same expression)."""
+    return torch.exp(torch.logsumexp(2 * logits, dim=-1) - 2 * torch.logsumexp(logits, dim=-1))

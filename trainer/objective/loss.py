@@ -30,6 +30,7 @@ from trainer.objective.rejection import kept_tokens
 from trainer.objective.settings import ObjectiveSettings
 from trainer.objective.surrogates import SURROGATES
 from trainer.objective.terms import PolicyTerms
+from trainer.objective.token_advantages import TokenProbabilities
 
 _MIN_METRICS = (M.RATIO_MIN,)
 _MAX_METRICS = (M.RATIO_MAX,)
@@ -80,6 +81,7 @@ def compute_advantages(
     values: torch.Tensor | None = None,
     components: torch.Tensor | None = None,
     prompt_values: torch.Tensor | None = None,
+    token_probs: TokenProbabilities | None = None,
 ) -> torch.Tensor:
     """A = estimator(R, ε, **its params) for grouped rewards R [groups, G], the estimator named by `s.advantage`; the
     settings fields it registered as `params` (ngrpo's and bnpo's reward_range, bnpo's bnpo_params and
@@ -91,7 +93,9 @@ def compute_advantages(
     probe's) to one registered `needs_values` (POISE), and `components` ([groups, G, K], each response's
     objective.reward_components) to one registered `needs_components` (GDPO), and `prompt_values` ([groups, G], the
     success rate of each response's prompt from the trainer's per-prompt tracker) to one registered
-    `needs_prompt_values` (SPO)."""
+    `needs_prompt_values` (SPO), and `token_probs` (each response token's probability and Σ_v π² under the policy before
+    the update) to one registered `needs_token_probs` (the optimal token baseline), whose advantages are per token,
+    [groups, G, L]; every other estimator's are [groups, G]."""
     meta = ADVANTAGES.meta(s.advantage)
     kwargs = {name: getattr(s, name) for name in meta.get("params", ())}
     if meta.get("needs_strata", False) != (strata is not None):
@@ -121,6 +125,12 @@ def compute_advantages(
         if prompt_values is None:
             raise ValueError(f"advantage {s.advantage} needs each prompt's value from the trainer's value tracker")
         kwargs["prompt_values"] = prompt_values
+    if meta.get("needs_token_probs", False):  # each response token's probability and Σ_v π² before the update
+        if token_probs is None:
+            raise ValueError(
+                f"advantage {s.advantage} needs each response token's probability and Σ_v π² under the policy"
+            )
+        kwargs["token_probs"] = token_probs
     return ADVANTAGES[s.advantage](rewards, s.adv_eps, **kwargs)
 
 
@@ -144,7 +154,8 @@ def policy_loss(
     level, w the token weights (trainer.objective.masks), KL_it the estimator in the configured gradient form
     (`kl_gradient`) and H̄ the trained tokens' mean entropy.
 
-    logp, old_logp, ref_logp, rollout_logp, entropy and mask are [B, T] (response tokens only); advantages [B].
+    logp, old_logp, ref_logp, rollout_logp, entropy and mask are [B, T] (response tokens only); advantages [B], or
+    [B, T] under a per-token advantage (the optimal token baseline's).
     `entropy` carries its graph when the loss has an entropy bonus; `entropy_coef` overrides the settings' (the
     adaptive coefficient's value this step) and `kl_coef` the settings' β (the adaptive KL controller's). `norm`
     holds the counts of the whole optimisation batch (and the rollout correction's mean weight over the rollout

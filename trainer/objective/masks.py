@@ -73,15 +73,19 @@ def sequence_mask(
     return _drop(torch.exp(_log_gap(old_logp, rollout_logp, mask).sum(-1, keepdim=True)), low, high)
 
 
-def _raw_rollout_weight(
+def correction_weight(
     old_logp: torch.Tensor, rollout_logp: torch.Tensor | None, mask: torch.Tensor, s: ObjectiveSettings
-) -> torch.Tensor:
+) -> torch.Tensor | None:
+    """ρ̄ = the configured rollout correction of π_old/π_rollout (objective.rollout_correction: truncated or masked,
+    per token or per response; Yao et al. 2025's truncated importance sampling), [B, T] or [B, 1], for π_old's and the
+    rollout engine's log-probs ([B, T]); None when it is off; an error when the engine gave no log-probs."""
+    if s.rollout_correction is None:
+        return None
     if rollout_logp is None:
         raise ValueError("rollout_correction needs the rollout engine's log-probabilities (rollout_logp)")
-    assert s.rollout_correction is not None and s.rollout_correction_max is not None
+    assert s.rollout_correction_max is not None
     fn = ROLLOUT_CORRECTIONS[s.rollout_correction]
-    rollout = rollout_logp.to(old_logp.dtype)
-    return fn(old_logp, rollout, mask, s.rollout_correction_min, s.rollout_correction_max)
+    return fn(old_logp, rollout_logp.to(old_logp.dtype), mask, s.rollout_correction_min, s.rollout_correction_max)
 
 
 def rollout_weight(
@@ -90,10 +94,8 @@ def rollout_weight(
     """The rollout correction's weight, divided by `mean` when given (`rollout_weight_mean`), or None when it is off;
     an error when the engine gave no log-probs. A response-level weight takes its product over `sampled`, the loss
     tokens before the rollout rejection (t.mask when None), as verl computes its weights from the full response mask."""
-    if s.rollout_correction is None:
-        return None
-    w = _raw_rollout_weight(t.old_logp, t.rollout_logp, t.mask if sampled is None else sampled, s)
-    return w if mean is None else w / mean
+    w = correction_weight(t.old_logp, t.rollout_logp, t.mask if sampled is None else sampled, s)
+    return w if w is None or mean is None else w / mean
 
 
 def rollout_weight_mean(
@@ -112,8 +114,9 @@ def rollout_weight_mean(
     1e-8 rounds away in float32.
     """
     m = mask.bool()
-    w = _raw_rollout_weight(old_logp, rollout_logp, mask, s).double()
-    assert s.rollout_correction is not None
+    raw = correction_weight(old_logp, rollout_logp, mask, s)
+    assert raw is not None and s.rollout_correction is not None
+    w = raw.double()
     if ROLLOUT_CORRECTIONS.meta(s.rollout_correction).get("per_sequence", False):
         scored = m.any(-1)
         total, count = w[:, 0][scored].sum(), int(scored.sum())

@@ -84,9 +84,13 @@ ADVANTAGES: Registry = Registry(
         "gdpo",
         "gdpo_tokens",
         "spo",
+        "optimal_token_baseline",
     ),
 )
 COMPONENT_ADVANTAGES = ("gdpo", "gdpo_tokens")
+TOKEN_ADVANTAGES = ("optimal_token_baseline",)
+"""The estimators whose advantage is one per response token, [groups, G, L], not one per response: the optimal token
+baseline's. Declared here, not at registration, so validating a config imports no torch."""
 """The estimators that read each response's reward components (objective.reward_components) instead of its reward:
 GDPO's. Declared here, not at registration, so validating a config imports no torch."""
 ONE_RESPONSE_ADVANTAGES = (

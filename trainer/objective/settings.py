@@ -22,6 +22,7 @@ from trainer.objective.registry import (
     ROLLOUT_CORRECTIONS,
     ROLLOUT_REJECTIONS,
     SURROGATES,
+    TOKEN_ADVANTAGES,
     Registry,
 )
 
@@ -46,10 +47,14 @@ class ObjectiveSettings(BaseModel):
     poise_* fields and reward_range), gdpo (GDPO: each of reward_components normalised within its group, weighted,
     summed, whitened over the batch's responses; TRL's normalize_then_sum), gdpo_tokens (the same whitened over the
     batch's tokens: verl's gdpo), spo (SPO: R minus the prompt's success rate from the trainer's persistent
-    KL-adaptive tracker, whitened over the batch; needs the spo_* fields). The std switch of the Dr. GRPO ablation."""
+    KL-adaptive tracker, whitened over the batch; needs the spo_* fields), optimal_token_baseline (OTB: one baseline per
+    token position of the group, the rewards weighted by each path's cumulative 1 − 2π + Σ_v π² under the policy before
+    the update, which the loop reads in one forward; verl's optimal_token_baseline and, on single-turn responses, its
+    tir_optimal_token_baseline). The std switch of the Dr. GRPO ablation."""
     adv_eps: float = Field(ge=0)
     """ε added to the std in group_std, batch_std, batch_norm, group_mean_batch_norm, ngrpo and stratified (TRL 1e-4,
-    verl 1e-6); flat groups get 0 regardless (but under batch_norm and ngrpo, see there)."""
+    verl 1e-6), and to optimal_token_baseline's sum of weights (verl 1e-8); flat groups get 0 regardless (but under
+    batch_norm and ngrpo, see there)."""
     reward_range: tuple[float, float] | None = Field(strict=False)
     """(lowest, highest) reward the task gives, finite, low < high (the toy's and math's [0, 1]): ngrpo's virtual
     sample has the highest (NGRPO's r_max, arXiv 2509.18851), bnpo maps rewards onto [0, 1] with it (arXiv
@@ -238,7 +243,8 @@ class ObjectiveSettings(BaseModel):
     quantile; "Beyond the 80/20 rule": 0.2). 1 = every token."""
     off_policy_threshold: float | None = Field(ge=0)
     """δ of DeepSeek-V3.2's off-policy sequence mask: a response with A < 0 whose mean per-token
-    log π_rollout − log π_θ exceeds δ is left out of the loss. null = off."""
+    log π_rollout − log π_θ exceeds δ is left out of the loss. null = off. Not with a per-token advantage
+    (optimal_token_baseline), whose sign changes within a response."""
     rollout_correction: str | None
     """Importance weight for the gap between the rollout engine's and the trainer's log-probabilities,
     w = π_old/π_rollout: token_truncate (truncated IS: w clamped to [rollout_correction_min,
@@ -526,6 +532,11 @@ class ObjectiveSettings(BaseModel):
             raise ValueError(
                 f"entropy_coef ({self.entropy_coef:g}) exceeds entropy_coef_max ({self.entropy_coef_max:g})"
             )
+        if self.off_policy_threshold is not None and self.advantage in TOKEN_ADVANTAGES:
+            raise ValueError(
+                f"off_policy_threshold masks a response by the sign of its advantage; advantage {self.advantage} "
+                "gives each token its own"
+            )
         if (self.rollout_correction is None) != (self.rollout_correction_max is None):
             raise ValueError("rollout_correction_max is set exactly when rollout_correction is")
         if self.rollout_correction is None and self.rollout_correction_min is not None:
@@ -685,6 +696,12 @@ class ObjectiveSettings(BaseModel):
         """Whether the advantage needs each prompt's value from the trainer's persistent per-prompt tracker (SPO's
         baseline): what the estimator registered (`needs_prompt_values`)."""
         return bool(ADVANTAGES.meta(self.advantage).get("needs_prompt_values", False))
+
+    @property
+    def needs_token_probs(self) -> bool:
+        """Whether the advantage needs each response token's probability and its position's Σ_v π² under the policy
+        before the update (the optimal token baseline's energy): what the estimator registered (`needs_token_probs`)."""
+        return bool(ADVANTAGES.meta(self.advantage).get("needs_token_probs", False))
 
     @property
     def tracks_prompts(self) -> bool:
@@ -1088,6 +1105,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "clip_low": 0.2,
         "clip_high": 0.28,
         "dual_clip": 10.0,
+    },
+    # The optimal token baseline (arXiv 2602.07078) as verl trains it (examples/otb_trainer/run_qwen2_5-7b.sh with
+    # verl 0.9.1's defaults): adv_estimator=optimal_token_baseline (ε 1e-8, the zero tail), the token-mean loss, clip
+    # 0.2 with verl's always-on dual clip 3, no KL, no entropy bonus; rollout.n 8 is rollout.group_size.
+    "otb": {
+        **_COMMON,
+        "advantage": "optimal_token_baseline",
+        "adv_eps": 1e-8,
+        "aggregation": "token_mean",
+        "ratio": "token",
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": 3.0,
     },
     # Negative-sample reinforcement as released (arXiv 2506.01347; TianHongZXY/RLVR-Decomposed,
     # run_qwen3-4b_psr_nsr.sh with advantage=negative / weighted): no baseline (wrong −1, correct +1), verl's token
