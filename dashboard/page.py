@@ -77,12 +77,19 @@ def curves(panels: list[tuple[str, str]], data: SweepData, kw: dict, x: str, key
 
 
 def method_panel(
-    title: str, when: str, panels: list[tuple[str, str]], data: SweepData, kw: dict, x: str, key: str, caption: str
+    title: str,
+    when: str | tuple[str, ...],
+    panels: list[tuple[str, str]],
+    data: SweepData,
+    kw: dict,
+    x: str,
+    key: str,
+    caption: str,
 ) -> None:
     """A method's own panels (ReMax's greedy baseline, POISE's probe, SPO's tracker), drawn only where a run of the
-    sweep logged the metric `when`, which only that method logs: other sweeps get no section, nor a "not logged"
-    line."""
-    if not data.by_arm(when, x):
+    sweep logged the metric `when` (or one of them), which only that method logs: other sweeps get no section, nor a
+    "not logged" line."""
+    if not any(data.by_arm(metric, x) for metric in ((when,) if isinstance(when, str) else when)):
         return
     st.subheader(title)
     curves(panels, data, kw, x, key)

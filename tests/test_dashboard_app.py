@@ -323,54 +323,61 @@ def test_advantage_and_stratum_panels_are_drawn_where_logged(tmp_path, monkeypat
     assert not any("Accuracy by stratum" in c.value for c in at.caption)
 
 
-def test_remaxs_greedy_baseline_is_drawn_beside_the_advantages_where_logged(tmp_path, monkeypatch):
-    """ReMax's greedy reward beside the sampled mean reward, for the arm that logs it; a sweep without it gets no
-    heading and no "not logged" line for it."""
+def test_each_methods_own_panels_are_drawn_where_logged(tmp_path, monkeypatch):
+    """A method's own panels for the arm that logs its metrics: ReMax's greedy reward beside the sampled mean, SPO's
+    tracker, the hint rates and PF-PPO's resampling on the groups page, the rollout weight and rejection on the
+    clipping page; a sweep without them gets none of these headings, nor a "not logged" line for them."""
     from fake_sweep import FakeRun
 
     from trainer import metric_names as M
 
-    def values(seed: int, greedy: bool) -> dict[str, list[float]]:
-        common = {M.REWARD_MEAN: [0.5] * 3, M.ADV_ZERO_FRAC: [0.4] * 3, M.ADV_ABS_MEAN: [0.6] * 3}
-        return {**common, M.GREEDY_REWARD_MEAN: [0.6 + 0.1 * seed] * 3} if greedy else common
-
-    runs = [FakeRun(arm, s, values=values(s, arm == "remax")) for arm in ("grpo", "remax") for s in (0, 1)]
-    at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "dynamic_sampling")
-    assert "ReMax's greedy baseline" in {h.value for h in at.subheader}
-    assert _drawn(_figure(at, "greedy response's reward"), "x") == {"remax": pytest.approx([0.65] * 3)}
-    assert not any("Not logged" in c.value and M.GREEDY_REWARD_MEAN in c.value for c in at.caption)
-    plain = [FakeRun("grpo", s, values=values(s, False)) for s in (0, 1)]
-    at = _visit(_app(_fake_store(tmp_path / "plain", plain), monkeypatch), "dynamic_sampling")
-    assert "ReMax's greedy baseline" not in {h.value for h in at.subheader}
-    assert not any(M.GREEDY_REWARD_MEAN in c.value for c in at.caption)
-
-
-def test_spos_value_tracker_is_drawn_where_logged(tmp_path, monkeypatch):
-    """SPO's tracker (error, mean value, share tracked, ρ) for the arm that logs it; none on a sweep without it."""
-    from fake_sweep import FakeRun
-
-    from trainer import metric_names as M
-
-    def values(seed: int, spo: bool) -> dict[str, list[float]]:
-        common = {M.REWARD_MEAN: [0.5] * 3, M.ADV_ZERO_FRAC: [0.4] * 3, M.ADV_ABS_MEAN: [0.6] * 3}
-        tracker = {
+    common = {M.REWARD_MEAN: [0.5] * 3, M.ADV_ZERO_FRAC: [0.4] * 3, M.ADV_ABS_MEAN: [0.6] * 3, M.ENTROPY: [1.0] * 3}
+    own = {
+        "remax": lambda seed: {M.GREEDY_REWARD_MEAN: [0.6 + 0.1 * seed] * 3},
+        "spo": lambda seed: {
             M.SPO_VALUE_ABS_ERR: [0.4 + 0.1 * seed] * 3,
             M.SPO_VALUE_MEAN: [0.5] * 3,
             M.SPO_TRACKED_FRAC: [1.0] * 3,
             M.SPO_RHO_MEAN: [0.95] * 3,
-        }
-        return {**common, **tracker} if spo else common
-
-    runs = [FakeRun(arm, s, values=values(s, arm == "spo")) for arm in ("grpo", "spo") for s in (0, 1)]
+        },
+        "scaf": lambda seed: {
+            M.HINT_GROUPS_TRIGGERED_FRAC: [0.1 + 0.1 * seed] * 3,
+            M.HINT_RESPONSES_FRAC: [0.05] * 3,
+            M.PF_PPO_DISTINCT_FRAC: [0.6] * 3,
+            M.PF_PPO_REWARD_MEAN: [0.7 + 0.1 * seed] * 3,
+            M.ROLLOUT_REJECTED_FRAC: [0.02 * (seed + 1)] * 3,
+        },
+        "grpo": lambda seed: {},
+    }
+    headings = {
+        "ReMax's greedy baseline",
+        "SPO's value tracker",
+        "Hints for all-wrong groups (Scaf-GRPO, HiLL)",
+        "PF-PPO's resampling by reward",
+    }
+    runs = [FakeRun(arm, s, values={**common, **own[arm](s)}) for arm in own for s in (0, 1)]
     at = _visit(_app(_fake_store(tmp_path, runs), monkeypatch), "dynamic_sampling")
-    assert "SPO's value tracker" in {h.value for h in at.subheader}
-    figure = _figure(at, "|tracked value − reward|")
-    assert _drawn(figure, "x") == {"spo": pytest.approx([0.45] * 3)}
-    assert _drawn(figure, "x4") == {"spo": pytest.approx([0.95] * 3)}
-    plain = [FakeRun("grpo", s, values=values(s, False)) for s in (0, 1)]
+    assert headings <= {h.value for h in at.subheader}
+    assert _drawn(_figure(at, "greedy response's reward"), "x") == {"remax": pytest.approx([0.65] * 3)}
+    tracker = _figure(at, "|tracked value − reward|")
+    assert _drawn(tracker, "x") == {"spo": pytest.approx([0.45] * 3)}
+    assert _drawn(tracker, "x4") == {"spo": pytest.approx([0.95] * 3)}
+    assert _drawn(_figure(at, "groups given hinted draws"), "x") == {"scaf": pytest.approx([0.15] * 3)}
+    pf = _figure(at, "responses drawn at least once")
+    assert _drawn(pf, "x2") == {"scaf": pytest.approx([0.75] * 3)}
+    assert set(_drawn(pf, "x3")) == set(own)  # the sampled mean reward, every arm
+    logged = [M.GREEDY_REWARD_MEAN, M.SPO_VALUE_MEAN, M.HINT_GROUPS_TRIGGERED_FRAC, M.PF_PPO_DISTINCT_FRAC]
+    assert not any("Not logged" in c.value and any(m in c.value for m in logged) for c in at.caption)
+    _visit(at, "entropy_clipping")
+    assert "Rollout correction and rejection" in {h.value for h in at.subheader}
+    assert _drawn(_figure(at, "loss tokens rejected"), "x") == {"scaf": pytest.approx([0.03] * 3)}
+
+    plain = [FakeRun("grpo", s, values=common) for s in (0, 1)]
     at = _visit(_app(_fake_store(tmp_path / "plain", plain), monkeypatch), "dynamic_sampling")
-    assert "SPO's value tracker" not in {h.value for h in at.subheader}
-    assert not any(M.SPO_VALUE_MEAN in c.value for c in at.caption)
+    assert not headings & {h.value for h in at.subheader}
+    assert not any(m in c.value for m in logged for c in at.caption)
+    _visit(at, "entropy_clipping")
+    assert "Rollout correction and rejection" not in {h.value for h in at.subheader}
 
 
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():

@@ -2,7 +2,9 @@
 all wrong have zero advantage and no gradient; the filter drops them and samples again. NGRPO (arXiv 2509.18851) and
 negative-sample reinforcement (arXiv 2506.01347) learn from the all-wrong groups instead; MC-GRPO (arXiv 2601.22582)
 counts the responses whose advantage sign its median baseline reverses; ReMax (arXiv 2310.10505) takes its baseline
-from a greedy response; SPO (arXiv 2509.13232) from a persistent per-prompt success-rate tracker."""
+from a greedy response; SPO (arXiv 2509.13232) from a persistent per-prompt success-rate tracker. Scaf-GRPO (arXiv
+2510.19807) and HiLL (arXiv 2604.00698) give all-wrong groups hinted responses; PF-PPO (arXiv 2409.06957) resamples
+the trained responses by reward."""
 
 import pandas as pd
 import streamlit as st
@@ -104,6 +106,44 @@ page.method_panel(
     "ρ as the policy drifts on that prompt. `spo/value_abs_err`: |v̂ − R| with v̂ from before the step; "
     "`spo/tracked_frac`: the share of the step's prompts initialised or seen before (the rest start at ½); "
     "`spo/rho_mean`: the step's mean ρ (ρ_max on first visits, lower the more the policy moved).",
+)
+page.method_panel(
+    "Hints for all-wrong groups (Scaf-GRPO, HiLL)",
+    M.HINT_GROUPS_TRIGGERED_FRAC,
+    [
+        ("groups given hinted draws", M.HINT_GROUPS_TRIGGERED_FRAC),
+        ("groups with a hinted response trained", M.HINT_GROUPS_HINTED_FRAC),
+        ("trained responses that are hinted", M.HINT_RESPONSES_FRAC),
+        ("hinted draws correct", M.HINT_ACCURACY),
+        ("hint reliance (nats per token)", M.HINT_RELIANCE),
+    ],
+    data,
+    kw,
+    x,
+    "ds_hint",
+    "`rollout.hint` (`scaf_grpo`, `hinted_group`): after `rollout.hint_after_steps`, a group whose every response "
+    "is wrong is sampled again with hints in its prompt. `hint/groups_triggered_frac`: the share of the step's "
+    "groups that drew hinted responses; `hint/groups_hinted_frac`: the share whose samples hinted ones replaced; "
+    "`hint/responses_frac`: the share of the trained responses that are hinted; `hint/accuracy`: the share of "
+    "hinted draws that are correct; `hint/reliance`: HiLL's mean_t log π(o_t | q) − log π(o_t | q ⊕ h) over the "
+    "correct hinted responses swapped in (negative: less likely without the hint, the transfer HiLL warns of). "
+    "Accuracy elsewhere on these pages is that of the draws without hints.",
+)
+page.method_panel(
+    "PF-PPO's resampling by reward",
+    M.PF_PPO_DISTINCT_FRAC,
+    [
+        ("responses drawn at least once", M.PF_PPO_DISTINCT_FRAC),
+        ("resampled batch's mean reward", M.PF_PPO_REWARD_MEAN),
+        ("sampled responses' mean reward", M.REWARD_MEAN),
+    ],
+    data,
+    kw,
+    x,
+    "ds_pf_ppo",
+    "PF-PPO (`objective.pf_ppo_reweight`, arXiv 2409.06957): the responses to be trained are drawn again with "
+    "replacement, weighted by their reward. `train/pf_ppo_distinct_frac`: the share drawn at least once; "
+    "`train/pf_ppo_reward_mean` against `train/reward_mean`: how far the draw tilts the batch toward high reward.",
 )
 st.subheader("Cost of the filter")
 page.curves(

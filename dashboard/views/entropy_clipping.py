@@ -43,7 +43,23 @@ st.plotly_chart(
     ),
     key="ent_clip",
 )
-
+page.method_panel(
+    "Rollout correction and rejection",
+    (M.ROLLOUT_WEIGHT_MEAN, M.ROLLOUT_REJECTED_FRAC),
+    [
+        ("mean rollout weight (π_old / π_rollout, corrected)", M.ROLLOUT_WEIGHT_MEAN),
+        ("loss tokens rejected", M.ROLLOUT_REJECTED_FRAC),
+    ],
+    data,
+    kw,
+    x,
+    "ent_rollout",
+    "Where the rollout engine's log-probabilities differ from the trainer's (vLLM, or a stale policy): "
+    "`policy/rollout_weight_mean`, the mean over loss tokens of the truncated or masked importance weight "
+    "(`objective.rollout_correction`); `policy/rollout_rejected_frac`, the share of loss tokens the rollout "
+    "rejection took out of the loss (`objective.rollout_rejection`). Where the sampler is the trained model itself "
+    "(the toy's own decode), the two differ only by floating-point rounding.",
+)
 st.subheader("Token- vs sequence-level clipping")
 level = arm_setting(data, "objective.ratio")
 groups = {}
