@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from trainer.rewards.grade import Grade
@@ -105,3 +106,16 @@ def split_update(s, advantages: torch.Tensor, splits: int):
         total += out.loss.item()
         parts.append(out.metrics)
     return total, merge_metrics(parts), logits.grad.clone()
+
+
+def assert_splits_agree(update, tol: float = 1e-9) -> dict[str, float]:
+    """`update(splits)` → (loss, metrics, gradient) gives the same loss, gradient and metrics within `tol` in 2 and 4
+    micro-batches as in one: the invariance every switch that touches the loss must have. Returns the one-batch
+    metrics, for a test's checks that the case covers what it should (clipped tokens, rejected ones)."""
+    loss1, metrics1, grad1 = update(1)
+    for splits in (2, 4):
+        loss_k, metrics_k, grad_k = update(splits)
+        assert abs(loss_k - loss1) < tol, (splits, loss_k, loss1)
+        assert (grad_k - grad1).abs().max().item() < tol, splits
+        assert metrics_k == pytest.approx(metrics1, abs=tol), splits
+    return metrics1

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from fake_loop import assert_splits_agree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,14 +87,9 @@ def test_micro_batch_invariance(mode, ratio):
         "grpo", aggregation=mode, ratio=ratio, max_len=16, kl_coef=0.05, clip_low=0.05, clip_high=0.06, dual_clip=1.2
     )
     batch = _batch(0)
-    loss1, metrics1, grad1 = _run(s, *batch, splits=1)
-    assert metrics1["policy/clip_frac"] > 0  # the check covers clipped tokens too
-    assert ratio != "token" or metrics1["policy/dual_clip_frac"] > 0
-    for splits in (2, 4):
-        loss_k, metrics_k, grad_k = _run(s, *batch, splits=splits)
-        assert abs(loss_k - loss1) < 1e-6
-        assert (grad_k - grad1).abs().max().item() < 1e-6
-        assert metrics_k == pytest.approx(metrics1, abs=1e-6)
+    metrics = assert_splits_agree(lambda splits: _run(s, *batch, splits=splits), tol=1e-6)
+    assert metrics["policy/clip_frac"] > 0  # the check covers clipped tokens too
+    assert ratio != "token" or metrics["policy/dual_clip_frac"] > 0
 
 
 NEW_SWITCHES = {
@@ -166,12 +162,7 @@ def test_micro_batch_invariance_of_the_newer_switches(name):
     logits, tokens, mask, old_logp, _, adv = _batch(0)
     rollout_logp = old_logp + 0.2 * torch.randn(old_logp.shape, generator=torch.Generator().manual_seed(5))
     batch = (logits, tokens, mask, old_logp, rollout_logp, adv)
-    loss1, metrics1, grad1 = _run_all(s, *batch, splits=1)
-    for splits in (2, 4):
-        loss_k, metrics_k, grad_k = _run_all(s, *batch, splits=splits)
-        assert abs(loss_k - loss1) < 1e-6
-        assert (grad_k - grad1).abs().max().item() < 1e-6
-        assert metrics_k == pytest.approx(metrics1, abs=1e-6)
+    assert_splits_agree(lambda splits: _run_all(s, *batch, splits=splits), tol=1e-6)
 
 
 @pytest.mark.parametrize("mode", AGGREGATIONS.names())

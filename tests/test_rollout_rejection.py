@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_loop import assert_splits_agree
 
 from harness.config.run_config import LATER_FIELDS, load_run_config
 from trainer import metric_names as M
@@ -289,14 +290,9 @@ def test_micro_batch_invariance(case, aggregation):
     s = ObjectiveSettings.preset("grpo", aggregation=aggregation, max_len=16, clip_low=0.1, clip_high=0.1)
     s = s.model_copy(update=SPLIT_CASES[case])
     batch = _batch()
-    loss1, metrics1, grad1 = _split(s, *batch, splits=1)
+    metrics = assert_splits_agree(lambda splits: _split(s, *batch, splits=splits))
     if s.rollout_rejection is not None:
-        assert 0.05 < metrics1[M.ROLLOUT_REJECTED_FRAC] < 0.95  # the check covers a real mix
-    for splits in (2, 4):
-        loss_k, metrics_k, grad_k = _split(s, *batch, splits=splits)
-        assert abs(loss_k - loss1) < 1e-9
-        assert (grad_k - grad1).abs().max().item() < 1e-9
-        assert metrics_k == pytest.approx(metrics1, abs=1e-9)
+        assert 0.05 < metrics[M.ROLLOUT_REJECTED_FRAC] < 0.95  # the check covers a real mix
 
 
 # ---- the settings ---------------------------------------------------------------------------------------------------
@@ -424,4 +420,5 @@ def test_the_loop_rejects_once_per_step_over_the_whole_batch(tiny_run_overrides)
     assert all(torch.equal(a, b) for a, b in zip(keeps_all[2], off[2]))
     assert any(not torch.equal(a, b) for a, b in zip(off[1], off[2]))  # the step off did train
     assert off[0][M.ROLLOUT_WEIGHT_MEAN] == pytest.approx(1.0, abs=1e-5)
-    assert none[0][M.ROLLOUT_REJECTED_FRAC] == 1.0 and none[0][M.LOSS] == 0.0 and none[0][M.GRAD_NORM] == 0.0
+    assert none[0][M.ROLLOUT_REJECTED_FRAC] == pytest.approx(1.0, abs=1e-12)  # merged over micro-batches
+    assert none[0][M.LOSS] == 0.0 and none[0][M.GRAD_NORM] == 0.0
