@@ -1,6 +1,6 @@
 """Outgrowing one machine: a sweep across a real multi-node Ray cluster (three nodes on this host, each its own
-raylet and workers) that logs to a real MLflow tracking server over HTTP; the same sweep when a node dies and then
-the driver, or when the server stops for a while; and a `harness tune` study across the nodes."""
+raylet and workers) that logs to a real MLflow tracking server over HTTP; the same sweep when a node dies, then the
+driver, then the server for a while; and a `harness tune` study across the nodes."""
 
 from __future__ import annotations
 
@@ -116,18 +116,22 @@ def _one_finished_run_each_with_every_point(uri: str, name: str, steps: int) -> 
         assert logged == list(range(1, steps + 1)), (job_id, logged)
 
 
-def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice(
+def test_a_node_lost_then_the_driver_killed_then_the_server_stopped_loses_no_job_and_no_metric_point(
     cluster, tracking_server, tmp_path, tiny_run_overrides, driver
 ):
-    """A worker node's raylet is killed while it runs a job (each node holds one): that attempt ends FAILED and the
-    job is retried on the surviving nodes (--retries). Then the driver is killed (SIGKILL) while the retry runs, and
-    the sweep is rerun: every job ends with exactly one FINISHED run with every metric point, and the dashboard's and
-    report's account counts each job once."""
-    path, name = _sweep_file(tmp_path, tiny_run_overrides, "node_lost", LONG), "node_lost"
+    """Three faults, one after another, on a sweep with one job on each node. A worker node's raylet is killed while
+    it runs a job: that attempt ends FAILED and the job is retried on the surviving nodes (--retries). Then the driver
+    is killed (SIGKILL) while the retry runs, and the sweep is rerun; while the rerun's jobs log, the tracking server
+    goes away for 8 s and comes back on the same port and store: MLflow's client retries each write with bounded
+    exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2). Every job ends with exactly one
+    FINISHED run with every metric point, the dashboard's and report's account counts each job once, and a third
+    invocation reads the server and trains nothing."""
+    path, name = _sweep_file(tmp_path, tiny_run_overrides, "faults", LONG), "faults"
     args = (
         "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3", "--retries", "2",
         "--tracking-uri", tracking_server.url,
     )  # fmt: skip
+    nodes = {n.node_id for n in cluster.list_all_nodes()}
     proc = driver(*args)
     victim = _worker_node_running_a_job(cluster, proc, tracking_server.url, name)
     cluster.remove_node(victim, allow_graceful=False)  # its raylet and workers die, with the job on it
@@ -135,16 +139,23 @@ def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice
         _a_retry_running(proc, tracking_server.url, name)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver: Ray ends its tasks, their runs stay RUNNING
         proc.communicate()
-    finally:  # three nodes again, for the module's other tests (the rerun below may use it too)
+    finally:  # three nodes again, for the rerun and the module's other test
         cluster.workers[cluster.workers.index(victim)] = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-    code, out = _finish(driver(*args))
+    since_ms = int(time.time() * 1000)
+    rerun = driver(*args)
+    _a_job_logging_since(rerun, tracking_server.url, name, since_ms)
+    tracking_server.stop()
+    time.sleep(8)
+    tracking_server.start()
+    code, out = _finish(rerun)
     assert code == 0, out[-3000:]
     _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
-    failed = [r for runs in _job_runs(tracking_server.url, name).values() for r in runs if r.info.status == "FAILED"]
-    reasons = [r.data.tags.get("failure_reason", "") for r in failed]
+    runs = [r for job_runs in _job_runs(tracking_server.url, name).values() for r in job_runs]
+    reasons = [r.data.tags.get("failure_reason", "") for r in runs if r.info.status == "FAILED"]
     assert any(x.startswith("worker died") for x in reasons), reasons  # the lost node's attempt
     assert any(x.startswith("orphaned") for x in reasons), reasons  # what the killed driver left RUNNING
+    assert nodes <= {r.data.tags.get("ray_node") for r in runs}, nodes  # the first attempts: one on each node
 
     from harness.runs.reader import reader_for, sweeps
     from harness.runs.sweep_data import read_sweep
@@ -153,6 +164,24 @@ def test_a_node_lost_then_the_driver_killed_loses_no_job_and_finishes_none_twice
     data = read_sweep(reader, next(w for w in sweeps(reader.runs()) if w.name == name))
     assert (data.jobs.total, data.jobs.finished, data.jobs.failed) == (JOBS, JOBS, 0), data.jobs.line()
     assert len(data.current) == JOBS and set(data.current["state"]) == {"done"}
+    code, out = _finish(driver(*args))
+    assert code == 0 and f"0 finished, {JOBS} already done, 0 failed" in out, out[-2000:]
+
+
+def _a_job_logging_since(proc: subprocess.Popen, uri: str, name: str, since_ms: int, timeout_s: float = 600) -> None:
+    """Wait until a job run started since `since_ms` is RUNNING and has logged a step."""
+    client = MlflowClient(uri)
+    experiment_id = client.get_experiment_by_name(name).experiment_id
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        running = client.search_runs(
+            [experiment_id], f"attributes.status = 'RUNNING' AND attributes.start_time >= {since_ms}"
+        )
+        if any(r.data.tags.get("job_id") and "train/reward_mean" in r.data.metrics for r in running):
+            return
+        time.sleep(0.5)
+    raise AssertionError("no job of the rerun ever logged a step")
 
 
 def _a_retry_running(proc: subprocess.Popen, uri: str, name: str, timeout_s: float = 300) -> None:
@@ -182,33 +211,6 @@ def _worker_node_running_a_job(cluster, proc: subprocess.Popen, uri: str, name: 
             return cluster.workers[0]
         time.sleep(0.5)
     raise AssertionError("three jobs never ran at once")
-
-
-def test_a_sweep_across_three_nodes_loses_no_metric_point_while_its_server_stops_and_a_rerun_trains_nothing(
-    cluster, tracking_server, tmp_path, tiny_run_overrides, driver
-):
-    """A sweep on the cluster logs to the tracking server, one job on each node. The server goes away for 8 s while
-    the jobs log, then comes back on the same port and store: MLflow's client retries each write with bounded
-    exponential back-off (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 7 by default, factor 2), so every job ends with one
-    FINISHED run and every metric point. A rerun reads the server and trains nothing."""
-    path, name = _sweep_file(tmp_path, tiny_run_overrides, "server_stopped", LONG), "server_stopped"
-    args = (
-        "sweep", str(path), "--executor", "ray", "--address", cluster.address, "--workers", "3",
-        "--tracking-uri", tracking_server.url,
-    )  # fmt: skip
-    proc = driver(*args)
-    _worker_node_running_a_job(cluster, proc, tracking_server.url, name)
-    tracking_server.stop()
-    time.sleep(8)
-    tracking_server.start()
-    code, out = _finish(proc)
-    assert code == 0, out[-3000:]
-    assert f"{JOBS} finished, 0 already done, 0 failed" in out, out[-2000:]
-    _one_finished_run_each_with_every_point(tracking_server.url, name, LONG)
-    nodes = {r.data.tags.get("ray_node") for runs in _job_runs(tracking_server.url, name).values() for r in runs}
-    assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes  # one on each node
-    code, out = _finish(driver(*args))
-    assert code == 0 and f"0 finished, {JOBS} already done, 0 failed" in out, out[-2000:]
 
 
 TUNE_STEPS = 20

@@ -92,7 +92,7 @@ def test_timeout_kills_the_job_and_ends_its_run_failed(local_ray, tmp_path, tiny
     job = _job(tmp_path, tiny_run_overrides, "train.steps=100000")  # would run for hours
     uri, client = _store(tmp_path, job)
     events = []
-    (outcome,) = RayExecutor(None, cpus_per_job=1, gpus_per_job=0, timeout_s=20, retries=0).run(
+    (outcome,) = RayExecutor(None, cpus_per_job=1, gpus_per_job=0, timeout_s=12, retries=0).run(
         [job],
         tracking_uri=uri,
         sweep_id=SWEEP,
@@ -100,14 +100,14 @@ def test_timeout_kills_the_job_and_ends_its_run_failed(local_ray, tmp_path, tiny
         on_event=lambda kind, job, outcome: events.append(kind),
     )
 
-    assert outcome.status == "FAILED" and outcome.reason == "timeout after 20 s" and outcome.attempts == 1
-    assert 20 <= outcome.seconds < 40 and events == ["started", "failed"]
+    assert outcome.status == "FAILED" and outcome.reason == "timeout after 12 s" and outcome.attempts == 1
+    assert 12 <= outcome.seconds < 32 and events == ["started", "failed"]
     (run,) = client.search_runs(
         [client.get_experiment_by_name("toy").experiment_id], filter_string=f"tags.job_id = '{job.job_id}'"
     )
     assert run.info.run_id == outcome.run_id and run.data.params["train.steps"] == "100000"  # the worker's run
     assert run.info.status == "FAILED" and run.data.tags["status"] == "FAILED"
-    assert run.data.tags["failure_reason"] == "timeout after 20 s" and "mlflow.parentRunId" not in run.data.tags
+    assert run.data.tags["failure_reason"] == "timeout after 12 s" and "mlflow.parentRunId" not in run.data.tags
     assert run.data.metrics  # it was training when it was killed
 
 

@@ -273,16 +273,17 @@ def test_trial_killed_by_timeout_is_retried_then_failed_with_its_reason(tmp_path
     uri, url = _stores(tmp_path)
     path = _tune_file(tmp_path, trials=1, pruner="{name: none}")
     sets = [x for o in [*tiny_run_overrides, "train.steps=100000"] for x in ("--set", o)]
-    # 20 s: a trial forked from the warm fork server has its MLflow run within seconds, even on a busy machine
-    args = ["tune", str(path), "--tracking-uri", uri, "--storage", url, "--timeout", "20", "--retries", "1", *sets]
+    # 10 s: a trial forked from the warm fork server has its MLflow run within seconds, even on a busy machine (at
+    # load 5 on 2 cores, each attempt's run had its parameters well before 10 s)
+    args = ["tune", str(path), "--tracking-uri", uri, "--storage", url, "--timeout", "10", "--retries", "1", *sets]
     assert main(args) == 1  # the study could not finish its one trial
     (trial,) = optuna.load_study(study_name="tiny_tune", storage=url).trials
-    assert trial.state == TrialState.FAIL and trial.user_attrs["failure_reason"] == "timeout after 20 s"
+    assert trial.state == TrialState.FAIL and trial.user_attrs["failure_reason"] == "timeout after 10 s"
     runs = _trial_runs(uri)
     assert len(runs) == 2  # one per attempt, both of trial 0
     for run in runs:
         assert run.data.tags["trial"] == "0" and run.info.status == "FAILED"
-        assert run.data.tags["status"] == "FAILED" and run.data.tags["failure_reason"] == "timeout after 20 s"
+        assert run.data.tags["status"] == "FAILED" and run.data.tags["failure_reason"] == "timeout after 10 s"
         assert run.data.params["train.steps"] == "100000"  # the worker's own run, killed while training
     assert trial.user_attrs["mlflow_run_id"] in {r.info.run_id for r in runs}
     client = MlflowClient(uri)
