@@ -325,13 +325,20 @@ def test_advantage_and_stratum_panels_are_drawn_where_logged(tmp_path, monkeypat
 
 def test_each_methods_own_panels_are_drawn_where_logged(tmp_path, monkeypatch):
     """A method's own panels for the arm that logs its metrics: ReMax's greedy reward beside the sampled mean, SPO's
-    tracker, the hint rates and PF-PPO's resampling on the groups page, the rollout weight and rejection on the
-    clipping page; a sweep without them gets none of these headings, nor a "not logged" line for them."""
+    tracker, the hint rates and PF-PPO's resampling on the groups page; the rollout weight and rejection, Clip-Cov's
+    share and the largest ratio on the clipping page. A sweep without them gets none of these headings, nor a "not
+    logged" line for them."""
     from fake_sweep import FakeRun
 
     from trainer import metric_names as M
 
-    common = {M.REWARD_MEAN: [0.5] * 3, M.ADV_ZERO_FRAC: [0.4] * 3, M.ADV_ABS_MEAN: [0.6] * 3, M.ENTROPY: [1.0] * 3}
+    common = {
+        M.REWARD_MEAN: [0.5] * 3,
+        M.ADV_ZERO_FRAC: [0.4] * 3,
+        M.ADV_ABS_MEAN: [0.6] * 3,
+        M.ENTROPY: [1.0] * 3,
+        M.RATIO_MAX: [1.0] * 3,
+    }
     own = {
         "remax": lambda seed: {M.GREEDY_REWARD_MEAN: [0.6 + 0.1 * seed] * 3},
         "spo": lambda seed: {
@@ -346,6 +353,8 @@ def test_each_methods_own_panels_are_drawn_where_logged(tmp_path, monkeypatch):
             M.PF_PPO_DISTINCT_FRAC: [0.6] * 3,
             M.PF_PPO_REWARD_MEAN: [0.7 + 0.1 * seed] * 3,
             M.ROLLOUT_REJECTED_FRAC: [0.02 * (seed + 1)] * 3,
+            M.COV_SELECTED_FRAC: [0.002] * 3,
+            M.RATIO_MAX: [1.2 + 0.1 * seed] * 3,
         },
         "grpo": lambda seed: {},
     }
@@ -369,15 +378,21 @@ def test_each_methods_own_panels_are_drawn_where_logged(tmp_path, monkeypatch):
     logged = [M.GREEDY_REWARD_MEAN, M.SPO_VALUE_MEAN, M.HINT_GROUPS_TRIGGERED_FRAC, M.PF_PPO_DISTINCT_FRAC]
     assert not any("Not logged" in c.value and any(m in c.value for m in logged) for c in at.caption)
     _visit(at, "entropy_clipping")
-    assert "Rollout correction and rejection" in {h.value for h in at.subheader}
+    clipping = {
+        "Rollout correction and rejection",
+        "Entropy-keeping switches (Clip-Cov, KL-Cov, the entropy bonus, the 80/20 rule)",
+    }
+    assert clipping <= {h.value for h in at.subheader}
     assert _drawn(_figure(at, "loss tokens rejected"), "x") == {"scaf": pytest.approx([0.03] * 3)}
+    ratios = _drawn(_figure(at, "largest ratio r = π/π_old in the step"), "x")
+    assert ratios["scaf"] == pytest.approx([1.25] * 3) and ratios["grpo"] == pytest.approx([1.0] * 3)
 
     plain = [FakeRun("grpo", s, values=common) for s in (0, 1)]
     at = _visit(_app(_fake_store(tmp_path / "plain", plain), monkeypatch), "dynamic_sampling")
     assert not headings & {h.value for h in at.subheader}
     assert not any(m in c.value for m in logged for c in at.caption)
     _visit(at, "entropy_clipping")
-    assert "Rollout correction and rejection" not in {h.value for h in at.subheader}
+    assert not clipping & {h.value for h in at.subheader}
 
 
 def test_flat_zero_clip_fraction_is_not_drawn_on_a_unit_axis():

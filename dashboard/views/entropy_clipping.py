@@ -43,6 +43,42 @@ st.plotly_chart(
     ),
     key="ent_clip",
 )
+st.subheader("Importance ratios")
+page.curves(
+    [
+        ("largest ratio r = π/π_old in the step", M.RATIO_MAX),
+        ("mean ratio", M.RATIO_MEAN),
+        ("smallest ratio", M.RATIO_MIN),
+    ],
+    data,
+    kw,
+    x,
+    "ent_ratios",
+    fit_y=True,
+)
+st.caption(
+    "Over the step's loss tokens (per response under a sequence ratio), before clipping. GMPO (arXiv 2507.20673) "
+    "claims its geometric mean keeps the ratio in a steadier range than GRPO's arithmetic mean (`opo_gmpo.yaml` "
+    "judges it on `policy/ratio_max`); on-policy arms (one optimiser step per batch) stay at 1."
+)
+page.method_panel(
+    "Entropy-keeping switches (Clip-Cov, KL-Cov, the entropy bonus, the 80/20 rule)",
+    (M.COV_SELECTED_FRAC, M.ENTROPY_COEF, M.ENTROPY_TRAINED),
+    [
+        ("loss tokens Clip-Cov cut or KL-Cov penalised", M.COV_SELECTED_FRAC),
+        ("entropy bonus coefficient applied", M.ENTROPY_COEF),
+        ("entropy of the trained tokens", M.ENTROPY_TRAINED),
+    ],
+    data,
+    kw,
+    x,
+    "ent_cov",
+    "Clip-Cov and KL-Cov (`objective.clip_cov_ratio`, `objective.kl_cov_ratio`; arXiv 2505.22617) act on the "
+    "tokens picked by the covariance of log π and A (`policy/cov_selected_frac`); the entropy bonus "
+    "(`objective.entropy_coef`, adaptive with `objective.entropy_target` as in Skywork-OR1) subtracts β·H of the "
+    "trained tokens (`policy/entropy_coef`, β as applied); `objective.top_entropy_quantile` (the 80/20 rule) trains "
+    "only the highest-entropy tokens. `policy/entropy_trained`: the entropy of the tokens trained on.",
+)
 page.method_panel(
     "Rollout correction and rejection",
     (M.ROLLOUT_WEIGHT_MEAN, M.ROLLOUT_REJECTED_FRAC),
