@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import streamlit as st
 
@@ -76,24 +78,27 @@ def curves(panels: list[tuple[str, str]], data: SweepData, kw: dict, x: str, key
         st.caption("Not logged by this sweep's runs: " + ", ".join(f"`{m}`" for m in missing) + ".")
 
 
-def method_panel(
-    title: str,
-    when: str | tuple[str, ...],
-    panels: list[tuple[str, str]],
-    data: SweepData,
-    kw: dict,
-    x: str,
-    key: str,
-    caption: str,
-) -> None:
-    """A method's own panels (ReMax's greedy baseline, POISE's probe, SPO's tracker), drawn only where a run of the
-    sweep logged the metric `when` (or one of them), which only that method logs: other sweeps get no section, nor a
-    "not logged" line."""
-    if not any(data.by_arm(metric, x) for metric in ((when,) if isinstance(when, str) else when)):
-        return
-    st.subheader(title)
-    curves(panels, data, kw, x, key)
-    st.caption(caption)
+@dataclass(frozen=True)
+class MethodPanel:
+    """A method's own panels (ReMax's greedy baseline, POISE's probe, SPO's tracker, ...), drawn by `method_panels`
+    only where a run of the sweep logged a metric of `when`, which only that method logs: other sweeps get no
+    section, nor a "not logged" line."""
+
+    title: str
+    when: str | tuple[str, ...]
+    panels: list[tuple[str, str]]
+    key: str
+    caption: str
+
+
+def method_panels(specs: list[MethodPanel], data: SweepData, kw: dict, x: str) -> None:
+    """Each of `specs` whose method a run of the sweep logged: its heading, its curves, its caption."""
+    for spec in specs:
+        if not any(data.by_arm(metric, x) for metric in ((spec.when,) if isinstance(spec.when, str) else spec.when)):
+            continue
+        st.subheader(spec.title)
+        curves(spec.panels, data, kw, x, spec.key)
+        st.caption(spec.caption)
 
 
 DASH = "—"

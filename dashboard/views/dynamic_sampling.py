@@ -57,93 +57,87 @@ st.caption(
     "R_i − mean_g R, MC-GRPO's concern in small groups; 0 by construction under the group-mean baselines "
     "(`group_std`, `group_mean`, `batch_std`)."
 )
-page.method_panel(
-    "ReMax's greedy baseline",
-    M.GREEDY_REWARD_MEAN,
-    [("greedy response's reward", M.GREEDY_REWARD_MEAN), ("sampled responses' mean reward", M.REWARD_MEAN)],
-    data,
-    kw,
-    x,
-    "ds_greedy",
-    "ReMax (`advantage: remax`, arXiv 2310.10505): each response's baseline is the reward of one greedy "
-    "(temperature-0) response to its prompt, generated each step and never trained on "
-    "(`adv/greedy_reward_mean`). Above the sampled responses' mean, most advantages are negative.",
-)
-page.method_panel(
-    "POISE's value probe",
-    M.POISE_ADV_VAR_RATIO,
+page.method_panels(
     [
-        ("|probe value − siblings' mean reward|", M.POISE_VALUE_ABS_ERR),
-        ("probe's explained variance of its targets", M.POISE_VALUE_EXPLAINED_VAR),
-        ("Var(advantage) / Var(reward)", M.POISE_ADV_VAR_RATIO),
-        ("probe fitted (0 while bootstrapping on RLOO)", M.POISE_PROBE_FITTED),
+        page.MethodPanel(
+            "ReMax's greedy baseline",
+            M.GREEDY_REWARD_MEAN,
+            [("greedy response's reward", M.GREEDY_REWARD_MEAN), ("sampled responses' mean reward", M.REWARD_MEAN)],
+            "ds_greedy",
+            "ReMax (`advantage: remax`, arXiv 2310.10505): each response's baseline is the reward of one greedy "
+            "(temperature-0) response to its prompt, generated each step and never trained on "
+            "(`adv/greedy_reward_mean`). Above the sampled responses' mean, most advantages are negative.",
+        ),
+        page.MethodPanel(
+            "POISE's value probe",
+            M.POISE_ADV_VAR_RATIO,
+            [
+                ("|probe value − siblings' mean reward|", M.POISE_VALUE_ABS_ERR),
+                ("probe's explained variance of its targets", M.POISE_VALUE_EXPLAINED_VAR),
+                ("Var(advantage) / Var(reward)", M.POISE_ADV_VAR_RATIO),
+                ("probe fitted (0 while bootstrapping on RLOO)", M.POISE_PROBE_FITTED),
+            ],
+            "ds_poise",
+            "POISE (`advantage: poise`, arXiv 2605.07579): each response's baseline is the mean value of its siblings, "
+            "each predicted by a ridge probe on the policy's own hidden states and token entropy, refit after every "
+            "step on the newest responses. `poise/value_abs_err` and `poise/value_explained_var`: the probe's "
+            "predictions against their targets (the siblings' mean reward), made before it saw the step; "
+            "`poise/adv_var_ratio`: the advantage's variance against REINFORCE's without a baseline (below 1, the "
+            "baseline removes variance).",
+        ),
+        page.MethodPanel(
+            "SPO's value tracker",
+            M.SPO_VALUE_MEAN,
+            [
+                ("|tracked value − reward|", M.SPO_VALUE_ABS_ERR),
+                ("mean tracked value v̂", M.SPO_VALUE_MEAN),
+                ("share of prompts tracked", M.SPO_TRACKED_FRAC),
+                ("forgetting factor ρ", M.SPO_RHO_MEAN),
+            ],
+            "ds_spo",
+            "SPO (`advantage: spo`, arXiv 2509.13232): each response's baseline is its prompt's success rate v̂(x) "
+            "from a Beta tracker that persists across steps (no group: one response per prompt), its old evidence "
+            "discounted by ρ as the policy drifts on that prompt. `spo/value_abs_err`: |v̂ − R| with v̂ from before "
+            "the step; `spo/tracked_frac`: the share of the step's prompts initialised or seen before (the rest start "
+            "at ½); `spo/rho_mean`: the step's mean ρ (ρ_max on first visits, lower the more the policy moved).",
+        ),
+        page.MethodPanel(
+            "Hints for all-wrong groups (Scaf-GRPO, HiLL)",
+            M.HINT_GROUPS_TRIGGERED_FRAC,
+            [
+                ("groups given hinted draws", M.HINT_GROUPS_TRIGGERED_FRAC),
+                ("groups with a hinted response trained", M.HINT_GROUPS_HINTED_FRAC),
+                ("trained responses that are hinted", M.HINT_RESPONSES_FRAC),
+                ("hinted draws correct", M.HINT_ACCURACY),
+                ("hint reliance (nats per token)", M.HINT_RELIANCE),
+            ],
+            "ds_hint",
+            "`rollout.hint` (`scaf_grpo`, `hinted_group`): after `rollout.hint_after_steps`, a group whose every "
+            "response is wrong is sampled again with hints in its prompt. `hint/groups_triggered_frac`: the share of "
+            "the step's groups that drew hinted responses; `hint/groups_hinted_frac`: the share whose samples hinted "
+            "ones replaced; `hint/responses_frac`: the share of the trained responses that are hinted; "
+            "`hint/accuracy`: the share of hinted draws that are correct; `hint/reliance`: HiLL's mean_t log π(o_t | "
+            "q) − log π(o_t | q ⊕ h) over the correct hinted responses swapped in (negative: less likely without the "
+            "hint, the transfer HiLL warns of). Accuracy elsewhere on these pages is that of the draws without hints.",
+        ),
+        page.MethodPanel(
+            "PF-PPO's resampling by reward",
+            M.PF_PPO_DISTINCT_FRAC,
+            [
+                ("responses drawn at least once", M.PF_PPO_DISTINCT_FRAC),
+                ("resampled batch's mean reward", M.PF_PPO_REWARD_MEAN),
+                ("sampled responses' mean reward", M.REWARD_MEAN),
+            ],
+            "ds_pf_ppo",
+            "PF-PPO (`objective.pf_ppo_reweight`, arXiv 2409.06957): the responses to be trained are drawn again with "
+            "replacement, weighted by their reward. `train/pf_ppo_distinct_frac`: the share drawn at least once; "
+            "`train/pf_ppo_reward_mean` against `train/reward_mean`: how far the draw tilts the batch toward high "
+            "reward.",
+        ),
     ],
     data,
     kw,
     x,
-    "ds_poise",
-    "POISE (`advantage: poise`, arXiv 2605.07579): each response's baseline is the mean value of its siblings, "
-    "each predicted by a ridge probe on the policy's own hidden states and token entropy, refit after every step "
-    "on the newest responses. `poise/value_abs_err` and `poise/value_explained_var`: the probe's predictions "
-    "against their targets (the siblings' mean reward), made before it saw the step; `poise/adv_var_ratio`: the "
-    "advantage's variance against REINFORCE's without a baseline (below 1, the baseline removes variance).",
-)
-page.method_panel(
-    "SPO's value tracker",
-    M.SPO_VALUE_MEAN,
-    [
-        ("|tracked value − reward|", M.SPO_VALUE_ABS_ERR),
-        ("mean tracked value v̂", M.SPO_VALUE_MEAN),
-        ("share of prompts tracked", M.SPO_TRACKED_FRAC),
-        ("forgetting factor ρ", M.SPO_RHO_MEAN),
-    ],
-    data,
-    kw,
-    x,
-    "ds_spo",
-    "SPO (`advantage: spo`, arXiv 2509.13232): each response's baseline is its prompt's success rate v̂(x) from a "
-    "Beta tracker that persists across steps (no group: one response per prompt), its old evidence discounted by "
-    "ρ as the policy drifts on that prompt. `spo/value_abs_err`: |v̂ − R| with v̂ from before the step; "
-    "`spo/tracked_frac`: the share of the step's prompts initialised or seen before (the rest start at ½); "
-    "`spo/rho_mean`: the step's mean ρ (ρ_max on first visits, lower the more the policy moved).",
-)
-page.method_panel(
-    "Hints for all-wrong groups (Scaf-GRPO, HiLL)",
-    M.HINT_GROUPS_TRIGGERED_FRAC,
-    [
-        ("groups given hinted draws", M.HINT_GROUPS_TRIGGERED_FRAC),
-        ("groups with a hinted response trained", M.HINT_GROUPS_HINTED_FRAC),
-        ("trained responses that are hinted", M.HINT_RESPONSES_FRAC),
-        ("hinted draws correct", M.HINT_ACCURACY),
-        ("hint reliance (nats per token)", M.HINT_RELIANCE),
-    ],
-    data,
-    kw,
-    x,
-    "ds_hint",
-    "`rollout.hint` (`scaf_grpo`, `hinted_group`): after `rollout.hint_after_steps`, a group whose every response "
-    "is wrong is sampled again with hints in its prompt. `hint/groups_triggered_frac`: the share of the step's "
-    "groups that drew hinted responses; `hint/groups_hinted_frac`: the share whose samples hinted ones replaced; "
-    "`hint/responses_frac`: the share of the trained responses that are hinted; `hint/accuracy`: the share of "
-    "hinted draws that are correct; `hint/reliance`: HiLL's mean_t log π(o_t | q) − log π(o_t | q ⊕ h) over the "
-    "correct hinted responses swapped in (negative: less likely without the hint, the transfer HiLL warns of). "
-    "Accuracy elsewhere on these pages is that of the draws without hints.",
-)
-page.method_panel(
-    "PF-PPO's resampling by reward",
-    M.PF_PPO_DISTINCT_FRAC,
-    [
-        ("responses drawn at least once", M.PF_PPO_DISTINCT_FRAC),
-        ("resampled batch's mean reward", M.PF_PPO_REWARD_MEAN),
-        ("sampled responses' mean reward", M.REWARD_MEAN),
-    ],
-    data,
-    kw,
-    x,
-    "ds_pf_ppo",
-    "PF-PPO (`objective.pf_ppo_reweight`, arXiv 2409.06957): the responses to be trained are drawn again with "
-    "replacement, weighted by their reward. `train/pf_ppo_distinct_frac`: the share drawn at least once; "
-    "`train/pf_ppo_reward_mean` against `train/reward_mean`: how far the draw tilts the batch toward high reward.",
 )
 st.subheader("Cost of the filter")
 page.curves(

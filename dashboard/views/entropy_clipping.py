@@ -61,40 +61,42 @@ st.caption(
     "claims its geometric mean keeps the ratio in a steadier range than GRPO's arithmetic mean (`opo_gmpo.yaml` "
     "judges it on `policy/ratio_max`); on-policy arms (one optimiser step per batch) stay at 1."
 )
-page.method_panel(
-    "Entropy-keeping switches (Clip-Cov, KL-Cov, the entropy bonus, the 80/20 rule)",
-    (M.COV_SELECTED_FRAC, M.ENTROPY_COEF, M.ENTROPY_TRAINED),
+page.method_panels(
     [
-        ("loss tokens Clip-Cov cut or KL-Cov penalised", M.COV_SELECTED_FRAC),
-        ("entropy bonus coefficient applied", M.ENTROPY_COEF),
-        ("entropy of the trained tokens", M.ENTROPY_TRAINED),
+        page.MethodPanel(
+            "Entropy-keeping switches (Clip-Cov, KL-Cov, the entropy bonus, the 80/20 rule)",
+            (M.COV_SELECTED_FRAC, M.ENTROPY_COEF, M.ENTROPY_TRAINED),
+            [
+                ("loss tokens Clip-Cov cut or KL-Cov penalised", M.COV_SELECTED_FRAC),
+                ("entropy bonus coefficient applied", M.ENTROPY_COEF),
+                ("entropy of the trained tokens", M.ENTROPY_TRAINED),
+            ],
+            "ent_cov",
+            "Clip-Cov and KL-Cov (`objective.clip_cov_ratio`, `objective.kl_cov_ratio`; arXiv 2505.22617) act on the "
+            "tokens picked by the covariance of log π and A (`policy/cov_selected_frac`); the entropy bonus "
+            "(`objective.entropy_coef`, adaptive with `objective.entropy_target` as in Skywork-OR1) subtracts β·H of "
+            "the trained tokens (`policy/entropy_coef`, β as applied); `objective.top_entropy_quantile` (the 80/20 "
+            "rule) trains only the highest-entropy tokens. `policy/entropy_trained`: the entropy of the tokens trained "
+            "on.",
+        ),
+        page.MethodPanel(
+            "Rollout correction and rejection",
+            (M.ROLLOUT_WEIGHT_MEAN, M.ROLLOUT_REJECTED_FRAC),
+            [
+                ("mean rollout weight (π_old / π_rollout, corrected)", M.ROLLOUT_WEIGHT_MEAN),
+                ("loss tokens rejected", M.ROLLOUT_REJECTED_FRAC),
+            ],
+            "ent_rollout",
+            "Where the rollout engine's log-probabilities differ from the trainer's (vLLM, or a stale policy): "
+            "`policy/rollout_weight_mean`, the mean over loss tokens of the truncated or masked importance weight "
+            "(`objective.rollout_correction`); `policy/rollout_rejected_frac`, the share of loss tokens the rollout "
+            "rejection took out of the loss (`objective.rollout_rejection`). Where the sampler is the trained model "
+            "itself (the toy's own decode), the two differ only by floating-point rounding.",
+        ),
     ],
     data,
     kw,
     x,
-    "ent_cov",
-    "Clip-Cov and KL-Cov (`objective.clip_cov_ratio`, `objective.kl_cov_ratio`; arXiv 2505.22617) act on the "
-    "tokens picked by the covariance of log π and A (`policy/cov_selected_frac`); the entropy bonus "
-    "(`objective.entropy_coef`, adaptive with `objective.entropy_target` as in Skywork-OR1) subtracts β·H of the "
-    "trained tokens (`policy/entropy_coef`, β as applied); `objective.top_entropy_quantile` (the 80/20 rule) trains "
-    "only the highest-entropy tokens. `policy/entropy_trained`: the entropy of the tokens trained on.",
-)
-page.method_panel(
-    "Rollout correction and rejection",
-    (M.ROLLOUT_WEIGHT_MEAN, M.ROLLOUT_REJECTED_FRAC),
-    [
-        ("mean rollout weight (π_old / π_rollout, corrected)", M.ROLLOUT_WEIGHT_MEAN),
-        ("loss tokens rejected", M.ROLLOUT_REJECTED_FRAC),
-    ],
-    data,
-    kw,
-    x,
-    "ent_rollout",
-    "Where the rollout engine's log-probabilities differ from the trainer's (vLLM, or a stale policy): "
-    "`policy/rollout_weight_mean`, the mean over loss tokens of the truncated or masked importance weight "
-    "(`objective.rollout_correction`); `policy/rollout_rejected_frac`, the share of loss tokens the rollout "
-    "rejection took out of the loss (`objective.rollout_rejection`). Where the sampler is the trained model itself "
-    "(the toy's own decode), the two differ only by floating-point rounding.",
 )
 st.subheader("Token- vs sequence-level clipping")
 level = arm_setting(data, "objective.ratio")
