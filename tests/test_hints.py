@@ -219,6 +219,24 @@ def test_hints_change_the_update():
     assert grads[0] != pytest.approx(grads[1])
 
 
+def test_hints_under_a_length_reward_shape_the_hinted_rows_by_their_own_correctness_and_length():
+    """The rollout table's hinted rows carry the same shaped reward as a sampled row would: the cosine length reward
+    of their correctness, length and truncation (it needs all three; without them the step failed at its end)."""
+    from trainer.objective import cosine_scaled_reward
+
+    s = ObjectiveSettings.preset(
+        "grpo", max_len=16, length_reward="cosine", cosine_correct=(1.0, 0.5), cosine_wrong=(-1.0, -0.5)
+    )
+    tr, _ = _loop("scaf_grpo", objective=s)
+    tr.step(1)
+    hinted = tr.rollout_table().query("hinted")
+    expected = cosine_scaled_reward(
+        torch.tensor([False, True]), torch.tensor([9, 10]), torch.tensor([False, False]), 16, (1.0, 0.5), (-1.0, -0.5)
+    )
+    assert hinted["length"].tolist() == [9, 10] and hinted["correct"].tolist() == [False, True]
+    assert hinted["shaped_reward"].tolist() == pytest.approx(expected.tolist(), abs=1e-12)
+
+
 def test_no_hint_before_the_exemption_ends():
     tr, seen = _loop("scaf_grpo", after=1)
     first = tr.step(1)

@@ -882,7 +882,10 @@ class Trainer:
             if kept.hinted[k * G + j] is not None
         }
         task_reward = torch.tensor([d.grade.reward for d in self.draws], dtype=torch.float64)
-        shaped = shape_rewards(task_reward, torch.tensor([d.length for d in self.draws]), self.obj).tolist()
+        lengths = torch.tensor([d.length for d in self.draws])
+        correct = torch.tensor([d.grade.correct for d in self.draws])
+        truncated = torch.tensor([d.truncated for d in self.draws])
+        shaped = shape_rewards(task_reward, lengths, self.obj, correct, truncated).tolist()
         rows = []
         for d, value in zip(self.draws, shaped):
             adv = adv_of.get((id(d.group), d.slot)) if d.used else None
