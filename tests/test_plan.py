@@ -152,7 +152,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "rg_chain_sum_length": 20,
         "rg_chain_sum_gspo": 6,
         "opo_gmpo": 9,
-        "one_rollout_baselines": 12,
+        "one_rollout_baselines": 15,
         "learning_cliffs": 12,
     }
     paper = {
