@@ -71,6 +71,28 @@ def test_the_ledger_counts_each_seed_set_once_and_pools_them(evidence):
     assert accuracy.replicated == "neither"
 
 
+@pytest.mark.parametrize(
+    "records, said",
+    [
+        (["reproduced", "reproduced"], "both"),
+        (["reproduced", "inconclusive"], "one"),
+        (["inconclusive", "inconclusive"], "neither"),
+        (["contradicted", "contradicted"], "both, contradicted"),
+        (["inconclusive", "contradicted"], "one, contradicted"),
+        (["reproduced", "contradicted"], "conflicting"),
+        (["contradicted", "contradicted", "inconclusive"], "2 of 3, contradicted"),
+        (["reproduced"], "one set only"),
+    ],
+)
+def test_replicated_counts_the_sets_that_reached_the_decided_verdict_contradictions_included(records, said):
+    from types import SimpleNamespace
+
+    from harness.analysis.ledger import Line
+
+    entries = [SimpleNamespace(of_record=r) for r in records]
+    assert Line("s", "c", entries, math.nan, math.nan, math.nan).replicated == said
+
+
 def test_a_fixed_look_that_an_until_decided_design_went_on_from_is_its_first_look(evidence, tmp_path):
     """Seeds 0–2 judged fixed, then taken until decided to 0–4: one test (the sequential design, flagged as
     continued after a look), the fixed table its first look's re-analysis."""

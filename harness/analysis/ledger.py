@@ -82,13 +82,19 @@ class Line:
 
     @property
     def replicated(self) -> str:
-        """'both' / 'one' / 'neither' of two seed sets (k of n with more; 'one set' with one)."""
-        n, k = len(self.entries), sum(e.of_record == "reproduced" for e in self.entries)
+        """How many seed sets reached the decided verdict: 'both' / 'one' / 'neither' of two ('k of n' with more,
+        'one set only' with one), followed by ', contradicted' when that verdict is a contradiction, so that a
+        contradiction found again reads as replicated; 'conflicting' when one set reproduced it and another
+        contradicted it."""
+        records = [e.of_record for e in self.entries]
+        n, reproduced, contradicted = len(records), records.count("reproduced"), records.count("contradicted")
         if n == 1:
             return "one set only"
-        if n == 2:
-            return ("neither", "one", "both")[k]
-        return f"{k} of {n}"
+        if reproduced and contradicted:
+            return "conflicting"
+        k = reproduced or contradicted
+        word = ("neither", "one", "both")[k] if n == 2 else f"{k} of {n}"
+        return f"{word}, contradicted" if contradicted else word
 
 
 @dataclass
