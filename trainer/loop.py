@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -333,20 +333,27 @@ class Trainer:
         )
         lengths, truncated = out.lengths.cpu(), out.truncated.cpu().bool()
         grades = [self._grade(groups[g], j, text, bool(cut)) for (g, j), text, cut in zip(asks, out.texts, truncated)]
+        shaped, _ = self._shape(grades, lengths, truncated)
         task_reward = torch.tensor([grade.reward for grade in grades], dtype=torch.float64)
-        correct = torch.tensor([grade.correct for grade in grades])
-        shaped = shape_rewards(task_reward, lengths, self.obj, correct, truncated)
         row = {ask: k for k, ask in enumerate(asks)}
         index = [row[g, first[g][p]] for g, group in enumerate(groups) for p in group.prompts[:G]]
         metrics = {M.GREEDY_REWARD_MEAN: task_reward.mean().item()}
         return shaped[index].view(len(groups), G), metrics, int(lengths.sum())
 
+    def _shape(
+        self, grades: Sequence[Grade], lengths: torch.Tensor, truncated: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(shaped reward [N] float64, correct [N]) of N graded responses: the task's reward with the objective's
+        length shaping, which reads each response's correctness, length and truncation. Every reward the loop
+        trains on, baselines on or logs goes through here."""
+        task_reward = torch.tensor([g.reward for g in grades], dtype=torch.float64)
+        correct = torch.tensor([g.correct for g in grades])
+        return shape_rewards(task_reward, lengths, self.obj, correct, truncated), correct
+
     def _rewards(self, s: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         G = self.group_width
-        task_reward = torch.tensor([g.reward for g in s.grades], dtype=torch.float64)
-        correct = torch.tensor([g.correct for g in s.grades])
-        shaped = shape_rewards(task_reward, s.lengths, self.obj, correct, s.truncated).view(-1, G)
-        return shaped, correct.view(-1, G)
+        shaped, correct = self._shape(s.grades, s.lengths, s.truncated)
+        return shaped.view(-1, G), correct.view(-1, G)
 
     def collect(self, step: int) -> tuple[Samples, Samples, dict[str, float]]:
         """(every sample generated this step from the task's prompts, the samples kept for training, group metrics).
@@ -881,11 +888,9 @@ class Trainer:
             for j in range(G)
             if kept.hinted[k * G + j] is not None
         }
-        task_reward = torch.tensor([d.grade.reward for d in self.draws], dtype=torch.float64)
         lengths = torch.tensor([d.length for d in self.draws])
-        correct = torch.tensor([d.grade.correct for d in self.draws])
         truncated = torch.tensor([d.truncated for d in self.draws])
-        shaped = shape_rewards(task_reward, lengths, self.obj, correct, truncated).tolist()
+        shaped = self._shape([d.grade for d in self.draws], lengths, truncated)[0].tolist()
         rows = []
         for d, value in zip(self.draws, shaped):
             adv = adv_of.get((id(d.group), d.slot)) if d.used else None
