@@ -1171,6 +1171,12 @@ CASES += [
     ),
     Case("run: a misspelt hint scheme", "run", "rollout:\n  hint: scaf\n", "rollout.hint"),
     Case(
+        "run: a hiding scope the toy does not have",
+        "run",
+        "task:\n  toy_addition:\n    hide_scope: prompt\n",
+        "task.toy_addition.hide_scope",
+    ),
+    Case(
         "run: a hint exemption without hints", "run", "rollout:\n  hint_after_steps: 10\n", "rollout.hint_after_steps"
     ),
     Case(

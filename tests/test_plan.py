@@ -154,6 +154,7 @@ def test_shipped_ablation_files_plan(tmp_path):
         "opo_gmpo": 9,
         "one_rollout_baselines": 15,
         "learning_cliffs": 12,
+        "shared_prompt_baselines": 9,
     }
     paper = {
         f.stem: len(plan_sweep(f).jobs) for f in (ABLATIONS / "paper").glob("*.yaml") if f.stem != "qwen_math_1p5b"

@@ -91,6 +91,29 @@ def test_hidden_digit_rate_and_digit_mix():
     assert set(lengths) == {1, 2, 3, 4} and min(lengths.values()) > 90
 
 
+def test_group_scope_hides_one_digit_for_the_whole_group():
+    """hide_scope group: one draw per group, the same prompt and meta in all G samples, groups hidden at hide_prob;
+    the default (sample) leaves the dump, so every build hash and job id, as it was."""
+    config = ToyAdditionConfig(hide_scope="group")
+    groups = ToyAdditionTask(config).sample_groups(np.random.default_rng(0), 500, 8)
+    for group in groups:
+        assert len(set(group.prompts)) == 1 and all(m == group.meta[0] for m in group.meta)
+    hidden = [g.meta[0]["hidden_digit"] for g in groups]
+    assert 0.35 < np.mean(hidden) < 0.45
+    shown = [g for g in groups if g.meta[0]["hidden_digit"]][0]
+    a, b = shown.problem_id.split("+")
+    meta = shown.meta[0]
+    operand = (a, b)[meta["hidden_operand"]]
+    index = len(operand) - 1 - meta["hidden_place"]
+    masked = operand[:index] + "?" + operand[index + 1 :]
+    assert shown.prompts[0].split("+")[meta["hidden_operand"]].rstrip("=") == masked
+    per_sample = ToyAdditionTask(DEFAULT).sample_groups(np.random.default_rng(0), 500, 8)
+    assert sum(len(set(g.prompts)) > 1 for g in per_sample) > 200  # the default mixes hidden and clean prompts
+    assert "hide_scope" not in DEFAULT.model_dump() and config.model_dump()["hide_scope"] == "group"
+    with pytest.raises(ValidationError, match="'sample' or 'group'"):
+        ToyAdditionConfig(hide_scope="prompt")
+
+
 def test_every_clean_trace_grades_correct():
     seen = 0
     for task, group, i, trace in _traces(DEFAULT, seed=1, n=300):

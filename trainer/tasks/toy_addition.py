@@ -8,7 +8,8 @@ both on purpose:
   its own noisy copy of the problem, where with probability `hide_prob` one
   digit is shown as `?`; the scratchpad then writes a guessed digit for that
   column and marks the column with `?`, so the answer is almost always wrong
-  and the model knows it guessed;
+  and the model knows it guessed (`hide_scope: group` draws once for all G samples instead, as a real group shares
+  one prompt);
 - a length choice the reward ignores: after the answer come 0..`max_filler_blocks`
   filler blocks (`abcdefghijklmnop` for length 16) before end-of-sequence.
 
@@ -63,7 +64,7 @@ def _operands(group: Group) -> tuple[str, str]:
 
 
 class ToyAdditionTask:
-    """Addition problems with per-sample hidden digits and a free filler length (see module doc)."""
+    """Addition problems with hidden digits (per sample, or per group) and a free filler length (see module doc)."""
 
     name = "toy_addition"
 
@@ -71,32 +72,36 @@ class ToyAdditionTask:
         self.config = config
 
     def sample_groups(self, rng: np.random.Generator, num_groups: int, group_size: int) -> list[Group]:
-        """Draw problems `a+b`; each of the G samples independently hides a digit with `hide_prob`."""
+        """Draw problems `a+b`; each of the G samples hides a digit with `hide_prob`, independently, or all of them
+        by one draw with hide_scope group."""
         groups = []
         for _ in range(num_groups):
             a, b = str(_draw_operand(rng, self.config)), str(_draw_operand(rng, self.config))
+            shared = self._hide(rng, a, b) if self.config.hide_scope == "group" else None
             prompts, meta = [], []
             for _ in range(group_size):
-                shown = [a, b]
-                info: dict[str, Any] = {"hidden_digit": False, "hidden_operand": None, "hidden_place": None}
-                if rng.random() < self.config.hide_prob:
-                    slot = int(rng.integers(len(a) + len(b)))
-                    operand, index = (0, slot) if slot < len(a) else (1, slot - len(a))
-                    text = shown[operand]
-                    shown[operand] = text[:index] + HIDDEN + text[index + 1 :]
-                    info = {
-                        "hidden_digit": True,
-                        "hidden_operand": operand,
-                        "hidden_place": len(text) - 1 - index,
-                    }  # place counted from the units
+                prompt, info = shared if shared is not None else self._hide(rng, a, b)
+                info = dict(info)
                 if self.config.random_reward is not None:  # drawn only when set: the default stream is unchanged
                     info["random_reward"] = float(rng.random() < self.config.random_reward)
-                prompts.append(f"{shown[0]}+{shown[1]}=")
+                prompts.append(prompt)
                 meta.append(info)
             groups.append(
                 Group(problem_id=f"{a}+{b}", answer=str(int(a) + int(b)), prompts=tuple(prompts), meta=tuple(meta))
             )
         return groups
+
+    def _hide(self, rng: np.random.Generator, a: str, b: str) -> tuple[str, dict[str, Any]]:
+        """One prompt for `a+b`: with `hide_prob`, one digit (uniform over both operands') shown as `?`."""
+        if rng.random() >= self.config.hide_prob:
+            return f"{a}+{b}=", {"hidden_digit": False, "hidden_operand": None, "hidden_place": None}
+        shown = [a, b]
+        slot = int(rng.integers(len(a) + len(b)))
+        operand, index = (0, slot) if slot < len(a) else (1, slot - len(a))
+        text = shown[operand]
+        shown[operand] = text[:index] + HIDDEN + text[index + 1 :]
+        info = {"hidden_digit": True, "hidden_operand": operand, "hidden_place": len(text) - 1 - index}  # from units
+        return f"{shown[0]}+{shown[1]}=", info
 
     def grade(self, group: Group, index: int, completion: str) -> Grade:
         """Reward 1 iff the text between the first `>` and the next `;` is the true sum.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import string
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -33,6 +33,12 @@ class ToyAdditionConfig(BaseModel):
     hide_prob: float = Field(0.4, ge=0.0, le=1.0)
     """Chance that a sample's prompt hides one digit (uniform over the digits of both operands) as `?`:
     the visible failure signal the length bias needs."""
+    hide_scope: Literal["sample", "group"] = "sample"
+    """What one hiding draw covers. sample (the default toy): each of a group's G prompts hides a digit on its own, so
+    a group mixes hidden and clean prompts and GRPO sees reward variance within it. group: one draw per group, the same
+    digit hidden (or none) in all G prompts, as a real group shares one prompt; a baseline read from a sibling's
+    response (POISE's probe) can then know this response's prompt. Under task.toy_addition it shapes the RL prompts
+    only; under model.toy.task, the base model's SFT prompts."""
     filler_block_len: int = Field(16, ge=1, le=len(FILLER_ALPHABET))
     """Tokens per filler block. With 16 the bias showed in every seed tried; with 9 in one of three."""
     max_filler_blocks: int = Field(2, ge=0)
@@ -75,12 +81,14 @@ class ToyAdditionConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
-        """Unset peaked-choice fields are left out of dumps, so the default toy's build hash and every job id
-        that does not use them stay what they were before the fields existed."""
+        """Unset peaked-choice fields and hide_scope at its default are left out of dumps, so the default toy's build
+        hash and every job id that does not use them stay what they were before the fields existed."""
         data = handler(self)
         for key in ("filler_probs", "guess_peak", "slip_prob", "random_reward"):
             if data.get(key, 0) is None:
                 del data[key]
+        if data.get("hide_scope") == "sample":
+            del data["hide_scope"]
         return data
 
     @property
