@@ -1177,6 +1177,12 @@ CASES += [
         "task.toy_addition.hide_scope",
     ),
     Case(
+        "run: a hiding scope for the base model's SFT, which draws one prompt per problem",
+        "run",
+        "model:\n  toy:\n    task:\n      hide_scope: group\n",
+        "task.hide_scope",
+    ),
+    Case(
         "run: a hint exemption without hints", "run", "rollout:\n  hint_after_steps: 10\n", "rollout.hint_after_steps"
     ),
     Case(

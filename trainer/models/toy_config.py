@@ -116,6 +116,16 @@ class ToyModelConfig(BaseModel):
             return {**data, "task": {**data["task"], "slip_prob": SLIP_PROB}}
         return data
 
+    @model_validator(mode="after")
+    def _one_prompt_per_problem(self) -> ToyModelConfig:
+        """SFT draws one prompt per problem, so `task.hide_scope` would change the build hash and nothing else."""
+        if self.task.hide_scope != "sample":
+            raise ValueError(
+                "task.hide_scope: SFT draws one prompt per problem, so a scope changes nothing but the build's hash; "
+                "it is an RL setting (task.toy_addition.hide_scope)"
+            )
+        return self
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
         """An unset ceiling is left out of dumps, so the toy without slips keeps the build hash it had before the

@@ -37,8 +37,8 @@ class ToyAdditionConfig(BaseModel):
     """What one hiding draw covers. sample (the default toy): each of a group's G prompts hides a digit on its own, so
     a group mixes hidden and clean prompts and GRPO sees reward variance within it. group: one draw per group, the same
     digit hidden (or none) in all G prompts, as a real group shares one prompt; a baseline read from a sibling's
-    response (POISE's probe) can then know this response's prompt. Under task.toy_addition it shapes the RL prompts
-    only; under model.toy.task, the base model's SFT prompts."""
+    response (POISE's probe) can then know this response's prompt. An RL setting (task.toy_addition): SFT draws one
+    prompt per problem, so model.toy.task refuses any scope but sample."""
     filler_block_len: int = Field(16, ge=1, le=len(FILLER_ALPHABET))
     """Tokens per filler block. With 16 the bias showed in every seed tried; with 9 in one of three."""
     max_filler_blocks: int = Field(2, ge=0)
